@@ -1,0 +1,3 @@
+from scorecli.cli import main
+
+main()

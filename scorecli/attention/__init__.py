@@ -1,0 +1,101 @@
+"""Attention backends behind one small protocol, plugged into transformers' model code.
+
+A backend turns a ragged `Batch` into model inputs once per batch (`plan`) and computes
+attention per layer (`attend`). transformers calls our registered attention function
+("scorecli") in every layer; it forwards to the backend object passed in the model's
+forward kwargs, so tests and callers pick any backend without touching globals.
+This package knows nothing about tokenization, heads or output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from scorecli.batching import Batch
+from scorecli.errors import UsageError
+
+ATTN_NAME = "scorecli"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputs:
+    """Device tensors for one forward pass, in the backend's layout."""
+
+    input_ids: torch.Tensor  # [B, L]
+    position_ids: torch.Tensor  # [B, L]
+    pool_index: torch.Tensor  # [N] flat index into [B * L] hidden states
+    first_index: torch.Tensor  # [N] flat index of each item's sequence start
+
+
+class AttentionBackend(Protocol):
+    name: str
+    is_padded: bool
+
+    def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        """Prepare masks or kernel plans for this batch; return the model inputs."""
+        ...
+
+    def attend(
+        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float
+    ) -> torch.Tensor:
+        """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]."""
+        ...
+
+
+def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    backend = kwargs.get("scorecli_backend")
+    if backend is None:
+        raise RuntimeError("scorecli attention called without a backend (pass scorecli_backend=...)")
+    return backend.attend(module, query, key, value, scaling), None
+
+
+def register() -> None:
+    """Make the "scorecli" attention name known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, _dispatch)
+
+
+def make_backend(name: str, device: torch.device) -> AttentionBackend:
+    """Build the backend for `--attention` (`auto` resolved here from the device)."""
+    if name == "auto":
+        name = "sdpa"
+        if device.type == "cuda":
+            try:
+                import flashinfer  # noqa: F401
+
+                name = "flashinfer"
+            except ImportError:
+                pass
+    if name == "sdpa":
+        from scorecli.attention.dense import SdpaBackend
+
+        return SdpaBackend()
+    if name == "eager":
+        from scorecli.attention.dense import EagerBackend
+
+        return EagerBackend()
+    if name == "flex":
+        from scorecli.attention.flex import FlexBackend
+
+        return FlexBackend()
+    if name == "flashinfer":
+        if device.type != "cuda":
+            raise UsageError("--attention flashinfer needs a CUDA device")
+        from scorecli.attention.flashinfer import FlashInferBackend
+
+        return FlashInferBackend()
+    raise UsageError(f"--attention: unknown backend {name!r}")
+
+
+def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Copy several int64 arrays to the device in one transfer; return views of each."""
+    flat = torch.from_numpy(np.concatenate(arrays))
+    if device.type == "cuda":
+        flat = flat.pin_memory().to(device, non_blocking=True)
+    sizes = [len(a) for a in arrays]
+    return list(torch.split(flat, sizes))

@@ -1,0 +1,83 @@
+"""Dense-mask backends (torch SDPA and an eager reference) over a padded layout.
+
+The mask is additive float (0 / dtype min), never boolean: transformers' eager path adds
+masks to scores, where a boolean mask would be silently wrong. Padding costs tokens in
+the batch budget (`is_padded`). This module knows nothing about tokenization or heads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from scorecli.attention import ModelInputs, to_device
+from scorecli.batching import Batch
+
+
+def mis_allowed(segment: torch.Tensor) -> torch.Tensor:
+    """Boolean MIS rule from padded segment ids.
+
+    Args:
+        segment: [S, L] int64; 0 prefix, k item k, -1 padding.
+    Returns:
+        [S, L, L] bool: query t may attend key u (causal; prefix keys, or keys of its own
+        item). Padding queries attend only themselves so no row is fully masked.
+    """
+    length = segment.shape[1]
+    pos = torch.arange(length, device=segment.device)
+    causal = pos[None, :] <= pos[:, None]  # [L, L]
+    seg_q, seg_k = segment[:, :, None], segment[:, None, :]
+    allowed = causal & (seg_k >= 0) & ((seg_k == 0) | (seg_k == seg_q))
+    return allowed | torch.eye(length, dtype=torch.bool, device=segment.device)
+
+
+class DenseMaskBackend:
+    """Plans a padded batch and an additive float mask [S, 1, L, L]."""
+
+    name = "dense"
+    is_padded = True
+
+    def __init__(self) -> None:
+        self.mask: torch.Tensor | None = None
+
+    def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        s, length = batch.num_seqs, batch.max_len
+        where = batch.padded_index()  # [T]
+        ids, pos, seg, pool, first, where_t = to_device(
+            [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where],
+            device,
+        )
+        allowed = mis_allowed(_pad(seg, where_t, s, length, -1))  # [S, L, L]
+        zero = torch.zeros((), dtype=dtype, device=device)
+        self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
+        return ModelInputs(_pad(ids, where_t, s, length, 0), _pad(pos, where_t, s, length, 0), pool, first)
+
+
+def _pad(values: torch.Tensor, where: torch.Tensor, s: int, length: int, fill: int) -> torch.Tensor:
+    """Scatter ragged [T] values into a [S, L] padded tensor filled with `fill`."""
+    out = torch.full((s * length,), fill, dtype=values.dtype, device=values.device)
+    return out.index_copy_(0, where, values).view(s, length)
+
+
+class SdpaBackend(DenseMaskBackend):
+    name = "sdpa"
+
+    def attend(self, module, query, key, value, scaling):
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=self.mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
+        )  # [b, heads, q, d]
+        return out.transpose(1, 2).contiguous()
+
+
+class EagerBackend(DenseMaskBackend):
+    """Plain matmul-softmax attention, the reference every other backend is checked against."""
+
+    name = "eager"
+
+    def attend(self, module, query, key, value, scaling):
+        groups = query.shape[1] // key.shape[1]
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling + self.mask  # [b, heads, q, k]
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        return torch.matmul(weights, value).transpose(1, 2).contiguous()

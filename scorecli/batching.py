@@ -1,0 +1,118 @@
+"""Sort sequences by length and cut them into batches under a token budget.
+
+Numpy only. The canonical layout of a batch is ragged (sequences concatenated, with
+`cu_seqlens`); a padded view is derived on demand for backends that need one, and those
+backends pay for their padding in the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scorecli.pack import Seq, segment_ids
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Ragged batch of sequences, with everything needed to mask and pool."""
+
+    input_ids: np.ndarray  # [T] int64
+    position_ids: np.ndarray  # [T] int64
+    segment: np.ndarray  # [T] int64: 0 prefix, k for the k-th item of its sequence
+    cu_seqlens: np.ndarray  # [S+1] int64
+    prefix_lens: np.ndarray  # [S] int64
+    item_lens: np.ndarray  # [N] int64, sequence-major
+    item_counts: np.ndarray  # [S] int64: items per sequence
+    pool_index: np.ndarray  # [N] int64: ragged index of the token each item is read at
+    first_index: np.ndarray  # [N] int64: ragged index of the first token of each item's sequence
+    item_index: np.ndarray  # [N] int64: window-global item index
+    token_type_ids: np.ndarray | None = None  # [T]
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.cu_seqlens.shape[0] - 1)
+
+    @property
+    def seq_lens(self) -> np.ndarray:
+        return np.diff(self.cu_seqlens)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+    @property
+    def max_len(self) -> int:
+        return int(self.seq_lens.max())
+
+    def padded_index(self) -> np.ndarray:
+        """[T] flat index of every ragged token in a [S, max_len] padded layout."""
+        lens = self.seq_lens
+        row = np.repeat(np.arange(self.num_seqs, dtype=np.int64), lens)
+        col = np.arange(self.num_tokens, dtype=np.int64) - np.repeat(self.cu_seqlens[:-1], lens)
+        return row * self.max_len + col
+
+
+def collate(seqs: list[Seq]) -> Batch:
+    """Concatenate sequences into one ragged batch.
+
+    Each item is read at its last token, or at the prefix's last token when it is empty.
+    """
+    lens = np.array([s.length for s in seqs], dtype=np.int64)
+    cu = np.concatenate([[0], np.cumsum(lens)])
+    prefix_lens = np.array([s.prefix_len for s in seqs], dtype=np.int64)
+    item_lens = np.concatenate([s.item_lens for s in seqs])
+    counts = np.array([len(s.item_lens) for s in seqs], dtype=np.int64)
+    seq_start = np.repeat(cu[:-1], counts)  # [N]
+    item_start = np.repeat(prefix_lens, counts) + _exclusive_cumsum_per_group(item_lens, counts)
+    offset = np.where(item_lens > 0, item_start + item_lens - 1, np.repeat(prefix_lens, counts) - 1)
+    types = [s.token_type_ids for s in seqs]
+    return Batch(
+        input_ids=np.concatenate([s.input_ids for s in seqs]),
+        position_ids=np.concatenate([s.position_ids for s in seqs]),
+        segment=np.concatenate([segment_ids(s.prefix_len, s.item_lens) for s in seqs]),
+        cu_seqlens=cu,
+        prefix_lens=prefix_lens,
+        item_lens=item_lens,
+        item_counts=counts,
+        pool_index=seq_start + offset,
+        first_index=seq_start,
+        item_index=np.concatenate([s.item_index for s in seqs]),
+        token_type_ids=None if types[0] is None else np.concatenate(types),
+    )
+
+
+def _exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Cumulative sum of `values` restarting at 0 at the start of each group."""
+    total = np.cumsum(values) - values
+    group_first = np.repeat(np.cumsum(counts) - counts, counts)
+    return total - total[group_first] if len(values) else total
+
+
+def plan_batches(lengths: np.ndarray, max_batch_tokens: int, padded: bool) -> list[np.ndarray]:
+    """Group sequence indices into batches, longest first, each within the token budget.
+
+    A padded batch costs `count * longest`; a ragged one the sum of its lengths. A single
+    sequence longer than the budget forms a batch of its own.
+    Returns:
+        Index arrays into `lengths`, in the order the batches should run.
+    """
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, cost_len, total = [], [], 0, 0
+    for i in order:
+        n = int(lengths[i])
+        new_cost = (len(current) + 1) * max(cost_len, n) if padded else total + n
+        if current and new_cost > max_batch_tokens:
+            batches.append(np.array(current, dtype=np.int64))
+            current, cost_len, total = [], 0, 0
+        current.append(int(i))
+        cost_len, total = max(cost_len, n), total + n
+    if current:
+        batches.append(np.array(current, dtype=np.int64))
+    return batches
+
+
+def batch_cost(lengths: np.ndarray, padded: bool) -> int:
+    """Tokens a batch of these lengths costs against the budget."""
+    return int(len(lengths) * lengths.max()) if padded else int(lengths.sum())

@@ -1,0 +1,153 @@
+"""The `scorecli` command line: flags -> one frozen config -> the scoring core.
+
+Thin by design: it parses flags, resolves the model, shows progress on stderr and maps
+errors to exit codes (2 for bad usage or input, 1 otherwise). torch is imported only
+inside commands, so `--help` is instant. The only environment read is $SCORECLI_MODEL.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import ScorecliError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
+err = Console(stderr=True, highlight=False)
+
+Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(v.strip() for v in value.split(","))
+
+
+def _csv_ints(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
+
+
+@app.command()
+def score(
+    inputs: Annotated[list[str], typer.Argument(help="JSONL/Parquet files, directories, globs, or - for stdin.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet, .jsonl, or - (JSONL on stdout).")],
+    model: Model = None,
+    kind: Annotated[Optional[str], typer.Option(help="seq-cls | causal-lm | cross-encoder (default: detected).")] = None,
+    mode: Annotated[str, typer.Option(help="auto | mis | single.")] = "auto",
+    template: Annotated[Optional[str], typer.Option(help="plain | qwen3-reranker | yes-no-chat | a .toml/.json file.")] = None,
+    instruction: Annotated[Optional[str], typer.Option(help="Instruction for templates that take one.")] = None,
+    label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens, e.g. yes,no.")] = None,
+    label_token_ids: Annotated[Optional[str], typer.Option(help="Causal-LM label token ids, e.g. 9454,2152.")] = None,
+    activation: Annotated[Optional[str], typer.Option(help="none | softmax | sigmoid.")] = None,
+    apply_softmax: Annotated[bool, typer.Option("--apply-softmax", help="Same as --activation softmax.")] = False,
+    positive_label: Annotated[Optional[str], typer.Option(help="Label (name or index) that fills `score`.")] = None,
+    pooled_hidden_states: Annotated[bool, typer.Option("--pooled-hidden-states", help="Also write each item's pooled final hidden state.")] = False,
+    pooling: Annotated[Optional[str], typer.Option(help="last | cls (default: last for decoders, cls for cross-encoders).")] = None,
+    hidden_dtype: Annotated[str, typer.Option(help="float32 | float16 for pooled hidden states.")] = "float32",
+    query_field: Annotated[str, typer.Option(help="Input field holding the query.")] = "query",
+    items_field: Annotated[str, typer.Option(help="Input field holding the items.")] = "items",
+    id_field: Annotated[str, typer.Option(help="Input field copied to the output as the row id.")] = "id",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
+    attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
+    max_batch_tokens: Annotated[int, typer.Option(help="Token budget of one forward batch (padding counts).")] = 16384,
+    max_seq_len: Annotated[Optional[int], typer.Option(help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
+    truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
+    window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
+    skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary (for cron).")] = False,
+) -> None:
+    """Score every item of every input row against its query; write one output row per input row."""
+    from scorecli.io.readers import count_rows, iter_rows, resolve_inputs
+    from scorecli.io.writers import check_output
+
+    model_path, default_template = _resolve_model(model)
+    cfg = ScoreConfig(
+        model=model_path, kind=kind, mode=mode, template=template or default_template, instruction=instruction,
+        label_tokens=_csv(label_tokens), label_token_ids=_csv_ints(label_token_ids),
+        activation="softmax" if apply_softmax and activation is None else activation,
+        positive_label=positive_label, pooled_hidden_states=pooled_hidden_states, pooling=pooling,
+        hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
+        device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
+        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows,
+        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+    )  # fmt: skip
+    if apply_softmax and activation not in (None, "softmax"):
+        raise UsageError("--apply-softmax contradicts --activation " + activation)
+    paths = resolve_inputs(inputs)
+    check_output(out)
+    from scorecli.run import run_score
+
+    run_score(cfg, paths, out, total_rows=count_rows(paths), console=None if quiet else err, stdin=sys.stdin.buffer)
+
+
+def _resolve_model(model: str | None) -> tuple[str, str]:
+    """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
+    if model:
+        return model, "plain"
+    from scorecli.default_model import default_model_path
+
+    return default_model_path(), "yes-no-chat"
+
+
+@app.command()
+def inspect(
+    model: Annotated[str, typer.Argument(help="Model folder, .gguf file or Hub id.")],
+    label_tokens: Annotated[Optional[str], typer.Option(help="Show how these label tokens tokenize.")] = None,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
+) -> None:
+    """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
+    from scorecli.inspect import describe
+
+    for line in describe(model, _csv(label_tokens), trust_remote_code):
+        typer.echo(line)
+
+
+def main() -> None:
+    """Console entry point: run the app and map errors to exit codes."""
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        app(standalone_mode=False)
+    except ScorecliError as exc:
+        err.print(f"error: {exc}", markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted: no output written", markup=False)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors and anything unexpected
+        _report(exc)
+
+
+def _report(exc: Exception) -> None:
+    import click
+
+    if isinstance(exc, click.exceptions.Abort):
+        err.print("interrupted: no output written", markup=False)
+        sys.exit(130)
+    if isinstance(exc, click.ClickException):
+        exc.show()
+        sys.exit(2)
+    err.print(f"error: {type(exc).__name__}: {exc}".splitlines()[0], markup=False, soft_wrap=True)
+    sys.exit(1)
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    main()

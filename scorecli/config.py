@@ -1,0 +1,85 @@
+"""One frozen configuration for a scoring run, and validation of flag combinations.
+
+This module knows nothing about models or files: it only checks that the flags make
+sense together. Checks that need the model (label tokens, kind) live in `model.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scorecli.errors import UsageError
+
+KINDS = ("seq-cls", "causal-lm", "cross-encoder")
+MODES = ("auto", "mis", "single")
+ACTIVATIONS = ("none", "softmax", "sigmoid")
+ATTENTIONS = ("auto", "flashinfer", "flex", "sdpa", "eager")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+POOLINGS = ("last", "cls")
+TRUNCATES = ("item", "error")
+HIDDEN_DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Everything a run needs to know, passed down explicitly.
+
+    `None` means "decide from the model or template" (kind, activation, label tokens,
+    max_seq_len, pooling); the resolved values live in `model.ModelSpec`.
+    """
+
+    model: str
+    kind: str | None = None
+    mode: str = "auto"
+    template: str = "plain"
+    instruction: str | None = None
+    label_tokens: tuple[str, ...] | None = None
+    label_token_ids: tuple[int, ...] | None = None
+    activation: str | None = None
+    positive_label: str | None = None
+    pooled_hidden_states: bool = False
+    pooling: str | None = None
+    hidden_dtype: str = "float32"
+    query_field: str = "query"
+    items_field: str = "items"
+    id_field: str = "id"
+    device: str = "auto"
+    dtype: str = "auto"
+    attention: str = "auto"
+    max_batch_tokens: int = 16384
+    max_seq_len: int | None = None
+    truncate: str = "item"
+    window_rows: int = 2048
+    skip_bad_rows: bool = False
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    extra_metadata: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _choice("--kind", self.kind, KINDS, optional=True)
+        _choice("--mode", self.mode, MODES)
+        _choice("--activation", self.activation, ACTIVATIONS, optional=True)
+        _choice("--attention", self.attention, ATTENTIONS)
+        _choice("--dtype", self.dtype, DTYPES)
+        _choice("--pooling", self.pooling, POOLINGS, optional=True)
+        _choice("--truncate", self.truncate, TRUNCATES)
+        _choice("--hidden-dtype", self.hidden_dtype, HIDDEN_DTYPES)
+        if self.label_tokens is not None and self.label_token_ids is not None:
+            raise UsageError("give either --label-tokens or --label-token-ids, not both")
+        if self.label_tokens is not None and not all(self.label_tokens):
+            raise UsageError("--label-tokens: empty label token in the list")
+        if self.max_batch_tokens < 1:
+            raise UsageError("--max-batch-tokens must be at least 1")
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise UsageError("--max-seq-len must be at least 2")
+        if self.window_rows < 1:
+            raise UsageError("--window-rows must be at least 1")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+def _choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if value not in allowed:
+        raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")

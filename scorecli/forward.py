@@ -1,0 +1,80 @@
+"""Run a batch through the model and gather hidden states at the pooled positions.
+
+Decoders run their base model (no lm_head, no classifier) with the attention backend's
+masks and explicit position ids; cross-encoders run their own full forward on padded
+pairs. Knows nothing about tokenization, activations or output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from scorecli.attention import AttentionBackend, to_device
+from scorecli.batching import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class Pooled:
+    """Per-item results of one batch, in `batch.item_index` order."""
+
+    score_states: torch.Tensor | None  # [N, H] hidden states the head reads (decoders)
+    logits: torch.Tensor | None  # [N, C] the model's own logits (cross-encoders)
+    hidden: torch.Tensor | None  # [N, H] pooled hidden states, when asked
+
+
+class DecoderForward:
+    """Base model of a decoder under a scorecli attention backend."""
+
+    def __init__(self, model: torch.nn.Module, backend: AttentionBackend, device: torch.device, dtype: torch.dtype):
+        self.base = getattr(model, model.base_model_prefix)
+        self.backend = backend
+        self.device = device
+        self.dtype = dtype
+
+    @torch.inference_mode()
+    def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
+        inputs = self.backend.plan(batch, self.device, self.dtype)
+        out = self.base(
+            input_ids=inputs.input_ids,
+            position_ids=inputs.position_ids,
+            use_cache=False,
+            scorecli_backend=self.backend,
+        )
+        hidden = out.last_hidden_state.flatten(0, 1)  # [B * L, H]
+        states = hidden[inputs.pool_index]  # [N, H]
+        pooled = None if pooling is None else (states if pooling == "last" else hidden[inputs.first_index])
+        return Pooled(states, None, pooled)
+
+
+class EncoderForward:
+    """A cross-encoder's own forward over padded (query, item) pairs, one item per sequence."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.model = model
+        self.device = device
+
+    @torch.inference_mode()
+    def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
+        s, length = batch.num_seqs, batch.max_len
+        where = batch.padded_index()  # [T]
+        types = batch.token_type_ids if batch.token_type_ids is not None else np.zeros_like(batch.input_ids)
+        ids, tt, where_t, last = to_device([batch.input_ids, types, where, where[batch.pool_index]], self.device)
+        flat = torch.zeros(s * length, dtype=torch.int64, device=self.device)
+        mask = flat.clone().index_fill_(0, where_t, 1).view(s, length)
+        kwargs = {"token_type_ids": flat.clone().index_copy_(0, tt.new_tensor(where_t), tt).view(s, length)}
+        if batch.token_type_ids is None:
+            kwargs = {}
+        out = self.model(
+            input_ids=flat.clone().index_copy_(0, where_t, ids).view(s, length),
+            attention_mask=mask,
+            output_hidden_states=pooling is not None,
+            **kwargs,
+        )
+        pooled = None
+        if pooling is not None:
+            hidden = out.hidden_states[-1].flatten(0, 1)  # [S * L, H]
+            pooled = hidden[last] if pooling == "last" else hidden[torch.arange(s, device=self.device) * length]
+        return Pooled(None, out.logits, pooled)

@@ -1,0 +1,1 @@
+"""Reading input rows and writing scored output: file formats only, no models."""

@@ -1,0 +1,225 @@
+"""Read input rows from JSONL, gzip JSONL, Parquet files, directories, globs and stdin.
+
+Readers stream (never a whole file in memory) and never raise for a bad row: they yield a
+`RawRow` whose `error` says what is wrong and whose `where` says where (`path:LINE` or
+`path: row N`, both 1-based); the consumer decides whether to stop or skip. Only problems
+with a whole input (missing, unreadable, corrupt) raise. This module knows nothing about
+fields, tokenizers or models.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scorecli.errors import InputError, UsageError
+
+STDIN = "-"
+JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
+PARQUET_SUFFIXES = (".parquet",)
+SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, or - for JSONL on stdin"
+_GLOB_CHARS = frozenset("*?[")
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    """One input record, or the reason it could not be parsed.
+
+    Attributes:
+        data: the parsed record; None when `error` is set.
+        where: `path:LINE` (JSONL), `<stdin>:LINE`, or `path: row N` (Parquet), 1-based.
+        error: what is wrong with the record, or None.
+    """
+
+    data: dict | None
+    where: str
+    error: str | None = None
+
+
+def _is_supported(path: str) -> bool:
+    return path.lower().endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES)
+
+
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def _is_gzip(path: str) -> bool:
+    return path.lower().endswith(".gz")
+
+
+def _expand_dir(path: str) -> list[str]:
+    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+    files = [os.path.join(path, n) for n in names]
+    found = [f for f in files if os.path.isfile(f) and _is_supported(f)]
+    if not found:
+        raise UsageError(f"input not found: {path} (no input files in directory; {SUPPORTED})")
+    return found
+
+
+def _expand_glob(pattern: str) -> list[str]:
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        raise UsageError(f"input not found: {pattern}")
+    found = [m for m in matches if os.path.isfile(m) and _is_supported(m)]
+    if not found:
+        raise UsageError(f"input not found: {pattern} (no input files match; {SUPPORTED})")
+    return found
+
+
+def resolve_inputs(specs: list[str]) -> list[str]:
+    """Expand input specs into the ordered list of files to read.
+
+    Args:
+        specs: paths, directories (non-recursive), glob patterns, or `-` for stdin.
+
+    Returns:
+        Paths in reading order; `-` stays `-`. Directory and glob matches are sorted and
+        keep only supported formats.
+
+    Raises:
+        UsageError: a spec matches nothing, or a file has an unsupported extension.
+    """
+    out: list[str] = []
+    for spec in specs:
+        if spec == STDIN:
+            out.append(spec)
+        elif os.path.isdir(spec):
+            out.extend(_expand_dir(spec))
+        elif os.path.exists(spec):
+            if not _is_supported(spec):
+                raise UsageError(f"unsupported input format: {spec} ({SUPPORTED})")
+            out.append(spec)
+        elif _GLOB_CHARS & set(spec):
+            out.extend(_expand_glob(spec))
+        else:
+            raise UsageError(f"input not found: {spec}")
+    return out
+
+
+def _parse_line(line: bytes, where: str) -> RawRow:
+    try:
+        text = line.rstrip().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return RawRow(None, where, f"invalid UTF-8 (byte offset {e.start})")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return RawRow(None, where, f"malformed JSON: {e.msg} at column {e.colno}")
+    except RecursionError:
+        return RawRow(None, where, "malformed JSON: nesting too deep")
+    if not isinstance(data, dict):
+        return RawRow(None, where, f"expected a JSON object, got {type(data).__name__}")
+    return RawRow(data, where)
+
+
+def _iter_lines(stream: BinaryIO, label: str) -> Iterator[RawRow]:
+    for lineno, line in enumerate(stream, start=1):
+        if lineno == 1 and line.startswith(_BOM):
+            line = line[len(_BOM):]
+        if line.strip():
+            yield _parse_line(line, f"{label}:{lineno}")
+
+
+def _iter_jsonl(path: str) -> Iterator[RawRow]:
+    try:
+        stream = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    with stream:
+        try:
+            yield from _iter_lines(stream, path)
+        except (OSError, EOFError, zlib.error) as e:
+            # gzip.BadGzipFile is an OSError; a truncated gzip stream raises EOFError.
+            raise InputError(f"{path}: cannot read: {e}") from e
+
+
+def _iter_parquet(path: str) -> Iterator[RawRow]:
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"{path}: cannot read Parquet: {e}") from e
+    with pf:
+        batches = pf.iter_batches(batch_size=1024)
+        row = 0
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{path}: cannot read Parquet: {e}") from e
+            if batch is None:
+                return
+            for record in batch.to_pylist():
+                row += 1
+                yield RawRow(record, f"{path}: row {row}")
+
+
+def iter_rows(specs: list[str], stdin: BinaryIO | None = None) -> Iterator[RawRow]:
+    """Yield every input record, in input order, streaming.
+
+    Args:
+        specs: input specs as accepted by `resolve_inputs`.
+        stdin: binary stream read for `-`; `sys.stdin.buffer` when None.
+
+    Returns:
+        An iterator of `RawRow`; per-row problems come back as rows with `error` set.
+
+    Raises:
+        UsageError: from `resolve_inputs`.
+        InputError: an input file cannot be opened or is corrupt.
+    """
+    for path in resolve_inputs(specs):
+        if path == STDIN:
+            yield from _iter_lines(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
+        elif _is_parquet(path):
+            yield from _iter_parquet(path)
+        else:
+            yield from _iter_jsonl(path)
+
+
+def _count_lines(path: str) -> int:
+    """Non-blank lines of an uncompressed file, read in 1 MiB chunks."""
+    count, carry = 0, b""
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                lines = (carry + chunk).split(b"\n")
+                carry = lines.pop()
+                count += sum(map(bool, map(bytes.strip, lines)))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    return count + bool(carry.strip())
+
+
+def _count_parquet(path: str) -> int:
+    try:
+        return pq.read_metadata(path).num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"{path}: cannot read Parquet: {e}") from e
+
+
+def count_rows(specs: list[str]) -> int | None:
+    """Total number of input rows when it is cheap to know, for progress and ETA.
+
+    Args:
+        specs: input specs as accepted by `resolve_inputs`.
+
+    Returns:
+        Parquet row counts plus non-blank JSONL lines; None if any input is stdin or gzip.
+    """
+    paths = resolve_inputs(specs)
+    if any(p == STDIN or _is_gzip(p) for p in paths):
+        return None
+    return sum(_count_parquet(p) if _is_parquet(p) else _count_lines(p) for p in paths)

@@ -1,0 +1,123 @@
+"""Pack encoded rows into forward sequences: multi-item (MIS) or one item per sequence.
+
+Numpy only: this module knows nothing about torch, tokenizers or attention kernels.
+A MIS sequence is `P I_1 I_2 ... I_n`; positions restart at |P| for every item, and the
+attention rule (prefix causal; an item sees P and its own earlier tokens) is described
+by `prefix_len` and `item_lens`, which each backend turns into its own mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scorecli.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRow:
+    """One row after tokenization (decoder kinds), or an error to report."""
+
+    prefix: np.ndarray  # [|P|] int64
+    items: list[np.ndarray]  # each [|I_k|] int64
+    suffix_len: int = 0  # template tokens at the end of every item, never truncated
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    """One forward sequence: a prefix and one or more items, in ragged numpy form."""
+
+    input_ids: np.ndarray  # [L] int64
+    position_ids: np.ndarray  # [L] int64
+    prefix_len: int
+    item_lens: np.ndarray  # [k] int64
+    item_index: np.ndarray  # [k] int64: index of each item in the window's flat item list
+    token_type_ids: np.ndarray | None = None  # [L], cross-encoders only
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str) -> EncodedRow:
+    """Cut items that cannot fit next to the prefix, from the end of their text tokens.
+
+    The template suffix (`row.suffix_len` trailing tokens) is always kept.
+    Raises InputError when `truncate == "error"` or when even an empty item cannot fit.
+    """
+    room = max_seq_len - len(row.prefix)
+    if room < row.suffix_len + 1:
+        raise InputError(
+            f"{where}: field 'query': prefix of {len(row.prefix)} tokens leaves no room for an item "
+            f"within --max-seq-len {max_seq_len}"
+        )
+    if len(row.prefix) == 0:
+        empty = [k for k, item in enumerate(row.items) if len(item) == 0]
+        if empty:
+            raise InputError(f"{where}: field 'items'[{empty[0]}]: empty item after an empty query leaves nothing to score")
+    too_long = [k for k, item in enumerate(row.items) if len(item) > room]
+    if not too_long:
+        return row
+    if truncate == "error":
+        k = too_long[0]
+        raise InputError(
+            f"{where}: field 'items'[{k}]: {len(row.prefix) + len(row.items[k])} tokens with the prefix "
+            f"exceed --max-seq-len {max_seq_len} (use --truncate item to cut it)"
+        )
+    items = list(row.items)
+    for k in too_long:
+        item, s = items[k], row.suffix_len
+        text_keep = room - s
+        items[k] = np.concatenate([item[:text_keep], item[len(item) - s :]]) if s else item[:room]
+    return EncodedRow(row.prefix, items, row.suffix_len)
+
+
+def pack_row(row: EncodedRow, first_item: int, mis: bool, max_seq_len: int) -> list[Seq]:
+    """Pack one row into sequences.
+
+    Args:
+        row: the encoded row; every item must already fit next to the prefix.
+        first_item: window-global index of the row's first item.
+        mis: many items per sequence (split when longer than max_seq_len) or one each.
+    Returns:
+        Sequences covering every item of the row exactly once, in item order.
+    """
+    n = len(row.items)
+    if n == 0:
+        return []
+    lens = np.fromiter((len(i) for i in row.items), dtype=np.int64, count=n)
+    groups = _mis_groups(lens, max_seq_len - len(row.prefix)) if mis else [(k, k + 1) for k in range(n)]
+    return [_make_seq(row, lens, a, b, first_item) for a, b in groups]
+
+
+def _mis_groups(lens: np.ndarray, room: int) -> list[tuple[int, int]]:
+    """Greedy consecutive groups of items whose total length fits in `room`."""
+    ends = np.cumsum(lens)
+    groups, start, base = [], 0, 0
+    while start < len(lens):
+        stop = int(np.searchsorted(ends, base + room, side="right"))
+        stop = max(stop, start + 1)  # an item always fits alone (truncated beforehand)
+        groups.append((start, stop))
+        base = int(ends[stop - 1])
+        start = stop
+    return groups
+
+
+def _make_seq(row: EncodedRow, lens: np.ndarray, a: int, b: int, first_item: int) -> Seq:
+    p = len(row.prefix)
+    item_lens = lens[a:b]
+    ids = np.concatenate([row.prefix, *row.items[a:b]])
+    # item token j sits at position |P| + j, whichever item it belongs to
+    starts = np.repeat(np.cumsum(item_lens) - item_lens, item_lens)  # [sum(item_lens)]
+    item_pos = p + np.arange(int(item_lens.sum()), dtype=np.int64) - starts
+    positions = np.concatenate([np.arange(p, dtype=np.int64), item_pos])
+    index = np.arange(first_item + a, first_item + b, dtype=np.int64)
+    return Seq(ids, positions, p, item_lens, index)
+
+
+def segment_ids(prefix_len: int, item_lens: np.ndarray) -> np.ndarray:
+    """Per-token segment of one sequence: 0 for the prefix, k for item k (1-based)."""
+    seg_items = np.repeat(np.arange(1, len(item_lens) + 1, dtype=np.int64), item_lens)
+    return np.concatenate([np.zeros(prefix_len, dtype=np.int64), seg_items])

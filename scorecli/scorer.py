@@ -1,0 +1,270 @@
+"""The one scoring core: raw rows in, an Arrow table of scores out, in input order.
+
+`Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches)
+and `Scorer.run` the model work (forward, pool, head, unsort); the CLI overlaps the two
+across windows. Knows nothing about files, progress bars or the command line.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from scorecli import __version__
+from scorecli.batching import collate, plan_batches
+from scorecli.config import ScoreConfig
+from scorecli.encode import DecoderEncoder, Fields, PairEncoder, Row, parse_row
+from scorecli.errors import InputError
+from scorecli.forward import DecoderForward, EncoderForward
+from scorecli.heads import ClassifierHead, LabelTokenHead, activate
+from scorecli.io.readers import RawRow
+from scorecli.model import Loaded, load_model
+from scorecli.pack import Seq, pack_row, truncate_items
+from scorecli.spec import RunSpec, resolve_spec
+from scorecli.templates import load_template
+
+
+@dataclass
+class Prepared:
+    """A window after the CPU stages: sequences, batch plan and per-row bookkeeping."""
+
+    ids: list[Any]
+    has_id: bool
+    errors: list[str | None]
+    item_offsets: np.ndarray  # [rows + 1] int64
+    seqs: list[Seq]
+    batches: list[np.ndarray]
+    num_tokens: np.ndarray  # [rows] int64
+    seq_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_items(self) -> int:
+        return int(self.item_offsets[-1])
+
+
+class Scorer:
+    """Scores rows of one query and many items with a Hugging Face model.
+
+    Args:
+        model: a model folder, .gguf file or Hub id, or an already `Loaded` model.
+        config: the run's configuration; keyword overrides build one when omitted.
+    """
+
+    def __init__(self, model: str | Loaded, config: ScoreConfig | None = None, **overrides: Any):
+        name = model.path if isinstance(model, Loaded) else model
+        self.config = config or ScoreConfig(model=name, **overrides)
+        self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
+        cfg, loaded = self.config, self.loaded
+        self.template = load_template(cfg.template, loaded.tokenizer)
+        self.spec: RunSpec = resolve_spec(cfg, loaded, self.template)
+        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
+        if self.spec.kind == "cross-encoder":
+            self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
+            self.forward = EncoderForward(loaded.model, loaded.device)
+            self.padded = True
+        else:
+            from scorecli.attention import make_backend
+
+            vocab = loaded.model.get_input_embeddings().num_embeddings
+            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
+            backend = make_backend(cfg.attention, loaded.device)
+            self.backend_name = backend.name
+            self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
+            self.padded = backend.is_padded
+            self.head = self._make_head()
+
+    def _make_head(self):
+        model, spec = self.loaded.model, self.spec
+        if spec.kind == "causal-lm":
+            softcap = getattr(model.config, "final_logit_softcapping", None)
+            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation, softcap)
+        score = getattr(model, "score", None) or getattr(model, "classifier", None)
+        if not isinstance(score, torch.nn.Linear):
+            raise InputError(f"{type(model).__name__}: no linear classifier head (score) found to apply at item ends")
+        return ClassifierHead(score, spec.activation)
+
+    # ---- CPU stages -------------------------------------------------------------------
+
+    def prepare(self, rows: list[RawRow]) -> Prepared:
+        """Validate, encode and pack a window of rows; plan its batches."""
+        cfg, spec = self.config, self.spec
+        parsed: list[Row | None] = []
+        errors: list[str | None] = []
+        for raw in rows:
+            row, err = self._parse(raw)
+            parsed.append(row)
+            errors.append(err)
+        good = [k for k, r in enumerate(parsed) if r is not None]
+        encoded = self.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good])
+        counts = np.zeros(len(rows), dtype=np.int64)
+        per_row: dict[int, list[Seq]] = {}
+        first = 0
+        for k, enc in zip(good, encoded):
+            try:
+                if enc.error:
+                    raise InputError(enc.error)
+                seqs = self._pack(enc, rows[k].where, first)
+            except InputError as exc:
+                self._fail(exc)
+                parsed[k], errors[k] = None, str(exc)
+                continue
+            per_row[k] = seqs
+            counts[k] = len(enc.items)
+            first += len(enc.items)
+        seqs = [s for k in sorted(per_row) for s in per_row[k]]
+        seq_rows = np.array([k for k in sorted(per_row) for _ in per_row[k]], dtype=np.int64)
+        lengths = np.array([s.length for s in seqs], dtype=np.int64)
+        num_tokens = np.bincount(seq_rows, weights=lengths, minlength=len(rows)).astype(np.int64)
+        ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
+        has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
+        batches = plan_batches(lengths, cfg.max_batch_tokens, self.padded)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, seq_rows)
+
+    def _parse(self, raw: RawRow) -> tuple[Row | None, str | None]:
+        try:
+            if raw.error is not None:
+                raise InputError(f"{raw.where}: {raw.error}")
+            return parse_row(raw.data, raw.where, self.fields), None
+        except InputError as exc:
+            self._fail(exc)
+            return None, str(exc)
+
+    def _fail(self, exc: InputError) -> None:
+        if not self.config.skip_bad_rows:
+            raise exc
+
+    def _pack(self, enc, where: str, first: int) -> list[Seq]:
+        spec = self.spec
+        if spec.kind == "cross-encoder":
+            return enc.seqs(first)
+        enc = truncate_items(enc, spec.max_seq_len, self.config.truncate, where)
+        return pack_row(enc, first, spec.mis, spec.max_seq_len)
+
+    # ---- model stages -----------------------------------------------------------------
+
+    def run(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
+        """Score a prepared window; `on_batch(items, tokens)` is called after each batch."""
+        n_items, n_labels = prepared.num_items, len(self.spec.label_names)
+        hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
+        out = np.zeros((n_items, n_labels + hidden_size), dtype=np.float32)
+        for index in prepared.batches:
+            batch = collate([prepared.seqs[i] for i in index])
+            result = self._score_batch(batch)  # [N, labels + hidden] float32, one .cpu()
+            out[batch.item_index] = result
+            if on_batch:
+                on_batch(len(batch.item_index), batch.num_tokens)
+        return self._table(prepared, out[:, :n_labels], out[:, n_labels:])
+
+    def _score_batch(self, batch) -> np.ndarray:
+        pooled = self.forward(batch, self.hidden_pooling)
+        if pooled.logits is not None:
+            scores = activate(pooled.logits, self.spec.activation)
+        else:
+            scores = self.head(pooled.score_states)
+        parts = [scores.float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
+        return torch.cat(parts, dim=1).cpu().numpy()
+
+    def score_rows(self, rows: list[RawRow]) -> pa.Table:
+        """Score a list of raw rows (one window) into an output table."""
+        return self.run(self.prepare(rows))
+
+    def score_table(self, table: pa.Table) -> pa.Table:
+        """Score an Arrow table of input rows; returns the output columns, in row order."""
+        rows = [RawRow(data, f"row {k + 1}") for k, data in enumerate(table.to_pylist())]
+        return self.score_rows(rows)
+
+    # ---- output -----------------------------------------------------------------------
+
+    def _table(self, prepared: Prepared, scores: np.ndarray, hidden: np.ndarray) -> pa.Table:
+        null = pa.array([e is not None for e in prepared.errors], type=pa.bool_())
+        offsets = pa.array(prepared.item_offsets.astype(np.int32))
+        n_labels = scores.shape[1]
+        columns: dict[str, pa.Array] = {}
+        if prepared.has_id:
+            columns[self.fields.id] = pa.array(prepared.ids)
+        columns["scores"] = pa.ListArray.from_arrays(offsets, _rows_of(scores, n_labels), mask=null)
+        columns["score"] = pa.ListArray.from_arrays(
+            offsets, pa.array(scores[:, self.spec.positive_index], type=pa.float32()), mask=null
+        )
+        if self.hidden_pooling:
+            values = hidden.astype(np.float16 if self.config.hidden_dtype == "float16" else np.float32)
+            columns["pooled_hidden_states"] = pa.ListArray.from_arrays(offsets, _rows_of(values, values.shape[1]), mask=null)
+        columns["num_tokens"] = pa.array(prepared.num_tokens, type=pa.int64())
+        if self.config.skip_bad_rows:
+            columns["error"] = pa.array(prepared.errors, type=pa.string())
+        return pa.table(columns).replace_schema_metadata(self.metadata)
+
+    def empty_table(self) -> pa.Table:
+        """The output table of zero rows (same columns and types as a scored window)."""
+        return self.run(self.prepare([]))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """Provenance recorded in the output file."""
+        spec, cfg = self.spec, self.config
+        return {
+            "scorecli_version": __version__,
+            "model": str(self.loaded.path),
+            "kind": spec.kind,
+            "architecture": self.loaded.architecture,
+            "template": self.template.name,
+            "mode": "mis" if spec.mis else "single",
+            "label_tokens": ",".join(spec.label_names) if spec.kind == "causal-lm" else "",
+            "label_token_ids": ",".join(map(str, spec.label_ids or ())),
+            "labels": ",".join(spec.label_names),
+            "activation": spec.activation,
+            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "attention": getattr(self, "backend_name", "model"),
+            "device": str(self.loaded.device),
+        }
+
+
+def _rows_of(values: np.ndarray, width: int) -> pa.Array:
+    """[n, width] -> an Arrow list array of n lists of `width` values."""
+    flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+    offsets = pa.array(np.arange(0, values.shape[0] * width + 1, width, dtype=np.int32) if width else np.zeros(values.shape[0] + 1, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, flat)
+
+
+def iter_windows(rows: Iterable[RawRow], size: int):
+    """Group rows into lists of at most `size`."""
+    window: list[RawRow] = []
+    for row in rows:
+        window.append(row)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def score_stream(
+    scorer: Scorer, rows: Iterable[RawRow], on_batch: Callable[[int, int], None] | None = None
+) -> Iterator[tuple[Prepared, pa.Table]]:
+    """Score rows window by window, preparing the next window while this one runs.
+
+    Yields each window's `Prepared` (for row counts) and output table, in input order.
+    Memory holds at most two windows, however many rows the input has.
+    """
+    windows = iter_windows(rows, scorer.config.window_rows)
+
+    def next_prepared() -> Prepared | None:
+        window = next(windows, None)
+        return None if window is None else scorer.prepare(window)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorecli-prepare") as pool:
+        future = pool.submit(next_prepared)
+        while (prepared := future.result()) is not None:
+            future = pool.submit(next_prepared)
+            yield prepared, scorer.run(prepared, on_batch)

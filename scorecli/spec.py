@@ -1,0 +1,117 @@
+"""Resolve the run's effective settings from flags, template defaults and the model.
+
+Flags override template defaults, which override the model's own defaults. Everything
+that needs both the config and the loaded model is decided here, once, and frozen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import UsageError
+from scorecli.model import Loaded
+from scorecli.templates import Template
+
+MAX_SEQ_LEN_CAP = 8192
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    kind: str
+    mis: bool
+    label_ids: tuple[int, ...] | None  # causal-lm only
+    label_names: tuple[str, ...]  # one per score column
+    activation: str
+    positive_index: int
+    pooling: str
+    max_seq_len: int
+
+
+def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
+    kind = loaded.kind
+    mis = _resolve_mode(cfg.mode, kind)
+    if kind == "cross-encoder" and template.name != "plain":
+        raise UsageError(f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs")
+    if kind == "causal-lm":
+        label_ids, names = _label_tokens(cfg, loaded.tokenizer, template)
+        activation = cfg.activation or template.activation or "none"
+    else:
+        if cfg.label_tokens is not None or cfg.label_token_ids is not None:
+            raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
+        label_ids, names = None, _class_names(loaded.config)
+        activation = cfg.activation or "none"
+    return RunSpec(
+        kind=kind,
+        mis=mis,
+        label_ids=label_ids,
+        label_names=names,
+        activation=activation,
+        positive_index=_positive_index(cfg.positive_label, names, kind),
+        pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
+        max_seq_len=_max_seq_len(cfg.max_seq_len, loaded),
+    )
+
+
+def _resolve_mode(mode: str, kind: str) -> bool:
+    if kind == "cross-encoder":
+        if mode == "mis":
+            raise UsageError("--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single")
+        return False
+    return mode != "single"
+
+
+def _label_tokens(cfg: ScoreConfig, tokenizer, template: Template) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    if cfg.label_token_ids is not None:
+        vocab = len(tokenizer)
+        bad = [i for i in cfg.label_token_ids if not 0 <= i < vocab]
+        if bad:
+            raise UsageError(f"--label-token-ids: {bad[0]} is outside the vocabulary (size {vocab})")
+        return tuple(cfg.label_token_ids), tuple(tokenizer.convert_ids_to_tokens(list(cfg.label_token_ids)))
+    tokens = cfg.label_tokens or template.label_tokens
+    if not tokens:
+        raise UsageError("a causal-lm model needs label tokens: pass --label-tokens yes,no (or --label-token-ids)")
+    ids = []
+    for token in tokens:
+        encoded = tokenizer.encode(token, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise UsageError(f"--label-tokens: {token!r} is {len(encoded)} tokens {encoded}, not exactly one")
+        ids.append(encoded[0])
+    return tuple(ids), tuple(tokens)
+
+
+def _class_names(config) -> tuple[str, ...]:
+    n = int(getattr(config, "num_labels", 1))
+    id2label = getattr(config, "id2label", None) or {}
+    return tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))
+
+
+def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> int:
+    """Which label feeds `score`: the only one, the first label token, or the 2nd of 2 classes."""
+    if positive is None:
+        return 1 if kind != "causal-lm" and len(names) == 2 else 0
+    if positive in names:
+        return names.index(positive)
+    if positive.isdigit() and int(positive) < len(names):
+        return int(positive)
+    raise UsageError(f"--positive-label {positive!r}: expected one of {', '.join(names)} or an index")
+
+
+def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
+    config = loaded.config
+    limit = min(int(getattr(config, "max_position_embeddings", MAX_SEQ_LEN_CAP) or MAX_SEQ_LEN_CAP), MAX_SEQ_LEN_CAP)
+    window = _sliding_window(config)
+    if window:
+        # beyond the window, packed and single sequences would see different keys
+        limit = min(limit, window)
+    if requested is None:
+        return limit
+    if requested > limit:
+        raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens")
+    return requested
+
+
+def _sliding_window(config) -> int | None:
+    layer_types = getattr(config, "layer_types", None) or []
+    uses = "sliding_attention" in layer_types or getattr(config, "use_sliding_window", False)
+    return getattr(config, "sliding_window", None) if uses else None

@@ -1,0 +1,225 @@
+"""Templates: how a row's query, instruction and items become prefix text P and item texts I_k.
+
+A template is two strings: `prefix` (placeholders `{query}`, `{instruction}`) and `item`
+(placeholder `{item}` exactly once; the text after it is a constant suffix). Placeholders are
+substituted in one pass, so user text containing "{item}" is never substituted again; any
+other brace is literal text.
+
+Boundary rule (SPEC §3). P is tokenized with special tokens, I_k without, and that must give
+the same ids as tokenizing P + I_k in one call. For byte-level BPE (GPT-2, Qwen2/3, Llama-3
+pre-tokenizer regexes) this holds when P ends with a non-whitespace character and I_k starts
+with a single space: a pre-token never runs from non-space into space, and the regexes start
+a new pre-token at that space. The prompt presets therefore put the boundary at `<text> | {item}`
+(`plain` has no prompt text: its P and I_k are joined as token ids by definition).
+Special tokens (e.g. `<|im_end|>`) are split out before pre-tokenization, so text before one
+never merges with text after it: the item suffixes of the chat presets start with one, which
+also makes `tok(render_item(x))` end with `tok(item_suffix)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from scorecli.config import ACTIVATIONS
+from scorecli.errors import UsageError
+
+PRESETS = ("plain", "qwen3-reranker", "yes-no-chat")
+
+_PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
+_FILE_KEYS = ("name", "prefix", "item", "label_tokens", "activation", "instruction")
+
+DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+QWEN3_PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+    'and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
+    "<|im_start|>user\n<Instruct>: {instruction}\n<Query>: {query}\n<Document>:"
+)
+QWEN3_ITEM = " {item}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+YES_NO_MESSAGE = (
+    'Judge whether the Document is relevant to the Query. Answer only "yes" or "no".\n'
+    "Instruction: {instruction}\nQuery: {query}\nDocument: {item}"
+)
+
+
+@dataclass(frozen=True)
+class Template:
+    """Prefix and item texts with placeholders, plus optional scoring defaults."""
+
+    name: str
+    prefix: str  # text with placeholders {query}, {instruction}
+    item: str  # text with placeholder {item}; everything after {item} is the constant suffix
+    label_tokens: tuple[str, ...] | None = None
+    activation: str | None = None  # 'none' | 'softmax' | 'sigmoid' or None
+    instruction: str | None = None  # default instruction
+
+    def render_prefix(self, query: str, instruction: str | None) -> str:
+        """P's text; `instruction` None means the template's default (or "")."""
+        if instruction is None:
+            instruction = self.instruction or ""
+        values = {"query": query, "instruction": instruction}
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), self.prefix)
+
+    def render_item(self, item: str) -> str:
+        """I_k's text: the item template with `{item}` replaced."""
+        return _PLACEHOLDER.sub(lambda m: item if m.group(1) == "item" else m.group(0), self.item)
+
+    @property
+    def item_suffix(self) -> str:
+        """The constant text after `{item}` ('' for `plain`)."""
+        return self.item.split("{item}", 1)[1]
+
+
+def load_template(name_or_path: str, tokenizer=None) -> Template:
+    """A preset by name, or a `.toml`/`.json` template file; UsageError otherwise.
+
+    `yes-no-chat` needs `tokenizer` (with a chat template); the other presets ignore it.
+    """
+    if name_or_path == "plain":
+        return _checked(_plain(), "template plain")
+    if name_or_path == "qwen3-reranker":
+        return _checked(
+            Template("qwen3-reranker", QWEN3_PREFIX, QWEN3_ITEM, ("yes", "no"), "softmax",
+                     DEFAULT_INSTRUCTION),
+            "template qwen3-reranker",
+        )
+    if name_or_path == "yes-no-chat":
+        return _checked(_yes_no_chat(tokenizer), "template yes-no-chat")
+    path = Path(name_or_path)
+    if path.is_file():
+        return _load_file(path)
+    raise UsageError(
+        f"unknown template {name_or_path}: expected one of {', '.join(PRESETS)}, "
+        "or a .toml/.json file"
+    )
+
+
+def _plain() -> Template:
+    """P = query, I_k = item (SPEC §3), tokenized separately and joined as token ids.
+
+    `plain` has no prompt text between query and item, so the reference sequence is
+    tok(query) + tok(item) by definition; the one-call boundary property does not apply.
+    """
+    return Template("plain", "{query}", "{item}")
+
+
+def _yes_no_chat(tokenizer) -> Template:
+    """A yes/no relevance question in the tokenizer's own chat template.
+
+    The user message is YES_NO_MESSAGE; it is rendered with sentinel strings in place of
+    the placeholders (add_generation_prompt=True) and split before ' ' + item sentinel, so
+    the item text is ' {item}' + the template's tail (end of turn, assistant header).
+    BOS rule: if the rendered text starts with the tokenizer's `bos_token` string and the
+    tokenizer itself adds that BOS id as a special token, the textual BOS is dropped from
+    the prefix, so P (tokenized with special tokens) holds the BOS once.
+    """
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise UsageError(
+            "template yes-no-chat needs a tokenizer with a chat template; this tokenizer has "
+            "none (use --template qwen3-reranker, plain, or a .toml/.json template file)"
+        )
+    sentinels = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
+    content = _PLACEHOLDER.sub(lambda m: sentinels[m.group(1)], YES_NO_MESSAGE)
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+    except Exception as e:  # jinja errors, templates that reject the conversation
+        raise UsageError(f"template yes-no-chat: the tokenizer's chat template failed: {e}") from e
+    if not isinstance(text, str):
+        raise UsageError("template yes-no-chat: apply_chat_template did not return text")
+    start = text.find(content)
+    if _PLACEHOLDER.search(text) or start < 0 or any(text.count(s) != 1 for s in sentinels.values()):
+        raise UsageError(
+            "template yes-no-chat: the tokenizer's chat template does not keep the message "
+            "text verbatim; write a .toml/.json template instead"
+        )
+    cut = start + content.index(" " + sentinels["item"])
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and text.startswith(bos) and _adds_bos(tokenizer):
+        text, cut = text[len(bos):], cut - len(bos)
+    back = {s: "{" + k + "}" for k, s in sentinels.items()}
+    pattern = re.compile("|".join(back))
+    prefix = pattern.sub(lambda m: back[m.group(0)], text[:cut])
+    item = pattern.sub(lambda m: back[m.group(0)], text[cut:])
+    return Template("yes-no-chat", prefix, item, ("yes", "no"), "softmax", DEFAULT_INSTRUCTION)
+
+
+def _adds_bos(tokenizer) -> bool:
+    """Whether tokenizing with special tokens puts the BOS id first."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is None:
+        return False
+    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
+    without = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return with_special[:1] == [bos_id] and without[:1] != [bos_id]
+
+
+def _load_file(path: Path) -> Template:
+    """Read a TOML or JSON template file; UsageError naming the file (and key) on error."""
+    where = f"template file {path}"
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise UsageError(f"{where}: expected a .toml or .json file")
+    try:
+        raw = path.read_text(encoding="utf-8")
+        data = tomllib.loads(raw) if suffix == ".toml" else json.loads(raw)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"{where}: cannot read it: {e}") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a table/object with keys 'prefix' and 'item'")
+    unknown = sorted(set(data) - set(_FILE_KEYS))
+    if unknown:
+        raise UsageError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(_FILE_KEYS)})")
+    for key in ("prefix", "item"):
+        if key not in data:
+            raise UsageError(f"{where}: missing key '{key}'")
+    for key in ("name", "prefix", "item", "activation", "instruction"):
+        if key in data and not isinstance(data[key], str):
+            raise UsageError(f"{where}: key '{key}' must be a string")
+    return _checked(
+        Template(
+            name=data.get("name", path.stem),
+            prefix=data["prefix"],
+            item=data["item"],
+            label_tokens=_label_tokens(data.get("label_tokens"), where),
+            activation=data.get("activation"),
+            instruction=data.get("instruction"),
+        ),
+        where,
+    )
+
+
+def _label_tokens(value, where: str) -> tuple[str, ...] | None:
+    """A list of strings (kept verbatim) or a comma string (entries stripped)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or not value:
+        raise UsageError(
+            f"{where}: key 'label_tokens' must be a non-empty list of non-empty strings "
+            "or a comma-separated string"
+        )
+    return tuple(value)
+
+
+def _checked(t: Template, where: str) -> Template:
+    """Validate placeholders and activation; return `t`."""
+    in_item = _PLACEHOLDER.findall(t.item)
+    if in_item.count("item") != 1:
+        raise UsageError(f"{where}: key 'item' must contain '{{item}}' exactly once")
+    if len(in_item) != 1:
+        raise UsageError(f"{where}: key 'item' may only use '{{item}}' (query/instruction go in 'prefix')")
+    if "item" in _PLACEHOLDER.findall(t.prefix):
+        raise UsageError(f"{where}: key 'prefix' must not contain '{{item}}'")
+    if t.activation is not None and t.activation not in ACTIVATIONS:
+        raise UsageError(
+            f"{where}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {t.activation!r}"
+        )
+    return t

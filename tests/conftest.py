@@ -1,0 +1,56 @@
+"""Session-scoped fixtures: tiny offline checkpoints built by ``tests.models``.
+
+Each fixture builds once per test session into a ``tmp_path_factory`` folder and returns
+that folder's path as ``str`` (load it with ``from_pretrained``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import models
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'"
+    )
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(tmp_path_factory) -> str:
+    """Folder holding the byte-level BPE tokenizer without BOS (Qwen style)."""
+    out = tmp_path_factory.mktemp("bpe_tokenizer")
+    models.build_bpe_tokenizer(add_bos=False).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def qwen3_seq_cls(tmp_path_factory) -> str:
+    return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_seq_cls"), num_labels=1)
+
+
+@pytest.fixture(scope="session")
+def qwen3_seq_cls_3labels(tmp_path_factory) -> str:
+    return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_seq_cls_3labels"),
+                                      num_labels=3)
+
+
+@pytest.fixture(scope="session")
+def qwen3_causal_lm(tmp_path_factory) -> str:
+    return models.build_qwen3_causal_lm(tmp_path_factory.mktemp("qwen3_causal_lm"))
+
+
+@pytest.fixture(scope="session")
+def llama_reward(tmp_path_factory) -> str:
+    return models.build_llama_reward(tmp_path_factory.mktemp("llama_reward"))
+
+
+@pytest.fixture(scope="session")
+def bert_cross_encoder(tmp_path_factory) -> str:
+    return models.build_bert_cross_encoder(tmp_path_factory.mktemp("bert_cross_encoder"))
+
+
+@pytest.fixture(scope="session")
+def minilm_cross_encoder(tmp_path_factory) -> str:
+    return models.build_minilm_cross_encoder(tmp_path_factory.mktemp("minilm_cross_encoder"))

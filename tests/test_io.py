@@ -1,0 +1,355 @@
+"""Tests for scorecli.io: readers (JSONL, gzip, Parquet, dirs, globs, stdin) and the sink."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scorecli.errors import InputError, UsageError
+from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
+from scorecli.io.writers import Sink, check_output, output_format, temp_path
+
+
+def write_jsonl(path, rows, gz=False):
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
+    return str(path)
+
+
+def write_parquet(path, rows):
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def ids(specs, **kw):
+    return [r.data["id"] for r in iter_rows(specs, **kw)]
+
+
+# ---- readers ---------------------------------------------------------------------------
+
+
+def test_jsonl_rows_and_where(tmp_path):
+    p = write_jsonl(tmp_path / "a.jsonl", [{"id": 1}, {"id": 2}])
+    rows = list(iter_rows([p]))
+    assert rows == [RawRow({"id": 1}, f"{p}:1"), RawRow({"id": 2}, f"{p}:2")]
+
+
+def test_gzip_jsonl(tmp_path):
+    p = write_jsonl(tmp_path / "a.jsonl.gz", [{"id": i} for i in range(3)], gz=True)
+    assert ids([p]) == [0, 1, 2]
+
+
+def test_json_extension_is_lines(tmp_path):
+    p = write_jsonl(tmp_path / "a.json", [{"id": "x"}])
+    assert ids([p]) == ["x"]
+
+
+def test_parquet_rows_and_where(tmp_path):
+    p = write_parquet(tmp_path / "a.parquet", [{"id": i, "items": ["a"]} for i in range(2500)])
+    rows = list(iter_rows([p]))
+    assert [r.data["id"] for r in rows] == list(range(2500))
+    assert rows[0].where == f"{p}: row 1"
+    assert rows[-1].where == f"{p}: row 2500"
+    assert rows[0].data["items"] == ["a"]
+
+
+def test_corrupt_parquet_raises_input_error(tmp_path):
+    p = tmp_path / "bad.parquet"
+    p.write_bytes(b"not a parquet file at all")
+    with pytest.raises(InputError, match="bad.parquet: cannot read Parquet"):
+        list(iter_rows([str(p)]))
+
+
+def test_corrupt_gzip_raises_input_error(tmp_path):
+    p = tmp_path / "bad.jsonl.gz"
+    p.write_bytes(b"this is not gzip\n")
+    with pytest.raises(InputError, match="bad.jsonl.gz: cannot read"):
+        list(iter_rows([str(p)]))
+
+
+def test_directory_expansion_sorted_and_filtered(tmp_path):
+    write_jsonl(tmp_path / "b.jsonl", [{"id": "b"}])
+    write_parquet(tmp_path / "a.parquet", [{"id": "a"}])
+    write_jsonl(tmp_path / "c.jsonl.gz", [{"id": "c"}], gz=True)
+    (tmp_path / "notes.txt").write_text("ignore me")
+    (tmp_path / ".hidden.jsonl").write_text('{"id": "hidden"}\n')
+    (tmp_path / "sub").mkdir()
+    write_jsonl(tmp_path / "sub" / "d.jsonl", [{"id": "d"}])
+    assert [os.path.basename(p) for p in resolve_inputs([str(tmp_path)])] == [
+        "a.parquet", "b.jsonl", "c.jsonl.gz"]
+    assert ids([str(tmp_path)]) == ["a", "b", "c"]
+
+
+def test_glob_expansion_sorted(tmp_path):
+    for name in ["part-2.jsonl", "part-10.jsonl", "part-1.jsonl", "other.jsonl"]:
+        write_jsonl(tmp_path / name, [{"id": name}])
+    got = resolve_inputs([str(tmp_path / "part-*.jsonl")])
+    assert [os.path.basename(p) for p in got] == ["part-1.jsonl", "part-10.jsonl", "part-2.jsonl"]
+
+
+def test_specs_keep_their_order(tmp_path):
+    b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b"}])
+    a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a"}])
+    assert ids([b, a]) == ["b", "a"]
+
+
+def test_file_name_with_glob_chars_is_a_file(tmp_path):
+    p = write_jsonl(tmp_path / "data[1].jsonl", [{"id": 1}])
+    assert resolve_inputs([p]) == [p]
+
+
+def test_stdin(tmp_path):
+    stdin = io.BytesIO(b'{"id": 1}\n\n{"id": 2}\n')
+    rows = list(iter_rows(["-"], stdin=stdin))
+    assert [(r.data, r.where) for r in rows] == [({"id": 1}, "<stdin>:1"), ({"id": 2}, "<stdin>:3")]
+    assert resolve_inputs(["-"]) == ["-"]
+
+
+def test_blank_lines_skipped_and_line_numbers_kept(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'\n{"id": 1}\n   \n\t\r\n{"id": 2}\r\n{"id": 3}')
+    rows = list(iter_rows([str(p)]))
+    assert [(r.data["id"], r.where) for r in rows] == [(1, f"{p}:2"), (2, f"{p}:5"), (3, f"{p}:6")]
+
+
+def test_utf8_bom_is_ignored(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"id": "\xc3\xa9"}\n')
+    assert ids([str(p)]) == ["é"]
+
+
+def test_bad_lines_yield_errors_with_where(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"id": 1}\n{"id": \n{"id": "\xff"}\n[1, 2]\n"text"\n{"id": 6}\n')
+    rows = list(iter_rows([str(p)]))
+    assert [r.where for r in rows] == [f"{p}:{i}" for i in range(1, 7)]
+    assert rows[0] == RawRow({"id": 1}, f"{p}:1")
+    assert rows[1].data is None
+    assert rows[1].error == "malformed JSON: Expecting value at column 7"
+    assert rows[2].error == "invalid UTF-8 (byte offset 8)"
+    assert rows[3].error == "expected a JSON object, got list"
+    assert rows[4].error == "expected a JSON object, got str"
+    assert rows[5].data == {"id": 6} and rows[5].error is None
+
+
+def test_missing_input(tmp_path):
+    with pytest.raises(UsageError, match="^input not found: .*nope.jsonl$"):
+        resolve_inputs([str(tmp_path / "nope.jsonl")])
+    with pytest.raises(UsageError, match="input not found"):
+        resolve_inputs([str(tmp_path / "*.jsonl")])
+    with pytest.raises(UsageError, match="input not found"):
+        list(iter_rows([str(tmp_path / "nope.parquet")]))
+
+
+def test_empty_directory(tmp_path):
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(UsageError, match="input not found"):
+        resolve_inputs([str(tmp_path)])
+
+
+def test_unknown_extension(tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_text("id\n1\n")
+    with pytest.raises(UsageError, match=r"unsupported input format: .*a\.csv.*\.jsonl.*\.parquet"):
+        resolve_inputs([str(p)])
+
+
+def test_count_rows(tmp_path):
+    a = tmp_path / "a.jsonl"
+    a.write_bytes(b'{"id": 1}\n\n  \n{"id": 2}\n{"id": 3}')  # no trailing newline
+    big = write_jsonl(tmp_path / "big.jsonl", [{"id": i, "pad": "x" * 300} for i in range(5000)])
+    pqt = write_parquet(tmp_path / "c.parquet", [{"id": i} for i in range(7)])
+    assert count_rows([str(a)]) == 3
+    assert count_rows([big]) == 5000  # spans several 1 MiB chunks
+    assert count_rows([str(a), pqt]) == 10
+    gz = write_jsonl(tmp_path / "d.jsonl.gz", [{"id": 1}], gz=True)
+    assert count_rows([str(a), gz]) is None
+    assert count_rows(["-"]) is None
+
+
+# ---- writers ---------------------------------------------------------------------------
+
+
+def test_output_format():
+    assert output_format("-") == "jsonl"
+    assert output_format("x.jsonl") == "jsonl"
+    assert output_format("x.json") == "jsonl"
+    assert output_format("x.parquet") == "parquet"
+    assert output_format("x") == "parquet"
+
+
+def test_check_output(tmp_path):
+    check_output("-")
+    check_output(str(tmp_path / "out.parquet"))
+    with pytest.raises(UsageError, match="cannot write output .*: is a directory"):
+        check_output(str(tmp_path))
+    with pytest.raises(UsageError, match="cannot write output .*does not exist"):
+        check_output(str(tmp_path / "missing" / "out.parquet"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_check_output_unwritable(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        with pytest.raises(UsageError, match="not writable"):
+            check_output(str(d / "out.parquet"))
+    finally:
+        d.chmod(0o700)
+
+
+def test_parquet_sink_commits_with_metadata(tmp_path):
+    out = str(tmp_path / "out.parquet")
+    with Sink(out, {"model": "m", "kind": "seq-cls"}) as sink:
+        assert os.path.exists(temp_path(out)) and not os.path.exists(out)
+        sink.write(pa.table({"id": [1, 2], "score": [[0.5], [0.25]]}))
+        sink.write(pa.table({"id": [3], "score": [[1.0]]}))
+    assert os.listdir(tmp_path) == ["out.parquet"]
+    meta = pq.read_schema(out).metadata
+    assert meta[b"model"] == b"m" and meta[b"kind"] == b"seq-cls"
+    assert pq.read_table(out).column("id").to_pylist() == [1, 2, 3]
+    assert pq.ParquetFile(out).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_sink_replaces_existing_output(tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_text("old")
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"x": [1]}))
+    assert pq.read_table(out).num_rows == 1
+
+
+@pytest.mark.parametrize("name", ["out.parquet", "out.jsonl"])
+@pytest.mark.parametrize("exc", [ValueError, KeyboardInterrupt])
+def test_sink_exception_leaves_nothing(tmp_path, name, exc):
+    out = tmp_path / name
+    with pytest.raises(exc):
+        with Sink(str(out), {"model": "m"}) as sink:
+            sink.write(pa.table({"x": [1, 2]}))
+            raise exc("boom")
+    assert os.listdir(tmp_path) == []
+
+
+def test_sink_exception_keeps_previous_output(tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"previous")
+    with pytest.raises(RuntimeError):
+        with Sink(str(out), {}) as sink:
+            sink.write(pa.table({"x": [1]}))
+            raise RuntimeError("boom")
+    assert out.read_bytes() == b"previous"
+    assert os.listdir(tmp_path) == ["out.parquet"]
+
+
+def test_abort_is_idempotent(tmp_path):
+    sink = Sink(str(tmp_path / "out.parquet"), {})
+    sink.write(pa.table({"x": [1]}))
+    sink.abort()
+    sink.abort()
+    assert os.listdir(tmp_path) == []
+
+
+def test_parquet_close_without_write_fails_and_cleans_up(tmp_path):
+    out = tmp_path / "out.parquet"
+    with pytest.raises(RuntimeError):
+        with Sink(str(out), {}):
+            pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_empty_table_is_a_valid_output(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {"k": "v"}) as sink:
+        sink.write(pa.table({"score": pa.array([], pa.list_(pa.float32()))}))
+    t = pq.read_table(out)
+    assert t.num_rows == 0 and t.schema.field("score").type == pa.list_(pa.float32())
+
+
+def test_schema_cast_across_writes(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": pa.array([1, 2], pa.int32()), "s": [0.5, 0.5]}))
+        sink.write(pa.table({"s": [0.25], "id": pa.array([3], pa.int64())}))  # reordered, wider
+    t = pq.read_table(out)
+    assert t.column_names == ["id", "s"]
+    assert t.column("id").to_pylist() == [1, 2, 3]
+
+
+def test_missing_column_later_is_null_filled(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": ["a"], "s": [1.0]}))
+        sink.write(pa.table({"s": [2.0]}))
+    assert pq.read_table(out).column("id").to_pylist() == ["a", None]
+
+
+@pytest.mark.parametrize("later", [["x"], ["007"], [1.5]])
+def test_incompatible_id_type_is_input_error(tmp_path, later):
+    out = tmp_path / "out.parquet"
+    with pytest.raises(InputError, match="id column changes type between rows"):
+        with Sink(str(out), {}) as sink:
+            sink.write(pa.table({"id": [1, 2]}))
+            sink.write(pa.table({"id": later}))
+    assert os.listdir(tmp_path) == []
+
+
+def test_null_first_window_then_int_ids(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {"model": "m"}) as sink:
+        sink.write(pa.table({"id": pa.nulls(2), "s": [1.0, 2.0]}))
+        sink.write(pa.table({"id": pa.nulls(1), "s": [3.0]}))
+        sink.write(pa.table({"id": [7], "s": [4.0]}))
+        sink.write(pa.table({"id": pa.nulls(1), "s": [5.0]}))
+    t = pq.read_table(out)
+    assert t.schema.field("id").type == pa.int64()
+    assert t.column("id").to_pylist() == [None, None, None, 7, None]
+    assert t.column("s").to_pylist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert pq.read_schema(out).metadata[b"model"] == b"m"
+
+
+def test_null_lists_resolve_to_concrete_lists(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"score": pa.array([[]], pa.list_(pa.null()))}))
+        sink.write(pa.table({"score": pa.array([[0.5]], pa.list_(pa.float32()))}))
+    t = pq.read_table(out)
+    assert t.schema.field("score").type == pa.list_(pa.float32())
+    assert t.column("score").to_pylist() == [[], [0.5]]
+
+
+def test_all_null_column_is_written_at_close(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": pa.nulls(2), "s": [1.0, 2.0]}))
+    t = pq.read_table(out)
+    assert t.column("id").to_pylist() == [None, None]
+
+
+def test_jsonl_sink_to_path(tmp_path):
+    out = tmp_path / "out.jsonl"
+    scores = pa.array([[0.1, 0.5]], pa.list_(pa.float32()))
+    with Sink(str(out), {"model": "m"}) as sink:
+        sink.write(pa.table({"id": ["é"], "score": scores}))
+        sink.write(pa.table({"id": ["b"], "score": pa.array([[]], pa.list_(pa.float32()))}))
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x) for x in lines] == [
+        {"id": "é", "score": [float(pa.scalar(0.1, pa.float32()).as_py()), 0.5]},
+        {"id": "b", "score": []},
+    ]
+    assert os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_jsonl_sink_to_stdout(tmp_path, capsys):
+    with Sink("-", {"model": "m"}) as sink:
+        sink.write(pa.table({"id": [1], "score": [[0.5]]}))
+        assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n'  # flushed per write
+        sink.write(pa.table({"id": [2], "score": [[0.25]]}))
+    assert capsys.readouterr().out == '{"id": 2, "score": [0.25]}\n'
+    assert os.listdir(tmp_path) == []
