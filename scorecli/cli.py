@@ -22,6 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batc
 err = Console(stderr=True, highlight=False)
 
 Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
+CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models (default ~/.cache/scorecli).")]
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -67,6 +68,7 @@ def score(
     skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
+    cache_dir: CacheDir = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary (for cron).")] = False,
 ) -> None:
     """Score every item of every input row against its query; write one output row per input row."""
@@ -82,7 +84,7 @@ def score(
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
         device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
         max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows,
-        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
@@ -107,11 +109,12 @@ def inspect(
     model: Annotated[str, typer.Argument(help="Model folder, .gguf file or Hub id.")],
     label_tokens: Annotated[Optional[str], typer.Option(help="Show how these label tokens tokenize.")] = None,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
+    cache_dir: CacheDir = None,
 ) -> None:
     """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
     from scorecli.inspect import describe
 
-    for line in describe(model, _csv(label_tokens), trust_remote_code):
+    for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir):
         typer.echo(line)
 
 

