@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from scorecli.attention import AttentionBackend, to_device
+from scorecli.attention import AttentionBackend, pad_ragged, to_device
 from scorecli.batching import Batch
 
 
@@ -62,14 +62,12 @@ class EncoderForward:
         where = batch.padded_index()  # [T]
         types = batch.token_type_ids if batch.token_type_ids is not None else np.zeros_like(batch.input_ids)
         ids, tt, where_t, last = to_device([batch.input_ids, types, where, where[batch.pool_index]], self.device)
-        flat = torch.zeros(s * length, dtype=torch.int64, device=self.device)
-        mask = flat.clone().index_fill_(0, where_t, 1).view(s, length)
-        kwargs = {"token_type_ids": flat.clone().index_copy_(0, tt.new_tensor(where_t), tt).view(s, length)}
-        if batch.token_type_ids is None:
-            kwargs = {}
+        kwargs = {}
+        if batch.token_type_ids is not None:
+            kwargs["token_type_ids"] = pad_ragged(tt, where_t, s, length, 0)  # [S, L]
         out = self.model(
-            input_ids=flat.clone().index_copy_(0, where_t, ids).view(s, length),
-            attention_mask=mask,
+            input_ids=pad_ragged(ids, where_t, s, length, 0),  # [S, L]
+            attention_mask=pad_ragged(torch.ones_like(ids), where_t, s, length, 0),  # [S, L]
             output_hidden_states=pooling is not None,
             **kwargs,
         )

@@ -99,3 +99,9 @@ def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tens
         flat = flat.pin_memory().to(device, non_blocking=True)
     sizes = [len(a) for a in arrays]
     return list(torch.split(flat, sizes))
+
+
+def pad_ragged(values: torch.Tensor, where: torch.Tensor, s: int, length: int, fill: int) -> torch.Tensor:
+    """Scatter ragged [T] values to the flat positions `where` of a [S, L] tensor of `fill`."""
+    out = torch.full((s * length,), fill, dtype=values.dtype, device=values.device)
+    return out.index_copy_(0, where, values).view(s, length)

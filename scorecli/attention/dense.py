@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from scorecli.attention import ModelInputs, to_device
+from scorecli.attention import ModelInputs, pad_ragged, to_device
 from scorecli.batching import Batch
 
 
@@ -47,16 +47,10 @@ class DenseMaskBackend:
             [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where],
             device,
         )
-        allowed = mis_allowed(_pad(seg, where_t, s, length, -1))  # [S, L, L]
+        allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1))  # [S, L, L]
         zero = torch.zeros((), dtype=dtype, device=device)
         self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
-        return ModelInputs(_pad(ids, where_t, s, length, 0), _pad(pos, where_t, s, length, 0), pool, first)
-
-
-def _pad(values: torch.Tensor, where: torch.Tensor, s: int, length: int, fill: int) -> torch.Tensor:
-    """Scatter ragged [T] values into a [S, L] padded tensor filled with `fill`."""
-    out = torch.full((s * length,), fill, dtype=values.dtype, device=values.device)
-    return out.index_copy_(0, where, values).view(s, length)
+        return ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
 
 
 class SdpaBackend(DenseMaskBackend):

