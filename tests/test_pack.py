@@ -1,0 +1,94 @@
+"""Packing and batching: positions, segments, pool indices, splitting, truncation, budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scorecli.batching import batch_cost, collate, plan_batches
+from scorecli.errors import InputError
+from scorecli.pack import EncodedRow, pack_row, truncate_items
+
+
+def _row(prefix_len, item_lens, suffix_len=0):
+    rng = np.random.default_rng(prefix_len * 31 + len(item_lens))
+    return EncodedRow(
+        rng.integers(10, 100, prefix_len), [rng.integers(10, 100, n) for n in item_lens], suffix_len
+    )  # fmt: skip
+
+
+def test_mis_positions_restart_per_item():
+    seq = pack_row(_row(3, [2, 1, 3]), first_item=10, mis=True, max_seq_len=100)[0]
+    assert seq.position_ids.tolist() == [0, 1, 2, 3, 4, 3, 3, 4, 5]
+    assert seq.item_index.tolist() == [10, 11, 12]
+    batch = collate([seq])
+    assert batch.segment.tolist() == [0, 0, 0, 1, 1, 2, 3, 3, 3]
+    assert batch.pool_index.tolist() == [4, 5, 8]
+
+
+def test_single_mode_one_item_per_sequence():
+    row = _row(4, [2, 5])
+    seqs = pack_row(row, first_item=0, mis=False, max_seq_len=100)
+    assert [s.length for s in seqs] == [6, 9]
+    assert all(s.position_ids.tolist() == list(range(s.length)) for s in seqs)
+    np.testing.assert_array_equal(seqs[1].input_ids, np.concatenate([row.prefix, row.items[1]]))
+
+
+def test_empty_item_pools_at_prefix_end():
+    batch = collate(pack_row(_row(3, [2, 0, 1]), 0, mis=True, max_seq_len=100))
+    assert batch.pool_index.tolist() == [4, 2, 5]
+
+
+def test_split_rows_repeat_the_prefix_and_keep_item_order():
+    row = _row(5, [4, 4, 4, 4, 4])
+    seqs = pack_row(row, 0, mis=True, max_seq_len=14)
+    assert [s.item_index.tolist() for s in seqs] == [[0, 1], [2, 3], [4]]
+    for s in seqs:
+        np.testing.assert_array_equal(s.input_ids[:5], row.prefix)
+        assert s.length <= 14
+
+
+def test_truncation_keeps_the_template_suffix():
+    row = _row(4, [20, 3], suffix_len=3)
+    cut = truncate_items(row, max_seq_len=12, truncate="item", where="f:1")
+    assert [len(i) for i in cut.items] == [8, 3]
+    np.testing.assert_array_equal(cut.items[0][:5], row.items[0][:5])
+    np.testing.assert_array_equal(cut.items[0][-3:], row.items[0][-3:])
+    assert cut.items[1] is row.items[1]
+
+
+def test_truncate_error_names_row_and_item():
+    with pytest.raises(InputError, match=r"f:7: field 'items'\[1\].*max-seq-len 12"):
+        truncate_items(_row(4, [3, 20]), max_seq_len=12, truncate="error", where="f:7")
+    with pytest.raises(InputError, match="no room"):
+        truncate_items(_row(12, [3], suffix_len=1), max_seq_len=12, truncate="item", where="f:1")
+
+
+def test_empty_query_and_empty_item_is_an_error():
+    row = EncodedRow(np.zeros(0, dtype=np.int64), [np.array([5]), np.zeros(0, dtype=np.int64)])
+    with pytest.raises(InputError, match=r"'items'\[1\]"):
+        truncate_items(row, 10, "item", "f:2")
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_batches_never_exceed_budget(padded):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, 500)
+    budget = 1024
+    batches = plan_batches(lengths, budget, padded)
+    seen = np.sort(np.concatenate(batches))
+    np.testing.assert_array_equal(seen, np.arange(500))
+    for b in batches:
+        assert batch_cost(lengths[b], padded) <= budget
+        assert list(lengths[b]) == sorted(lengths[b], reverse=True)
+
+
+def test_oversized_sequence_gets_its_own_batch():
+    batches = plan_batches(np.array([5, 50, 5]), max_batch_tokens=20, padded=False)
+    assert [b.tolist() for b in batches] == [[1], [0, 2]]
+
+
+def test_padded_index_maps_ragged_to_padded():
+    batch = collate(pack_row(_row(2, [1]), 0, False, 100) + pack_row(_row(1, [3]), 1, False, 100))
+    # lengths 3 and 4, max_len 4
+    assert batch.padded_index().tolist() == [0, 1, 2, 4, 5, 6, 7]
