@@ -118,6 +118,61 @@ def inspect(
         typer.echo(line)
 
 
+@app.command()
+def bench(
+    model: Model = None,
+    rows: Annotated[int, typer.Option(help="Synthetic rows.")] = 32,
+    items: Annotated[int, typer.Option(help="Items per row.")] = 32,
+    query_tokens: Annotated[int, typer.Option(help="Tokens per query (prefix).")] = 128,
+    item_tokens: Annotated[int, typer.Option(help="Tokens per item.")] = 32,
+    attention: Annotated[str, typer.Option(help="Comma-separated backends to compare.")] = "sdpa",
+    modes: Annotated[str, typer.Option(help="Comma-separated modes to compare.")] = "mis,single",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
+    max_batch_tokens: Annotated[int, typer.Option(help="Token budget of one forward batch.")] = 16384,
+    label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens (default: any two).")] = None,
+    repeats: Annotated[int, typer.Option(help="Timed repeats (median reported) after one warm-up.")] = 3,
+    peak_tflops: Annotated[Optional[float], typer.Option(help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
+    json_out: Annotated[Optional[str], typer.Option("--json", help="Also write results as JSON to this path (- for stdout).")] = None,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Synthetic throughput: items/s and tokens/s for MIS and single-item, per attention backend."""
+    import json
+
+    from rich.table import Table
+
+    from scorecli.bench import Workload, as_json, run_bench
+
+    model_path, _ = _resolve_model(model)
+    cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
+                      label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
+    work = Workload(rows, items, query_tokens, item_tokens)
+    results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)), repeats, peak_tflops)
+    table = Table(title=f"scorecli bench: {rows} rows x {items} items, query {query_tokens} + item {item_tokens} tokens")
+    for col in ("attention", "mode", "seconds", "items/s", "tokens/s", "FLOP fraction"):
+        table.add_column(col, justify="right")
+    for r in results:
+        frac = f"{r.flop_fraction:.1%}" if r.flop_fraction is not None else "n/a"
+        table.add_row(r.attention, r.mode, f"{r.seconds:.3f}", f"{r.items_per_s:,.1f}", f"{r.tokens_per_s:,.0f}", frac)
+    Console(stderr=json_out == "-").print(table)
+    if json_out:
+        text = json.dumps(as_json(results, work, cfg, _device_name(device)), indent=2)
+        if json_out == "-":
+            typer.echo(text)
+        else:
+            with open(json_out, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    from scorecli.model import resolve_device
+
+    dev = resolve_device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes."""
     signal.signal(signal.SIGTERM, _terminate)

@@ -117,7 +117,8 @@ class DecoderEncoder:
         top = max([int(query.max(initial=0)), *(int(i.max(initial=0)) for i in items)])
         if top >= self.vocab_size:
             field = "query_ids" if int(query.max(initial=0)) == top else "item_ids"
-            raise InputError(f"{where}: field '{field}': token id {top} is outside the vocabulary (size {self.vocab_size})")
+            error = f"{where}: field '{field}': token id {top} is outside the vocabulary (size {self.vocab_size})"
+            return EncodedRow(query, [], 0, error)
         return EncodedRow(query, items, 0)
 
 

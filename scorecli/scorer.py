@@ -7,6 +7,7 @@ across windows. Knows nothing about files, progress bars or the command line.
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -158,9 +159,20 @@ class Scorer:
         n_items, n_labels = prepared.num_items, len(self.spec.label_names)
         hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
         out = np.zeros((n_items, n_labels + hidden_size), dtype=np.float32)
-        for index in prepared.batches:
+        pending = list(reversed(prepared.batches))
+        while pending:
+            index = pending.pop()
             batch = collate([prepared.seqs[i] for i in index])
-            result = self._score_batch(batch)  # [N, labels + hidden] float32, one .cpu()
+            try:
+                result = self._score_batch(batch)  # [N, labels + hidden] float32, one .cpu()
+            except torch.OutOfMemoryError:
+                if len(index) == 1:
+                    raise
+                half = len(index) // 2
+                warnings.warn(f"out of memory on a batch of {len(index)} sequences; retrying as two halves")
+                _free_cache(self.loaded.device)
+                pending += [index[half:], index[:half]]
+                continue
             out[batch.item_index] = result
             if on_batch:
                 on_batch(len(batch.item_index), batch.num_tokens)
@@ -228,6 +240,11 @@ class Scorer:
             "attention": getattr(self, "backend_name", "model"),
             "device": str(self.loaded.device),
         }
+
+
+def _free_cache(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _rows_of(values: np.ndarray, width: int) -> pa.Array:

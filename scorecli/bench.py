@@ -1,0 +1,121 @@
+"""`scorecli bench`: synthetic throughput of MIS and single-item scoring per attention backend.
+
+Rows of random token ids with exact lengths (rows × items × lengths) go through the same
+Scorer the CLI uses; the model is loaded once and shared. Reports items/s, tokens/s and,
+on CUDA, the fraction of the GPU's bf16 FLOP limit reached. Knows nothing about files.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import torch
+
+from scorecli.config import ScoreConfig
+from scorecli.io.readers import RawRow
+
+# dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
+
+
+@dataclass(frozen=True)
+class Workload:
+    rows: int = 32
+    items: int = 32
+    query_tokens: int = 128
+    item_tokens: int = 32
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    attention: str
+    mode: str
+    seconds: float  # median over repeats
+    items_per_s: float
+    tokens_per_s: float  # tokens actually run through the model
+    tokens: int
+    flop_fraction: float | None
+
+
+def synthetic_rows(work: Workload, vocab: int) -> list[RawRow]:
+    """Pre-tokenized rows with exact lengths, ids drawn away from special tokens."""
+    rng = np.random.default_rng(work.seed)
+    low, high = min(100, vocab // 4), vocab
+    return [
+        RawRow({"id": r, "query_ids": rng.integers(low, high, work.query_tokens).tolist(),
+                "item_ids": rng.integers(low, high, (work.items, work.item_tokens)).tolist()}, f"bench row {r}")
+        for r in range(work.rows)
+    ]  # fmt: skip
+
+
+def run_bench(
+    cfg: ScoreConfig, work: Workload, attentions: list[str], modes: list[str], repeats: int, peak_tflops: float | None
+) -> list[BenchResult]:
+    """Time every (attention, mode) pair on the same rows; the model loads once."""
+    from scorecli.model import load_model
+    from scorecli.scorer import Scorer
+
+    loaded = load_model(cfg)
+    if loaded.kind == "cross-encoder":
+        from scorecli.errors import UsageError
+
+        raise UsageError("scorecli bench measures decoder models (MIS vs single); cross-encoders are single-item only")
+    vocab = loaded.model.get_input_embeddings().num_embeddings
+    rows = synthetic_rows(work, vocab)
+    if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
+        cfg = replace(cfg, label_token_ids=(vocab // 2, vocab // 2 + 1))  # any two: cost does not depend on them
+    peak = peak_tflops or _peak_tflops(loaded.device)
+    params = _non_embedding_params(loaded.model)
+    results = []
+    for attention in attentions:
+        for mode in modes:
+            scorer = Scorer(loaded, replace(cfg, attention=attention, mode=mode))
+            seconds, tokens = _time(scorer, rows, repeats, loaded.device)
+            n_items = work.rows * work.items
+            flops = 2.0 * params * tokens / seconds
+            fraction = flops / (peak * 1e12) if peak else None
+            results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds, tokens, fraction))
+    return results
+
+
+def _time(scorer, rows: list[RawRow], repeats: int, device: torch.device) -> tuple[float, int]:
+    table = scorer.score_rows(rows)  # warm-up: kernels, JIT, allocator
+    tokens = int(sum(table["num_tokens"].to_pylist()))
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        scorer.score_rows(rows)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), tokens
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _non_embedding_params(model: torch.nn.Module) -> int:
+    total = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if out is not None and out.weight is not model.get_input_embeddings().weight:
+        total -= out.weight.numel()  # lm_head runs only at pooled positions
+    return total - embed
+
+
+def _peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device: str) -> dict:
+    return {"workload": asdict(work), "model": cfg.model, "dtype": cfg.dtype, "device": device,
+            "results": [asdict(r) for r in results]}  # fmt: skip
