@@ -112,6 +112,10 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
 
 
 def _sliding_window(config) -> int | None:
-    layer_types = getattr(config, "layer_types", None) or []
-    uses = "sliding_attention" in layer_types or getattr(config, "use_sliding_window", False)
-    return getattr(config, "sliding_window", None) if uses else None
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        uses = "sliding_attention" in layer_types
+    else:  # Mistral-style configs: a window set means it is used, unless switched off
+        uses = getattr(config, "use_sliding_window", window is not None)
+    return window if uses else None

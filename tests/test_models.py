@@ -177,3 +177,17 @@ def test_smollm2_mis_equals_single_pooled_states(smollm2):
     np.testing.assert_allclose(
         np.array(mis["pooled_hidden_states"].to_pylist()[0]), np.array(single["pooled_hidden_states"].to_pylist()[0]), atol=1e-3
     )
+
+
+def test_max_seq_len_respects_sliding_windows():
+    from types import SimpleNamespace
+
+    from scorecli.spec import _sliding_window
+
+    qwen = SimpleNamespace(sliding_window=4096, use_sliding_window=False, layer_types=["full_attention"] * 2)
+    gemma = SimpleNamespace(sliding_window=512, layer_types=["sliding_attention", "full_attention"])
+    mistral = SimpleNamespace(sliding_window=4096)
+    assert _sliding_window(qwen) is None
+    assert _sliding_window(gemma) == 512
+    assert _sliding_window(mistral) == 4096
+    assert _sliding_window(SimpleNamespace(sliding_window=None)) is None
