@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -40,8 +40,7 @@ class Prepared:
     item_offsets: np.ndarray  # [rows + 1] int64
     seqs: list[Seq]
     batches: list[np.ndarray]
-    num_tokens: np.ndarray  # [rows] int64
-    seq_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    num_tokens: np.ndarray  # [rows] int64: tokens each row cost in the forward passes
 
     @property
     def num_rows(self) -> int:
@@ -130,7 +129,7 @@ class Scorer:
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, cfg.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, seq_rows)
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens)
 
     def _parse(self, raw: RawRow) -> tuple[Row | None, str | None]:
         try:
