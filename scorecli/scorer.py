@@ -77,7 +77,7 @@ class Scorer:
 
             vocab = loaded.model.get_input_embeddings().num_embeddings
             self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
-            backend = make_backend(cfg.attention, loaded.device)
+            backend = make_backend(cfg.attention, loaded.device, loaded.dtype)
             self.backend_name = backend.name
             self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
             self.padded = backend.is_padded

@@ -60,11 +60,15 @@ def register() -> None:
     AttentionInterface.register(ATTN_NAME, _dispatch)
 
 
-def make_backend(name: str, device: torch.device) -> AttentionBackend:
-    """Build the backend for `--attention` (`auto` resolved here from the device)."""
+def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32) -> AttentionBackend:
+    """Build the backend for `--attention`.
+
+    `auto` is flashinfer on CUDA when it is installed and the dtype is 16-bit (flashinfer
+    has no float32 prefill kernels), else sdpa.
+    """
     if name == "auto":
         name = "sdpa"
-        if device.type == "cuda":
+        if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
             try:
                 import flashinfer  # noqa: F401
 

@@ -1,0 +1,334 @@
+"""Ragged attention backends (flex, flashinfer) against the dense MIS rule and sdpa.
+
+CPU: FlexAttention masks and scores; flashinfer's plan arguments rebuilt into dense masks
+under the kernel's own rule. CUDA (skipped without a GPU and flashinfer): flashinfer scores
+against sdpa, and MIS against single-item, so that an ignored MIS mask cannot pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_mask
+
+from scorecli.attention import make_backend
+from scorecli.attention.dense import mis_allowed
+from scorecli.attention.flashinfer import (
+    FlashInferBackend,
+    custom_mask,
+    custom_mask_indptr,
+    dense_mask_from_plan,
+    is_single_item,
+    mis_args,
+    paged_kv_args,
+    position_in_item,
+)
+from scorecli.attention.flex import FlexBackend, build_block_mask, mis_mask_mod, ragged_inputs
+from scorecli.batching import Batch, collate
+from scorecli.errors import UsageError
+from scorecli.pack import EncodedRow, pack_row
+from tests.test_invariance import make_rows, scorer_outputs
+
+# ---- random batches and the dense reference ------------------------------------------------
+
+
+def random_batch(rng: np.random.Generator, max_seqs: int = 5, max_items: int = 5, max_len: int = 9) -> Batch:
+    """MIS and single-item sequences mixed; prefixes of 0, 1 or more tokens; empty and
+    one-token items; never an empty sequence."""
+    seqs = []
+    for _ in range(int(rng.integers(1, max_seqs + 1))):
+        prefix_len = int(rng.choice([0, 1, int(rng.integers(0, max_len))]))
+        n_items = int(rng.integers(1, max_items + 1))
+        lens = [int(rng.choice([0, 1, int(rng.integers(0, max_len))])) for _ in range(n_items)]
+        if prefix_len + sum(lens) == 0:
+            lens[0] = 1
+        row = EncodedRow(rng.integers(5, 50, prefix_len), [rng.integers(5, 50, n) for n in lens])
+        mis = bool(rng.random() < 0.7)
+        seqs += [s for s in pack_row(row, len(seqs), mis=mis, max_seq_len=10_000) if s.length > 0]
+    return collate(seqs)
+
+
+def random_batches(n: int, seed: int = 0, **kw) -> list[Batch]:
+    rng = np.random.default_rng(seed)
+    return [random_batch(rng, **kw) for _ in range(n)]
+
+
+def reference_mask(batch: Batch) -> np.ndarray:
+    """[T, T] bool: dense.mis_allowed on the padded layout, restricted to real tokens."""
+    where = torch.from_numpy(batch.padded_index())  # [T]
+    seg = torch.full((batch.num_seqs * batch.max_len,), -1, dtype=torch.int64)
+    seg[where] = torch.from_numpy(batch.segment)
+    allowed = mis_allowed(seg.view(batch.num_seqs, batch.max_len)).numpy()  # [S, L, L]
+    out = np.zeros((batch.num_tokens, batch.num_tokens), dtype=bool)
+    for s, (a, b) in enumerate(zip(batch.cu_seqlens[:-1], batch.cu_seqlens[1:])):
+        out[a:b, a:b] = allowed[s, : b - a, : b - a]
+    return out
+
+
+def test_random_batches_cover_the_edge_cases():
+    batches = random_batches(300)
+    prefixes = np.concatenate([b.prefix_lens for b in batches])
+    items = np.concatenate([b.item_lens for b in batches])
+    assert {0, 1} <= set(prefixes.tolist()) and {0, 1} <= set(items.tolist())
+    assert any(is_single_item(b) for b in batches) and not all(is_single_item(b) for b in batches)
+
+
+# ---- flex ------------------------------------------------------------------------------------
+
+
+def _flex_dense(batch: Batch) -> np.ndarray:
+    _, doc, seg = ragged_inputs(batch, torch.device("cpu"))
+    t = batch.num_tokens
+    return create_mask(mis_mask_mod(doc, seg), 1, 1, t, t, device="cpu")[0, 0].numpy()
+
+
+def test_flex_mask_mod_equals_mis_allowed():
+    for batch in random_batches(300, seed=1):
+        np.testing.assert_array_equal(_flex_dense(batch), reference_mask(batch))
+
+
+def _block_sets(block_mask) -> tuple[np.ndarray, np.ndarray]:
+    """(any-block, full-block) [Q blocks, KV blocks] bool maps of a BlockMask."""
+    partial = block_mask.to_dense()[0, 0].numpy().astype(bool)
+    full = np.zeros_like(partial)
+    counts, indices = block_mask.full_kv_num_blocks[0, 0], block_mask.full_kv_indices[0, 0]
+    for r in range(full.shape[0]):
+        full[r, indices[r, : int(counts[r])].numpy()] = True
+    return partial | full, full
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_flex_block_mask_is_consistent_with_the_rule(block_size):
+    """Blocks the kernel skips hold no allowed pair; blocks it runs unmasked are all allowed."""
+    for batch in random_batches(40, seed=2, max_seqs=8, max_items=8, max_len=12):
+        _, doc, seg = ragged_inputs(batch, torch.device("cpu"))
+        present, full = _block_sets(build_block_mask(doc, seg, block_size, compile=False))
+        ref = reference_mask(batch)
+        t, nb = batch.num_tokens, present.shape[0]
+        any_tile, all_tile = np.zeros((nb * block_size,) * 2, dtype=bool), np.ones((nb * block_size,) * 2, dtype=bool)
+        any_tile[:t, :t] = all_tile[:t, :t] = ref  # positions past T count as neither
+        assert not (any_tile.reshape(nb, block_size, nb, block_size).any(axis=(1, 3)) & ~present).any()
+        assert (all_tile.reshape(nb, block_size, nb, block_size).all(axis=(1, 3)) | ~full).all()
+        assert present.sum() < nb * nb or nb == 1  # something is skipped, or there is one tile
+
+
+def test_flex_compiled_block_mask_equals_eager():
+    for batch in random_batches(3, seed=3, max_seqs=8, max_len=40):
+        _, doc, seg = ragged_inputs(batch, torch.device("cpu"))
+        a = build_block_mask(doc, seg, 16, compile=True)
+        b = build_block_mask(doc, seg, 16, compile=False)
+        for x, y in zip(a.as_tuple()[2:6], b.as_tuple()[2:6]):
+            torch.testing.assert_close(x, y)
+
+
+def _attention_inputs(batch: Batch, seed: int, heads: int = 4, kv_heads: int = 2, d: int = 16):
+    g = torch.Generator().manual_seed(seed)
+    t = batch.num_tokens
+    q = torch.randn(1, t, heads, d, generator=g).transpose(1, 2)  # [1, heads, T, d], like HF
+    k = torch.randn(1, t, kv_heads, d, generator=g).transpose(1, 2)  # [1, kv_heads, T, d]
+    v = torch.randn(1, t, kv_heads, d, generator=g).transpose(1, 2)
+    return q, k, v
+
+
+def _sdpa_reference(batch: Batch, q, k, v, scale) -> torch.Tensor:
+    allowed = torch.from_numpy(reference_mask(batch))  # [T, T]
+    mask = torch.where(allowed, 0.0, torch.finfo(q.dtype).min)[None, None]  # [1, 1, T, T]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    return out.transpose(1, 2)  # [1, T, heads, d]
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("compile", [False, True])
+def test_flex_attend_equals_sdpa_with_dense_mask(compile):
+    backend = FlexBackend(compile=compile)
+    for n, batch in enumerate(random_batches(6, seed=4, max_seqs=6, max_len=30)):
+        inputs = backend.plan(batch, torch.device("cpu"), torch.float32)
+        assert inputs.input_ids.shape == (1, batch.num_tokens) == inputs.position_ids.shape
+        np.testing.assert_array_equal(inputs.pool_index.numpy(), batch.pool_index)
+        q, k, v = _attention_inputs(batch, n)
+        out = backend.attend(None, q, k, v, 0.25)  # [1, T, heads, d]
+        torch.testing.assert_close(out, _sdpa_reference(batch, q, k, v, 0.25), atol=1e-5, rtol=1e-5)
+    assert backend.compile == compile  # compiling worked: no silent fallback to eager
+
+
+SCORER_CASES = [
+    ("qwen3_seq_cls", {}),
+    ("llama_reward", {}),
+    ("qwen3_causal_lm", {"label_tokens": ("yes", "no")}),
+]
+
+
+@pytest.mark.parametrize("fixture,extra", SCORER_CASES)
+@pytest.mark.parametrize("mode", ["mis", "single"])
+def test_flex_scores_equal_sdpa(request, fixture, extra, mode):
+    path = request.getfixturevalue(fixture)
+    rows = make_rows(8, seed=21)
+    flex, s_flex, h_flex = scorer_outputs(path, rows, mode=mode, attention="flex", **extra)
+    sdpa, s_sdpa, h_sdpa = scorer_outputs(path, rows, mode=mode, attention="sdpa", **extra)
+    for a, b in zip(s_flex, s_sdpa):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+    for a, b in zip(h_flex, h_sdpa):
+        np.testing.assert_allclose(a, b, atol=1e-3, rtol=0)
+    assert flex["num_tokens"].to_pylist() == sdpa["num_tokens"].to_pylist()
+
+
+def test_make_backend_builds_ragged_backends():
+    flex = make_backend("flex", torch.device("cpu"))
+    assert flex.name == "flex" and not flex.is_padded
+    with pytest.raises(UsageError):
+        make_backend("flashinfer", torch.device("cpu"))
+    fi = FlashInferBackend()  # flashinfer is imported only when planning on a device
+    assert fi.name == "flashinfer" and not fi.is_padded
+    with pytest.raises(ValueError):
+        FlashInferBackend(mis_kernel="ragged")
+
+
+# ---- flashinfer plan arguments (numpy, CPU) ----------------------------------------------------
+
+
+def _one_seq(prefix_len: int, item_lens: list[int]) -> Batch:
+    row = EncodedRow(np.arange(prefix_len) + 5, [np.arange(n) + 7 for n in item_lens])
+    return collate(pack_row(row, 0, mis=True, max_seq_len=10_000))
+
+
+def test_token_pos_in_items_for_delimiter_free_items():
+    """Items 3, 2, 4 after a 5-token prefix: 1-based positions, no delimiter entries."""
+    mis = mis_args(_one_seq(5, [3, 2, 4]))
+    assert mis.token_pos_in_items_ptr.tolist() == [1, 2, 3, 1, 2, 1, 2, 3, 4]
+    assert mis.token_pos_in_items_len == 9
+    assert mis.prefix_len_ptr.tolist() == [5] and mis.max_item_len_ptr.tolist() == [4]
+    assert mis.prefix_len_ptr.dtype == np.uint32
+    assert mis.token_pos_in_items_ptr.dtype == np.uint16 and mis.max_item_len_ptr.dtype == np.uint16
+
+
+def test_token_pos_in_items_padded_per_sequence():
+    seqs = [s for p, lens in [(2, [2, 1]), (0, [3]), (4, [0, 2, 0])] for s in pack_row(
+        EncodedRow(np.arange(p) + 5, [np.arange(n) + 7 for n in lens]), 0, mis=True, max_seq_len=99)]
+    mis = mis_args(collate(seqs))
+    assert mis.token_pos_in_items_len == 3
+    assert mis.token_pos_in_items_ptr.reshape(3, 3).tolist() == [[1, 2, 1], [1, 2, 3], [1, 2, 0]]
+    assert mis.prefix_len_ptr.tolist() == [2, 0, 4]
+    assert mis.max_item_len_ptr.tolist() == [2, 3, 2]
+
+
+def test_position_in_item_ignores_position_ids():
+    batch = _one_seq(2, [3, 1, 2])
+    assert position_in_item(batch).tolist() == [0, 0, 1, 2, 3, 1, 1, 2]
+    np.testing.assert_array_equal(
+        position_in_item(batch)[batch.segment > 0], (batch.position_ids - 2 + 1)[batch.segment > 0]
+    )
+
+
+def test_mis_args_refuse_items_beyond_uint16():
+    with pytest.raises(ValueError, match="65535"):
+        mis_args(_one_seq(1, [70_000]))
+
+
+def test_paged_kv_args_page_size_one():
+    batch = random_batches(1, seed=5, max_seqs=4)[0]
+    pages = paged_kv_args(batch)
+    assert pages.qo_indptr.tolist() == batch.cu_seqlens.tolist() == pages.paged_kv_indptr.tolist()
+    assert pages.paged_kv_indices.tolist() == list(range(batch.num_tokens))
+    assert pages.paged_kv_last_page_len.tolist() == [1] * batch.num_seqs
+    for a in (pages.qo_indptr, pages.paged_kv_indptr, pages.paged_kv_indices, pages.paged_kv_last_page_len):
+        assert a.dtype == np.int32
+
+
+def test_kernel_mis_rule_equals_mis_allowed():
+    """The mask the kernel derives from our arguments is exactly our MIS rule."""
+    for batch in random_batches(400, seed=6):
+        np.testing.assert_array_equal(dense_mask_from_plan(mis_args(batch), batch.cu_seqlens), reference_mask(batch))
+
+
+def test_kernel_rule_with_sglang_delimiters_would_differ():
+    """Guard on the reading of the convention: sglang's 0-at-delimiter entries, shifted onto
+    our delimiter-free tokens, would hide each item's last token from itself."""
+    batch = _one_seq(2, [3, 2])
+    mis = mis_args(batch)
+    shifted = np.array([0, 1, 2, 0, 1], dtype=np.uint16)  # sglang-style, no delimiter tokens
+    wrong = dense_mask_from_plan(mis.__class__(mis.prefix_len_ptr, shifted, 5, mis.max_item_len_ptr), batch.cu_seqlens)
+    assert not np.array_equal(wrong, reference_mask(batch))
+
+
+def test_custom_mask_equals_mis_allowed():
+    for batch in random_batches(300, seed=7):
+        flat, indptr = custom_mask(batch), custom_mask_indptr(batch)
+        assert flat.dtype == np.bool_ and flat.shape == (int(indptr[-1]),)
+        ref = reference_mask(batch)
+        for s, (a, b) in enumerate(zip(batch.cu_seqlens[:-1], batch.cu_seqlens[1:])):
+            block = flat[indptr[s] : indptr[s + 1]].reshape(b - a, b - a)  # row-major [q, kv]
+            np.testing.assert_array_equal(block, ref[a:b, a:b])
+
+
+# ---- flashinfer on a GPU ---------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flashinfer kernels need CUDA")
+class TestFlashInferCuda:
+    """flashinfer == sdpa on the same device; MIS == single; distinct items differ."""
+
+    @pytest.fixture(scope="class")
+    def model64(self, tmp_path_factory):
+        pytest.importorskip("flashinfer")
+        from tests import models
+
+        # head_dim 64: a size every flashinfer prefill backend (fa2, fa3) instantiates
+        return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_hd64"), num_labels=1, head_dim=64)
+
+    @staticmethod
+    def _tolerance(dtype: str, ref: list[np.ndarray]) -> float:
+        scale = max(1.0, max((float(np.abs(r).max()) for r in ref if r.size), default=1.0))
+        return (3e-3 if dtype == "float32" else 3e-2) * scale  # float32 models run the kernel in float16
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    @pytest.mark.parametrize("mode", ["mis", "single"])
+    def test_scores_equal_sdpa(self, model64, dtype, mode):
+        rows = make_rows(8, seed=31)
+        _, s_fi, _ = scorer_outputs(model64, rows, mode=mode, attention="flashinfer", device="cuda", dtype=dtype)
+        _, s_ref, _ = scorer_outputs(model64, rows, mode=mode, attention="sdpa", device="cuda", dtype=dtype)
+        tol = self._tolerance(dtype, s_ref)
+        for a, b in zip(s_fi, s_ref):
+            np.testing.assert_allclose(a, b, atol=tol, rtol=0)
+
+    @pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+    def test_attend_equals_sdpa_with_dense_mask(self, mis_kernel):
+        pytest.importorskip("flashinfer")
+        backend, device = FlashInferBackend(mis_kernel=mis_kernel), torch.device("cuda")
+        for n, batch in enumerate(random_batches(8, seed=8, max_seqs=6, max_items=6, max_len=40)):
+            backend.plan(batch, device, torch.float16)
+            q, k, v = (x.to(device, torch.float16) for x in _attention_inputs(batch, n, d=64))
+            out = backend.attend(None, q, k, v, 0.125).float().cpu()  # [1, T, heads, d]
+            ref = _sdpa_reference(batch, *(x.float().cpu() for x in (q, k, v)), 0.125)
+            torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+    @pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+    def test_mis_mask_is_applied(self, model64, mis_kernel):
+        """Distinct items in one MIS sequence get distinct scores, equal to single-item ones."""
+        from scorecli import Scorer
+        from scorecli.io.readers import RawRow
+
+        rows = [{"query": "which animal is fast", "items": ["a quick brown fox", "the lazy dog", "a passage answers",
+                                                            "maybe yes", "no relevant query"]}]  # fmt: skip
+        scores = {}
+        for mode in ("mis", "single"):
+            scorer = Scorer(model64, mode=mode, attention="flashinfer", device="cuda", dtype="bfloat16")
+            scorer.forward.backend = FlashInferBackend(mis_kernel=mis_kernel)
+            table = scorer.score_rows([RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)])
+            scores[mode] = np.array(table["score"].to_pylist()[0], dtype=np.float32)
+        assert np.ptp(scores["mis"]) > 1e-2, scores
+        tol = self._tolerance("bfloat16", [scores["single"]])
+        np.testing.assert_allclose(scores["mis"], scores["single"], atol=tol, rtol=0)
+
+
+def test_auto_choices_for_dtype_and_backend(monkeypatch):
+    from scorecli.model import resolve_dtype
+
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+    assert make_backend("auto", torch.device("cpu")).name == "sdpa"
+    # on CUDA in float32, auto never picks flashinfer (it has no float32 prefill kernels)
+    assert make_backend("auto", torch.device("cuda"), torch.float32).name == "sdpa"
