@@ -177,25 +177,33 @@ def main() -> None:
     """Console entry point: run the app and map errors to exit codes."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except ScorecliError as exc:
         err.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted: no output written", markup=False)
-        sys.exit(130)
+        _interrupted()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors and anything unexpected
         _report(exc)
+    # Outside standalone mode typer returns exit codes instead of exiting, and turns
+    # Ctrl-C (and our SIGTERM) into 130 after the output was already discarded.
+    if code == 130:
+        _interrupted()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted() -> None:
+    err.print("interrupted: no output written", markup=False)
+    sys.exit(130)
 
 
 def _report(exc: Exception) -> None:
     import click
 
     if isinstance(exc, click.exceptions.Abort):
-        err.print("interrupted: no output written", markup=False)
-        sys.exit(130)
+        _interrupted()
     if isinstance(exc, click.ClickException):
         exc.show()
         sys.exit(2)

@@ -18,8 +18,13 @@ def run_score(
     cfg: ScoreConfig, paths: list[str], out: str, total_rows: int | None, console: Console | None, stdin: BinaryIO
 ) -> None:
     """Score `paths` into `out`; progress and summary go to `console` (None: silent)."""
+    from transformers.utils import logging as hf_logging
+
     from scorecli.scorer import Scorer, score_stream
 
+    # our own progress is the only one: transformers' "Loading weights" bar would break
+    # --quiet and the one-line error contract
+    hf_logging.disable_progress_bar()
     start = time.perf_counter()
     scorer = Scorer(cfg.model, cfg)
     counts = {"rows": 0, "items": 0, "tokens": 0}

