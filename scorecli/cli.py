@@ -114,6 +114,7 @@ def inspect(
     """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
     from scorecli.inspect import describe
 
+    _quiet_transformers()
     for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir):
         typer.echo(line)
 
@@ -143,6 +144,7 @@ def bench(
 
     from scorecli.bench import Workload, as_json, run_bench
 
+    _quiet_transformers()
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
                       label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
@@ -162,6 +164,13 @@ def bench(
         else:
             with open(json_out, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
+
+
+def _quiet_transformers() -> None:
+    """Our output is the only output: no "Loading weights" bars from transformers."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _device_name(device: str) -> str:

@@ -420,3 +420,26 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signu
     assert proc.returncode == 130, stderr.decode()  # exited through its handler, not killed
     assert b"Traceback" not in stderr and b"interrupted" in stderr
     assert list(out.parent.iterdir()) == []
+
+
+def test_inspect_reports_kind_and_label_tokens(qwen3_causal_lm):
+    result = run_cli(Case(["inspect", qwen3_causal_lm, "--label-tokens", "yes,no,hello world"]))
+    assert result.rc == 0, result.stderr
+    text = result.stdout.decode()
+    assert "kind:           causal-lm" in text and "Qwen3ForCausalLM" in text
+    assert "'yes' -> [" in text and "NOT a single token" in text and "multi-item:     yes" in text
+    assert result.lines() == []  # no progress bars on stderr
+
+
+def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
+    args = ["bench", "--model", qwen3_seq_cls, "--rows", "2", "--items", "3", "--query-tokens", "8",
+            "--item-tokens", "4", "--attention", "sdpa,eager", "--repeats", "1", "--json", "-"]  # fmt: skip
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    report = json.loads(result.stdout)
+    got = {(r["attention"], r["mode"]): r for r in report["results"]}
+    assert set(got) == {("sdpa", "mis"), ("sdpa", "single"), ("eager", "mis"), ("eager", "single")}
+    assert got["sdpa", "mis"]["tokens"] == 2 * (8 + 3 * 4)  # the prefix once per row
+    assert got["sdpa", "single"]["tokens"] == 2 * 3 * (8 + 4)
+    assert all(r["items_per_s"] > 0 and r["flop_fraction"] is None for r in got.values())
+    assert "scorecli bench" in result.stderr  # the rich table goes to stderr when JSON takes stdout
