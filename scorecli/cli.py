@@ -70,8 +70,15 @@ def score(
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
     cache_dir: CacheDir = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary (for cron).")] = False,
+    engine: Annotated[str, typer.Option(help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", show_envvar=True, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
+    num_workers: Annotated[Optional[int], typer.Option(min=1, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
 ) -> None:
     """Score every item of every input row against its query; write one output row per input row."""
+    if engine not in ("local", "ray"):
+        raise UsageError(f"--engine: expected local or ray, got {engine!r}")
+    if num_workers is not None and engine != "ray":
+        raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.readers import count_rows, iter_rows, resolve_inputs
     from scorecli.io.writers import check_output
 
@@ -90,6 +97,11 @@ def score(
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     paths = resolve_inputs(inputs)
     check_output(out)
+    if engine == "ray":
+        from scorecli.ray import run_score_ray
+
+        run_score_ray(cfg, paths, out, address=ray_address, num_workers=num_workers, console=None if quiet else err)
+        return
     from scorecli.run import run_score
 
     run_score(cfg, paths, out, total_rows=count_rows(paths), console=None if quiet else err, stdin=sys.stdin.buffer)

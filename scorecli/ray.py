@@ -1,0 +1,402 @@
+"""Distributed scoring on Ray Data: the same `Scorer` on many workers, one ordered output.
+
+`ScorecliPredictor` is the callable class for `ray.data.Dataset.map_batches`; `run_score_ray`
+is the `--engine ray` counterpart of `scorecli.run.run_score`. Ray is imported only inside
+functions, so this module imports without it. Knows nothing about flags or tokenizers.
+
+How a run keeps input order and the local engine's error contract:
+- The driver reads the inputs with scorecli's own streaming reader (the one the local engine
+  uses: same rows, same `file:LINE` / `file: row N` locations, same per-row errors) and
+  stages them in Ray's object store as one block per window, each row tagged with its
+  global `__row_index`. Ray's JSON reader is not used: it infers a schema per block and
+  fails a whole block on one malformed line, so bad rows could not be located or skipped.
+- Workers score blocks in any order; the driver asks Ray Data to preserve block order and
+  re-sequences by `__row_index` anyway, then writes one output through the atomic `Sink`.
+- Workers always score with `skip_bad_rows` and report failures as data; the driver raises
+  the first bad row in input order (the same `InputError` line the local engine prints),
+  so which error is reported does not depend on which worker finished first.
+Trade-off: reading is one sequential pass on the driver, and the whole input is staged in
+the object store (which spills to disk) before scoring starts; in exchange the rows are
+exactly the local engine's, and the inputs need to exist only where the driver runs.
+Parsing JSON is orders of magnitude faster than a transformer consumes text, so staging is
+a small part of a run. Streaming the read into the scoring would need Ray Data's
+experimental row-count repartitioning, and a CPU kept free for its tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pickle
+import time
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import replace
+from itertools import islice
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import InputError, ScorecliError, UsageError
+from scorecli.io.readers import STDIN, RawRow, count_rows, iter_rows
+
+ROW_INDEX = "__row_index"
+INSTALL_HINT = "pip install 'scorecli[ray]'"
+# engine-internal columns: rows as the reader produced them, and failures and metadata back
+_ROW, _WHERE, _ERROR = "__scorecli_row", "__scorecli_where", "__scorecli_error"
+_FAILED, _FAILED_TYPE, _METADATA = "__scorecli_failed", "__scorecli_failed_type", "__scorecli_metadata"
+_BLOCKS_PER_WORKER = 4  # small inputs are cut finer so every worker gets work
+
+
+def import_ray():
+    """The `ray` module with Ray Data loaded, or a UsageError saying how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"--engine ray needs Ray Data: {INSTALL_HINT}") from exc
+    return ray
+
+
+# ---- workers ----------------------------------------------------------------------------
+
+
+class ScorecliPredictor:
+    """Callable class for `Dataset.map_batches(..., batch_format="pyarrow")`: one Scorer per actor.
+
+    Args:
+        model: a model folder, .gguf file or Hub id (readable on every worker node).
+        **flags: `ScoreConfig` fields (`template=`, `label_tokens=`, `skip_bad_rows=`, ...),
+            or `config=` a whole `ScoreConfig`.
+
+    A `__row_index` column, if the batch has one, is carried to the output unchanged (and
+    names rows in error messages), so results can be put back in order after the map.
+    """
+
+    def __init__(self, model: str, **flags: Any):
+        from scorecli.scorer import Scorer
+
+        self.scorer = Scorer(model, **flags)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Score a batch of input rows; returns the Scorer's output columns (+ `__row_index`)."""
+        table = _as_table(batch)
+        index = table.column(ROW_INDEX) if ROW_INDEX in table.column_names else None
+        if index is not None:
+            table = table.drop_columns([ROW_INDEX])
+        numbers = index.to_pylist() if index is not None else range(table.num_rows)
+        rows = [RawRow(data, f"row {k + 1}") for k, data in zip(numbers, table.to_pylist())]
+        out = self.scorer.score_rows(rows)
+        return out if index is None else out.add_column(0, ROW_INDEX, index)
+
+
+class _EnginePredictor(ScorecliPredictor):
+    """`run_score_ray`'s worker: takes rows staged by the driver; failures come back as data.
+
+    Raising inside a Ray Data actor loses the exception's type and retries model loading,
+    so any failure is returned as a one-row-per-input table that the driver re-raises.
+    """
+
+    def __init__(self, model: str, **flags: Any):
+        self.failure: Exception | None = None
+        try:
+            super().__init__(model, **flags)
+        except Exception as exc:  # reported with the first batch, as the driver's error
+            self.failure = exc
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        index = batch.column(ROW_INDEX)
+        try:
+            if self.failure is not None:
+                raise self.failure
+            out = self.scorer.score_rows(_decode(batch))
+        except Exception as exc:
+            return _failure_table(index, exc)
+        metadata = pa.array(_first_only(json.dumps(self.scorer.metadata), out.num_rows), pa.string())
+        return out.add_column(0, ROW_INDEX, index).append_column(_METADATA, metadata)
+
+
+def _failure_table(index: pa.ChunkedArray, exc: Exception) -> pa.Table:
+    n = len(index)
+    return pa.table(
+        {
+            ROW_INDEX: index,
+            _FAILED_TYPE: pa.array(_first_only(type(exc).__name__, n), pa.string()),
+            _FAILED: pa.array(_first_only(_one_line(exc), n), pa.string()),
+        }
+    )
+
+
+def _empty_output(config: ScoreConfig) -> tuple[str, Any, Any]:
+    """Remote task for a run with no rows: ("ok", empty table, metadata) or ("failed", type, message)."""
+    try:
+        from scorecli.scorer import Scorer
+
+        scorer = Scorer(config.model, config)
+        return "ok", scorer.empty_table(), scorer.metadata
+    except Exception as exc:
+        return "failed", type(exc).__name__, _one_line(exc)
+
+
+def _as_table(batch: Any) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        return batch
+    if type(batch).__name__ == "DataFrame":  # batch_format="pandas"
+        return pa.Table.from_pandas(batch, preserve_index=False)
+    raise TypeError(f"ScorecliPredictor takes pyarrow batches (batch_format='pyarrow'), got {type(batch).__name__}")
+
+
+def _first_only(value: str, n: int) -> list[str | None]:
+    """A column of n values that says `value` once (the driver reads the first row only)."""
+    return ([value] + [None] * (n - 1))[:n]
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def _raise_failure(type_name: str, message: str) -> None:
+    known = {cls.__name__: cls for cls in (UsageError, InputError)}
+    if type_name in known:
+        raise known[type_name](message)
+    raise ScorecliError(f"{type_name} on a Ray worker: {message}")
+
+
+# ---- the driver -------------------------------------------------------------------------
+
+
+def run_score_ray(
+    cfg: ScoreConfig, paths: list[str], out: str, *, address: str | None, num_workers: int | None, console
+) -> None:
+    """Score `paths` into `out` on Ray workers; same output, order and errors as `run_score`.
+
+    Args:
+        cfg: the run's configuration; `device` auto/cuda uses one GPU per worker when the
+            cluster has GPUs (each worker sees its GPU as `cuda`), `cpu` never does.
+        paths: input files as `resolve_inputs` gives them; `-` (stdin) is a UsageError.
+        out: output path (Parquet, JSONL, or `-`), written by this process, atomically.
+        address: a Ray cluster to join (`auto`, `host:6379`, `ray://...`); None starts a local
+            instance and shuts it down at the end. An already-connected process is reused.
+        num_workers: scoring actors; None: one per GPU in the cluster, else one.
+        console: progress and the summary line (None: silent).
+    """
+    if STDIN in paths:
+        raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
+    ray = import_ray()
+    start = time.perf_counter()
+    with _connected(ray, address, num_workers), _quiet_ray_data(ray):
+        workers, resources, device = _plan_workers(ray, cfg, num_workers)
+        block_rows = _block_rows(cfg.window_rows, count_rows(paths), workers)
+        refs, total = _stage(ray, paths, block_rows, cfg)
+        worker_cfg = replace(cfg, device=device, skip_bad_rows=True)
+        if total == 0:
+            counts = _write_empty(ray, worker_cfg, resources, out, cfg)
+        else:
+            workers = min(workers, len(refs))
+            blocks = _score_blocks(ray, refs, worker_cfg, workers, resources)
+            label = f"scoring on {workers} Ray worker{'s' * (workers > 1)}"
+            counts = _write_in_order(blocks, out, cfg, total, console, label)
+    if console is not None:
+        from scorecli.run import _summary
+
+        _summary(console, counts, time.perf_counter() - start, out)
+
+
+@contextmanager
+def _connected(ray, address: str | None, num_workers: int | None) -> Iterator[None]:
+    """Join `address`, or start a local instance; shut down only what this call started."""
+    if ray.is_initialized():
+        yield
+        return
+    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
+    try:
+        if address:
+            ray.init(address=address, **quiet)
+        else:
+            # "local": a new instance even where $RAY_ADDRESS names a cluster (the CLI reads it)
+            cpus = max(os.cpu_count() or 1, num_workers or 1)
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise UsageError(f"cannot start or join Ray at {address or 'a local instance'}: {_one_line(exc)}") from exc
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextmanager
+def _quiet_ray_data(ray) -> Iterator[None]:
+    """Keep block order; keep Ray Data's progress bars and logs (and its warning that the bars
+    are off) off stderr: our own progress is the only one, and failures come back as errors."""
+    ctx = ray.data.DataContext.get_current()
+    logger = logging.getLogger("ray.data")
+    saved = (ctx.execution_options.preserve_order, getattr(ctx, "enable_progress_bars", None), logger.level)
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = False
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        ctx.execution_options.preserve_order = saved[0]
+        if saved[1] is not None:
+            ctx.enable_progress_bars = saved[1]
+        logger.setLevel(saved[2])
+
+
+def _plan_workers(ray, cfg: ScoreConfig, num_workers: int | None) -> tuple[int, dict[str, float], str]:
+    """(workers, Ray resources per worker, device for the workers' Scorer)."""
+    if num_workers is not None and num_workers < 1:
+        raise UsageError("--num-workers must be at least 1")
+    res = ray.cluster_resources()
+    gpus, cpus = int(res.get("GPU", 0)), int(res.get("CPU", 0))
+    if cfg.device.startswith("cuda") and not gpus:
+        raise UsageError(f"--device {cfg.device}: the Ray cluster has no GPUs")
+    if gpus and cfg.device != "cpu":
+        workers = num_workers or gpus
+        if workers > gpus:
+            raise UsageError(f"--num-workers {workers}: each worker takes a GPU and the Ray cluster has {gpus}")
+        return workers, {"num_gpus": 1, "num_cpus": 1}, "cuda"
+    workers = num_workers or 1
+    if workers > cpus:
+        raise UsageError(f"--num-workers {workers}: each worker takes a CPU and the Ray cluster has {cpus}")
+    # torch in a worker runs as many threads as CPUs Ray gives it (OMP_NUM_THREADS)
+    biggest_node = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=1)
+    return workers, {"num_cpus": max(1, min(cpus // workers, biggest_node))}, "cpu"
+
+
+def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
+    """Rows per block: a window, or fewer when the input is too small to keep every worker busy."""
+    if not total:
+        return window_rows
+    return max(1, min(window_rows, math.ceil(total / (workers * _BLOCKS_PER_WORKER))))
+
+
+def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig) -> tuple[list, int]:
+    """Read the inputs into the object store, one block per `block_rows` rows.
+
+    Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
+    before any worker starts, with the local engine's message.
+    """
+    from scorecli.encode import Fields, parse_row
+
+    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+    refs, total = [], 0
+    rows = iter_rows(paths)
+    while window := list(islice(rows, block_rows)):
+        if not cfg.skip_bad_rows:
+            for raw in window:
+                if raw.error is not None:
+                    raise InputError(f"{raw.where}: {raw.error}")
+                parse_row(raw.data, raw.where, fields)
+        refs.append(ray.put(_encode(window, total)))
+        total += len(window)
+    return refs, total
+
+
+def _encode(rows: list[RawRow], first: int) -> pa.Table:
+    """Rows as the reader produced them. Values travel pickled (as Ray ships task arguments),
+    so Parquet timestamps, decimals and bytes reach the Scorer unchanged."""
+    return pa.table(
+        {
+            ROW_INDEX: pa.array(range(first, first + len(rows)), pa.int64()),
+            _ROW: pa.array([pickle.dumps(r.data, protocol=5) for r in rows], pa.large_binary()),
+            _WHERE: pa.array([r.where for r in rows], pa.string()),
+            _ERROR: pa.array([r.error for r in rows], pa.string()),
+        }
+    )
+
+
+def _decode(batch: pa.Table) -> list[RawRow]:
+    """`_encode` undone on a worker (the engine's own blocks only: never a user's table)."""
+    columns = (batch.column(c).to_pylist() for c in (_ROW, _WHERE, _ERROR))
+    return [RawRow(pickle.loads(data), where, error) for data, where, error in zip(*columns)]
+
+
+def _score_blocks(ray, refs: list, cfg: ScoreConfig, workers: int, resources: dict) -> Iterator[pa.Table]:
+    """Scored blocks as Ray Data returns them (in order, as asked; the caller checks)."""
+    ds = ray.data.from_arrow_refs(refs).map_batches(
+        _EnginePredictor,
+        fn_constructor_kwargs={"model": cfg.model, "config": cfg},
+        batch_size=None,  # one block = one call = one window
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        **resources,
+    )
+    try:
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    except ray.exceptions.RayError as exc:
+        raise ScorecliError(f"Ray failed: {_one_line(exc)}") from exc
+
+
+def _in_order(blocks: Iterable[pa.Table], total: int) -> Iterator[pa.Table]:
+    """Yield blocks in `__row_index` order, each row exactly once; re-raise worker failures."""
+    pending: dict[int, pa.Table] = {}
+    expected = 0
+    for table in blocks:
+        if _FAILED in table.column_names:
+            _raise_failure(table[_FAILED_TYPE][0].as_py(), table[_FAILED][0].as_py())
+        if table.num_rows == 0:
+            continue
+        index = table[ROW_INDEX]
+        first, last = index[0].as_py(), index[-1].as_py()
+        if last - first + 1 != table.num_rows or first in pending:
+            raise RuntimeError(f"Ray returned rows {first}..{last} out of shape ({table.num_rows} rows)")
+        pending[first] = table
+        while expected in pending:
+            table = pending.pop(expected)
+            expected += table.num_rows
+            yield table
+    if expected != total or pending:
+        raise RuntimeError(f"Ray returned {expected} of {total} rows in order")
+
+
+def _write_in_order(blocks: Iterator[pa.Table], out: str, cfg: ScoreConfig, total: int, console, label: str) -> dict:
+    """Write scored blocks to one output in input order; stop at the first bad row unless skipping."""
+    from scorecli.io.writers import Sink
+    from scorecli.run import _progress
+
+    counts = {"rows": 0, "items": 0, "tokens": 0}
+    started = time.perf_counter()
+    with closing(blocks), ExitStack() as stack, _progress(console, total) as progress:
+        task = progress.add_task(label, total=total, items=0, tps=0.0)
+        sink = None
+        for table in _in_order(blocks, total):
+            if sink is None:
+                sink = stack.enter_context(Sink(out, json.loads(table[_METADATA][0].as_py())))
+            table = _public(table, cfg)
+            sink.write(table)
+            _count(counts, table)
+            tps = counts["tokens"] / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=table.num_rows, items=counts["items"], tps=tps)
+    return counts
+
+
+def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
+    """The local engine's columns: drop the engine's own, and `error` unless it was asked for."""
+    if not cfg.skip_bad_rows and "error" in table.column_names:
+        errors = table["error"]
+        if errors.null_count < len(errors):
+            raise InputError(next(e for e in errors.to_pylist() if e is not None))
+    drop = [ROW_INDEX, _METADATA] + ([] if cfg.skip_bad_rows else ["error"])
+    return table.drop_columns([c for c in drop if c in table.column_names])
+
+
+def _count(counts: dict, table: pa.Table) -> None:
+    counts["rows"] += table.num_rows
+    counts["items"] += pc.sum(pc.list_value_length(table["score"])).as_py() or 0
+    counts["tokens"] += pc.sum(table["num_tokens"]).as_py() or 0
+
+
+def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: str, cfg: ScoreConfig) -> dict:
+    """No input rows: one worker builds the Scorer for the output's columns and metadata."""
+    from scorecli.io.writers import Sink
+
+    status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg))
+    if status != "ok":
+        _raise_failure(first, second)
+    with Sink(out, second) as sink:
+        sink.write(_public(first, cfg))
+    return {"rows": 0, "items": 0, "tokens": 0}

@@ -1,0 +1,202 @@
+"""`--engine ray`: the Ray Data runner gives the local engine's output, order and errors.
+
+One local CPU-only Ray instance (2 workers) serves the module; the first test checks that
+`run_score_ray` starts and stops its own instance when none is running.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from scorecli.config import ScoreConfig  # noqa: E402
+from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
+from scorecli.io.readers import resolve_inputs  # noqa: E402
+from scorecli.ray import ROW_INDEX, ScorecliPredictor, import_ray, run_score_ray  # noqa: E402
+from scorecli.run import run_score  # noqa: E402
+from tests.test_invariance import make_rows  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> list[str]:
+    """300 rows over a JSONL, a Parquet and a gzip JSONL file (read in that sorted order)."""
+    folder = tmp_path_factory.mktemp("inputs")
+    rows = make_rows(300, seed=7, max_items=4, max_len=12)
+    _write_jsonl(folder / "a.jsonl", rows[:100])
+    pq.write_table(pa.Table.from_pylist(rows[100:220]), folder / "b.parquet", row_group_size=50)
+    with gzip.open(folder / "c.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows[220:])
+    return resolve_inputs([str(folder)])
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory) -> list[str]:
+    """Good rows with bad ones among them: reader errors, field errors, and an error that
+    only the worker's encoder sees (a token id outside the vocabulary)."""
+    folder = tmp_path_factory.mktemp("bad_inputs")
+    rows = [json.dumps(r) for r in make_rows(60, seed=3, max_items=4, max_len=12)]
+    rows[5] = '{"id": "bad-json", "query": '
+    rows[17] = json.dumps({"id": "no-items", "query": "q"})
+    rows[30] = json.dumps({"id": "int-items", "query": "q", "items": [1, 2]})
+    rows[44] = json.dumps({"id": "vocab", "query_ids": [1, 2], "item_ids": [[10**9]]})
+    (folder / "a.jsonl").write_text("\n".join(rows[:40]) + "\n")
+    (folder / "b.jsonl").write_text("\n".join(rows[40:]) + "\n")
+    return resolve_inputs([str(folder)])
+
+
+def _write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _both(cfg: ScoreConfig, paths: list[str], tmp_path, suffix: str = ".parquet", **ray_kw) -> tuple[str, str]:
+    local, remote = str(tmp_path / f"local{suffix}"), str(tmp_path / f"ray{suffix}")
+    run_score(cfg, paths, local, total_rows=None, console=None, stdin=None)
+    run_score_ray(cfg, paths, remote, address=None, num_workers=ray_kw.get("num_workers", 2), console=None)
+    return local, remote
+
+
+def assert_same_output(local: pa.Table, remote: pa.Table) -> None:
+    assert remote.column_names == local.column_names
+    assert remote.schema.metadata == local.schema.metadata
+    for name in local.column_names:
+        if name not in ("scores", "score", "pooled_hidden_states"):
+            assert remote[name].to_pylist() == local[name].to_pylist(), name
+    for name in {"scores", "score", "pooled_hidden_states"} & set(local.column_names):
+        for a, b in zip(local[name].to_pylist(), remote[name].to_pylist()):
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_allclose(np.array(b, np.float32), np.array(a, np.float32), atol=1e-4)
+
+
+def test_starts_and_stops_its_own_instance(qwen3_seq_cls, inputs, tmp_path):
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    out = tmp_path / "out.jsonl"
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=16)
+    run_score_ray(cfg, inputs[:1], str(out), address=None, num_workers=1, console=None)
+    assert not ray.is_initialized()
+    got = [json.loads(line) for line in open(out)]
+    assert [r["id"] for r in got] == [f"r{k}" for k in range(100)]
+    assert set(got[0]) == {"id", "scores", "score", "num_tokens"}
+
+
+def test_same_rows_order_and_scores_as_local(local_ray, qwen3_seq_cls, inputs, tmp_path):
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=32, pooled_hidden_states=True)
+    local, remote = _both(cfg, inputs, tmp_path)
+    got, want = pq.read_table(remote), pq.read_table(local)
+    assert got.num_rows == 300 and got["id"].to_pylist() == [f"r{k}" for k in range(300)]
+    assert_same_output(want, got)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temp file left
+
+
+def test_skip_bad_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs, tmp_path):
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=8, skip_bad_rows=True)
+    local, remote = _both(cfg, bad_inputs, tmp_path)
+    got, want = pq.read_table(remote), pq.read_table(local)
+    assert_same_output(want, got)
+    errors = got["error"].to_pylist()
+    bad = [k for k, e in enumerate(errors) if e is not None]
+    assert bad == [5, 17, 30, 44]
+    assert errors[5].startswith(f"{bad_inputs[0]}:6: malformed JSON")
+    assert errors[44].startswith(f"{bad_inputs[1]}:5: field 'item_ids'")  # found by a worker's encoder
+
+
+@pytest.mark.parametrize("cut", [None, 40], ids=["first-bad-row-on-the-driver", "bad-row-in-a-worker"])
+def test_bad_row_is_the_local_input_error_and_leaves_no_output(local_ray, qwen3_seq_cls, bad_inputs, tmp_path, cut):
+    # cut=40 reads only b.jsonl, whose only bad row (the vocabulary error) only the worker sees
+    paths = bad_inputs if cut is None else bad_inputs[1:]
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=8)
+    with pytest.raises(InputError) as local_err:
+        run_score(cfg, paths, str(tmp_path / "local.parquet"), total_rows=None, console=None, stdin=None)
+    out = tmp_path / "ray.parquet"
+    with pytest.raises(InputError) as ray_err:
+        run_score_ray(cfg, paths, str(out), address=None, num_workers=2, console=None)
+    assert str(ray_err.value) == str(local_err.value)
+    assert ray_err.value.exit_code == 2
+    assert os.listdir(tmp_path) == []
+
+
+def test_model_that_fails_to_load_is_a_usage_error(local_ray, inputs, tmp_path):
+    cfg = ScoreConfig(model=str(tmp_path / "no-such-model"))
+    with pytest.raises(UsageError, match="cannot load model"):
+        run_score_ray(cfg, inputs[:1], str(tmp_path / "out.parquet"), address=None, num_workers=1, console=None)
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_empty_input_gives_the_local_empty_output(local_ray, qwen3_seq_cls, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    cfg = ScoreConfig(model=qwen3_seq_cls)
+    local, remote = _both(cfg, [str(tmp_path / "empty.jsonl")], tmp_path)
+    got, want = pq.read_table(remote), pq.read_table(local)
+    assert got.num_rows == 0 and got.schema == want.schema and got.schema.metadata == want.schema.metadata
+
+
+def test_usage_errors(local_ray, qwen3_seq_cls, inputs, tmp_path):
+    cfg = ScoreConfig(model=qwen3_seq_cls)
+    out = str(tmp_path / "out.parquet")
+    with pytest.raises(UsageError, match="stdin"):
+        run_score_ray(cfg, ["-"], out, address=None, num_workers=1, console=None)
+    with pytest.raises(UsageError, match="has 2"):
+        run_score_ray(cfg, inputs, out, address=None, num_workers=3, console=None)
+    with pytest.raises(UsageError, match="no GPUs"):
+        cuda = ScoreConfig(model=qwen3_seq_cls, device="cuda")
+        run_score_ray(cuda, inputs, out, address=None, num_workers=1, console=None)
+    assert issubclass(UsageError, ScorecliError) and not os.path.exists(out)
+
+
+def test_imports_without_ray_and_says_how_to_install(monkeypatch):
+    code = "import sys, scorecli.ray; assert 'ray' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray sees
+    with pytest.raises(UsageError, match=r"pip install 'scorecli\[ray\]'"):
+        import_ray()
+
+
+def test_map_batches_api(local_ray, qwen3_seq_cls):
+    from scorecli import Scorer
+
+    rows = make_rows(50, seed=11)
+    ds = ray.data.from_items([{ROW_INDEX: k, **r} for k, r in enumerate(rows)])
+    scored = ds.map_batches(
+        ScorecliPredictor,
+        fn_constructor_kwargs={"model": qwen3_seq_cls, "activation": "sigmoid"},
+        batch_size=8,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=2),
+        num_cpus=1,
+    )
+    got = pa.concat_tables(scored.iter_batches(batch_size=None, batch_format="pyarrow")).sort_by(ROW_INDEX)
+    want = Scorer(qwen3_seq_cls, activation="sigmoid").score_table(pa.Table.from_pylist(rows))
+    assert got[ROW_INDEX].to_pylist() == list(range(50))
+    assert_same_output(want, got.drop_columns([ROW_INDEX]))
+
+
+def test_cli_engine_ray_joins_a_running_cluster(local_ray, qwen3_seq_cls, inputs, tmp_path):
+    address = ray.get_runtime_context().gcs_address
+    out = tmp_path / "joined.parquet"
+    # through the real command line: --engine ray joining this cluster by its address
+    argv = [sys.executable, "-m", "scorecli", "score", *inputs[:2], "--out", str(out), "--model", qwen3_seq_cls,
+            "--window-rows", "25", "--engine", "ray", "--ray-address", address, "--num-workers", "2", "--quiet"]  # fmt: skip
+    subprocess.run(argv, check=True, cwd=REPO, timeout=300)
+    assert pq.read_table(out)["id"].to_pylist() == [f"r{k}" for k in range(220)]
+    assert ray.cluster_resources().get("CPU") == 2  # the joined instance is still up
