@@ -1,0 +1,117 @@
+"""scorecli (MIS, qwen3-reranker template) vs the official Qwen3-Reranker transformers recipe.
+
+Model: the real SmolLM2-135M-Instruct (the bundled demo GGUF), through the dequantized
+safetensors folder that scorecli caches (`scorecli.gguf.materialize`), so both contenders
+load the same plain HF checkpoint. Data: seeded rows of one query (8-16 words) and 24 items
+of 20-60 words each.
+Contender A: `scorecli score in.jsonl --out a.parquet --model FOLDER --template qwen3-reranker
+--quiet` (MIS). Contender B: `benchmarks/qwen3_recipe_job.py` (the model card's code, batches
+of 8, left padding). Also checks both give the same yes-probabilities (max abs diff <= 1e-3).
+Goal: scorecli >= 3x faster.
+
+    python benchmarks/bench_vs_qwen3_recipe.py [--rows 16] [--items 24] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+import _common as C
+
+
+def model_folder() -> str:
+    from scorecli.default_model import default_model_path
+    from scorecli.gguf import materialize
+
+    gguf = default_model_path()
+    return materialize(os.path.dirname(gguf), os.path.basename(gguf), None)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--items", type=int, default=24)
+    ap.add_argument("--min-words", type=int, default=20)
+    ap.add_argument("--max-words", type=int, default=60)
+    ap.add_argument("--batch-size", type=int, default=8, help="the recipe's batch size")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def build(args) -> tuple[str, list[dict]]:
+    """(model folder, rows): the benchmark's model and seeded data."""
+    model = model_folder()
+    rng, pool = random.Random(args.seed), C.word_pool()
+    rows = []
+    for r in range(args.rows):
+        query = C.words(rng, pool, rng.randint(8, 16)) + "?"
+        items = [C.words(rng, pool, rng.randint(args.min_words, args.max_words)) + "." for _ in range(args.items)]
+        rows.append({"id": r, "query": query, "items": items})
+    return model, rows
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parser().parse_args(argv)
+
+    from transformers import AutoTokenizer
+
+    model, rows = build(args)
+    work = C.workdir("vs-qwen3-recipe")
+    tok = AutoTokenizer.from_pretrained(model)
+    C.write_jsonl(work / "in.jsonl", rows)
+    C.write_jsonl(work / "one.jsonl", [{"id": 0, "query": rows[0]["query"], "items": rows[0]["items"][:1]}])
+    q_stats = C.token_stats(tok, [r["query"] for r in rows])
+    i_stats = C.token_stats(tok, [" " + i for r in rows for i in r["items"]])
+
+    def a_cmd(inp: str, out: str) -> list[str]:
+        return C.scorecli_cmd("score", str(work / inp), "--out", str(work / out), "--model", model,
+                              "--template", "qwen3-reranker", "--quiet")  # fmt: skip
+
+    def b_cmd(inp: str, out: str) -> list[str]:
+        return [C.PYTHON, str(C.BENCH_DIR / "qwen3_recipe_job.py"), str(work / inp), str(work / out), model,
+                "--batch-size", str(args.batch_size)]  # fmt: skip
+
+    a = C.Contender("scorecli score --template qwen3-reranker (MIS)", a_cmd("in.jsonl", "a.parquet"))
+    b = C.Contender(f"Qwen3-Reranker recipe (transformers, batch {args.batch_size})", b_cmd("in.jsonl", "b.parquet"))
+    a1 = C.Contender("scorecli, 1 row x 1 item (start-up + load)", a_cmd("one.jsonl", "a1.parquet"), info=True)
+    b1 = C.Contender("recipe, 1 row x 1 item (start-up + load)", b_cmd("one.jsonl", "b1.parquet"), info=True)
+    contenders = [a, b, a1, b1]
+    C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[a1, b1])
+    diff = C.max_abs_diff(C.read_scores(work / "a.parquet"), C.read_scores(work / "b.parquet"))
+
+    ratio = b.median_s / a.median_s
+    cpu_ratio = b.median_cpu / a.median_cpu
+    min_ratio = b.min_s / a.min_s
+    net = C.net_ratio(b, b1, a, a1)
+    C.header(
+        "3. scorecli vs the Qwen3-Reranker recipe (`bench_vs_qwen3_recipe.py`)",
+        [
+            "model: SmolLM2-135M-Instruct (bundled Q4_1 GGUF, dequantized safetensors folder cached by scorecli), "
+            "float32, CPU",
+            f"data: {args.rows} rows x {args.items} items = {args.rows * args.items} items (seed {args.seed}); "
+            f"query tokens mean {q_stats[0]:.1f}; item tokens mean {i_stats[0]:.1f} (min {i_stats[1]}, "
+            f"max {i_stats[2]}); the template adds ~{_template_tokens(tok)} prompt tokens per (query, item)",
+            f"{args.repeats} alternating rounds after one untimed 1-row warm-up each; whole processes",
+        ],
+    )
+    C.commands(contenders)
+    C.table(contenders, b)
+    print(f"**scorecli speed-up over the recipe: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; "
+          f"net of each side's 1-row run: {net}. Max |scorecli - recipe| yes-probability difference: "
+          f"{diff:.2e} ({'within' if diff <= 1e-3 else 'OUTSIDE'} 1e-3).\n")
+    return ratio
+
+
+def _template_tokens(tok) -> int:
+    from scorecli.templates import QWEN3_ITEM, QWEN3_PREFIX, DEFAULT_INSTRUCTION
+
+    text = QWEN3_PREFIX.replace("{instruction}", DEFAULT_INSTRUCTION).replace("{query}", "") + QWEN3_ITEM.replace("{item}", "")
+    return len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,50 @@
+"""Contender B of bench_vs_crossencoder.py: the plain sentence-transformers way.
+
+Reads rows {"id", "query", "items"} from JSONL, scores every (query, item) pair with
+`sentence_transformers.CrossEncoder(M, activation_fn=torch.nn.Identity()).predict(pairs,
+batch_size=32)` (raw logits, like `scorecli score` with the default `--activation none`) and
+writes one Parquet row per input row: `id`, `score` (list<float32>).
+
+    python benchmarks/st_crossencoder_job.py in.jsonl out.parquet MODEL [--batch-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from sentence_transformers import CrossEncoder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("model")
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+
+    with open(args.input, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    pairs = [(row["query"], item) for row in rows for item in row["items"]]
+
+    model = CrossEncoder(args.model, activation_fn=torch.nn.Identity())
+    scores = model.predict(pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True)
+
+    out, start = [], 0
+    for row in rows:
+        n = len(row["items"])
+        out.append([float(s) for s in scores[start : start + n]])
+        start += n
+    table = pa.table({
+        "id": pa.array([row.get("id") for row in rows]),
+        "score": pa.array(out, type=pa.list_(pa.float32())),
+    })  # fmt: skip
+    pq.write_table(table, args.output)
+
+
+if __name__ == "__main__":
+    main()
