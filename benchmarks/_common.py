@@ -8,11 +8,13 @@ untimed warm-up run each, and reports medians. Peak RSS of each child comes from
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,8 +40,16 @@ def scorecli_cmd(*args: str) -> list[str]:
 
 
 def workdir(name: str) -> Path:
-    """A fresh temporary folder for one benchmark's data, models and outputs."""
-    return Path(tempfile.mkdtemp(prefix=f"scorecli-{name}-"))
+    """A fresh temporary folder for one benchmark's data, models and outputs.
+
+    Removed when the script exits, unless $SCORECLI_BENCH_KEEP is set (to inspect it).
+    """
+    path = Path(tempfile.mkdtemp(prefix=f"scorecli-bench-{name}-"))
+    if not os.environ.get("SCORECLI_BENCH_KEEP"):
+        atexit.register(shutil.rmtree, path, True)
+    else:
+        print(f"  keeping {path}", file=sys.stderr)
+    return path
 
 
 # ---------------------------------------------------------------- processes

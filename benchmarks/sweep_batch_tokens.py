@@ -23,9 +23,12 @@ def main() -> None:
     ap.add_argument("--budgets", default="16384,4096,2048")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--mode", default="auto", help="scorecli --mode (mis workload: mis or single)")
+    ap.add_argument("--scorecli-flags", default="", help="extra flags for every scorecli run, e.g. '--dtype bfloat16'")
+    ap.add_argument("--with-competitor", action="store_true",
+                    help="also run the benchmark's competitor (CrossEncoder job / Qwen3 recipe) as the baseline")
     args, rest = ap.parse_known_args()
     work = C.workdir(f"sweep-{args.workload}")
-    flags = ["--mode", args.mode]
+    flags = ["--mode", args.mode, *args.scorecli_flags.split()]
     if args.workload == "qwen3":
         import bench_vs_qwen3_recipe as bench
 
@@ -40,6 +43,12 @@ def main() -> None:
 
         model, rows = bench.build(bench.parser().parse_args(rest), work)
     C.write_jsonl(work / "in.jsonl", rows)
+    competitor = None
+    if args.with_competitor and args.workload in ("crossencoder", "qwen3"):
+        job = "st_crossencoder_job.py" if args.workload == "crossencoder" else "qwen3_recipe_job.py"
+        name = "sentence-transformers CrossEncoder job" if args.workload == "crossencoder" else "Qwen3-Reranker recipe job"
+        competitor = C.Contender(name, [C.PYTHON, str(C.BENCH_DIR / job), str(work / "in.jsonl"),
+                                        str(work / "competitor.parquet"), model])
     budgets = [int(b) for b in args.budgets.split(",")]
     contenders = [
         C.Contender(f"--max-batch-tokens {b}", C.scorecli_cmd(
@@ -47,11 +56,19 @@ def main() -> None:
             "--max-batch-tokens", str(b), "--quiet"))
         for b in budgets
     ]  # fmt: skip
+    if competitor:
+        contenders.append(competitor)
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[])
     C.header(f"Sweep of --max-batch-tokens on the {args.workload} workload (`sweep_batch_tokens.py`)",
              [f"scorecli flags: {' '.join(flags)}; {args.repeats} alternating rounds; whole processes"])
-    C.commands(contenders[:1])
-    C.table(contenders, contenders[0])
+    C.commands(contenders[:1] + ([competitor] if competitor else []))
+    C.table(contenders, competitor or contenders[0])
+    ref_name = "competitor.parquet" if competitor else f"out{budgets[0]}.parquet"
+    ref = C.read_scores(work / ref_name)
+    for b in budgets:
+        diff = C.max_abs_diff(C.read_scores(work / f"out{b}.parquet"), ref)
+        print(f"- max |score difference| of --max-batch-tokens {b} vs {ref_name.removesuffix('.parquet')}: {diff:.2e}")
+    print()
 
 
 if __name__ == "__main__":
