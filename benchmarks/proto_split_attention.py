@@ -100,6 +100,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=["qwen3", "mis"])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-batch-tokens", type=int, default=16384, help="scorecli's token budget per batch")
     args, rest = ap.parse_known_args()
 
     from scorecli.config import ScoreConfig
@@ -118,7 +119,7 @@ def main() -> None:
         model, rows = bench.build(bench.parser().parse_args(rest), work)
         flags = {"mode": "mis"}
     C.write_jsonl(work / "in.jsonl", rows)
-    scorer = Scorer(model, ScoreConfig(model=model, **flags))
+    scorer = Scorer(model, ScoreConfig(model=model, max_batch_tokens=args.max_batch_tokens, **flags))
     prepared = scorer.prepare(list(iter_rows([str(work / "in.jsonl")])))
     dense = scorer.forward.backend
     split = SplitBackend(dense)
@@ -134,7 +135,7 @@ def main() -> None:
     a, b = (t.column("score").to_pylist() for t in tables.values())
     diff = C.max_abs_diff(a, b)
     print(f"\n#### Prototype: MIS attention by blocks vs the dense mask ({args.workload} workload, "
-          f"`Scorer.run` in one process, {C.machine()})\n")
+          f"`Scorer.run` in one process, --max-batch-tokens {args.max_batch_tokens}, {C.machine()})\n")
     print("| attention | median s of `Scorer.run` | runs (s) |")
     print("|---|---:|---|")
     for name, ts in times.items():

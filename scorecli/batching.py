@@ -65,7 +65,7 @@ def collate(seqs: list[Seq]) -> Batch:
     item_lens = np.concatenate([s.item_lens for s in seqs])
     counts = np.array([len(s.item_lens) for s in seqs], dtype=np.int64)
     seq_start = np.repeat(cu[:-1], counts)  # [N]
-    item_start = np.repeat(prefix_lens, counts) + _exclusive_cumsum_per_group(item_lens, counts)
+    item_start = np.repeat(prefix_lens, counts) + exclusive_cumsum_per_group(item_lens, counts)
     offset = np.where(item_lens > 0, item_start + item_lens - 1, np.repeat(prefix_lens, counts) - 1)
     types = [s.token_type_ids for s in seqs]
     return Batch(
@@ -83,7 +83,7 @@ def collate(seqs: list[Seq]) -> Batch:
     )
 
 
-def _exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Cumulative sum of `values` restarting at 0 at the start of each group."""
     total = np.cumsum(values) - values
     group_first = np.repeat(np.cumsum(counts) - counts, counts)

@@ -46,7 +46,7 @@ class ScoreConfig:
     device: str = "auto"
     dtype: str = "auto"
     attention: str = "auto"
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int | None = None  # None: by device (`batch_tokens`)
     max_seq_len: int | None = None
     truncate: str = "item"
     window_rows: int = 2048
@@ -69,7 +69,7 @@ class ScoreConfig:
             raise UsageError("give either --label-tokens or --label-token-ids, not both")
         if self.label_tokens is not None and not all(self.label_tokens):
             raise UsageError("--label-tokens: empty label token in the list")
-        if self.max_batch_tokens < 1:
+        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
             raise UsageError("--max-batch-tokens must be at least 1")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UsageError("--max-seq-len must be at least 2")
@@ -77,6 +77,21 @@ class ScoreConfig:
             raise UsageError("--window-rows must be at least 1")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+# Default token budgets of one forward batch. On CPU, activations of a 16k-token batch
+# (~100 MB per layer for a small model's MLP) fall far out of cache and every elementwise op
+# streams them through memory; 2k-token batches ran 1.3-1.5x faster end to end
+# (benchmarks/sweep_batch_tokens.py, RESULTS.md). GPUs want large batches.
+CPU_BATCH_TOKENS = 2048
+CUDA_BATCH_TOKENS = 16384
+
+
+def batch_tokens(config: ScoreConfig, device_type: str) -> int:
+    """The run's token budget: `--max-batch-tokens`, else the device's default."""
+    if config.max_batch_tokens is not None:
+        return config.max_batch_tokens
+    return CUDA_BATCH_TOKENS if device_type == "cuda" else CPU_BATCH_TOKENS
 
 
 def _choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:

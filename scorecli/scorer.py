@@ -18,7 +18,7 @@ import torch
 
 from scorecli import __version__
 from scorecli.batching import collate, plan_batches
-from scorecli.config import ScoreConfig
+from scorecli.config import ScoreConfig, batch_tokens
 from scorecli.encode import DecoderEncoder, Fields, PairEncoder, Row, parse_row
 from scorecli.errors import InputError
 from scorecli.forward import DecoderForward, EncoderForward
@@ -68,6 +68,7 @@ class Scorer:
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
+        self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         if self.spec.kind == "cross-encoder":
             self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
             self.forward = EncoderForward(loaded.model, loaded.device)
@@ -127,7 +128,7 @@ class Scorer:
         num_tokens = np.bincount(seq_rows, weights=lengths, minlength=len(rows)).astype(np.int64)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
-        batches = plan_batches(lengths, cfg.max_batch_tokens, self.padded)
+        batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens)
 

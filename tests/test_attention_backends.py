@@ -7,6 +7,8 @@ against sdpa, and MIS against single-item, so that an ignored MIS mask cannot pa
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_mask
 
 from scorecli.attention import make_backend
-from scorecli.attention.dense import mis_allowed
+from scorecli.attention import dense
+from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost
+from scorecli.attention.dense import SdpaBackend, mis_allowed
 from scorecli.attention.flashinfer import (
     FlashInferBackend,
     custom_mask,
@@ -183,6 +187,60 @@ def test_make_backend_builds_ragged_backends():
     assert fi.name == "flashinfer" and not fi.is_padded
     with pytest.raises(ValueError):
         FlashInferBackend(mis_kernel="ragged")
+
+
+# ---- sdpa by blocks (MIS without the dense mask) ------------------------------------------------
+
+
+def _padded(batch: Batch, x: torch.Tensor) -> torch.Tensor:
+    """[1, H, T, d] ragged -> [S, H, L, d] padded, zeros in the padding."""
+    s, length = batch.num_seqs, batch.max_len
+    flat = torch.zeros(s * length, x.shape[1], x.shape[3])
+    flat[torch.from_numpy(batch.padded_index())] = x[0].transpose(0, 1)
+    return flat.view(s, length, x.shape[1], x.shape[3]).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocks_attend_equals_sdpa_with_dense_mask(dtype):
+    """Every real token's output equals dense-mask attention; padding stays finite."""
+    for n, batch in enumerate(random_batches(60, seed=5, max_seqs=6, max_items=6, max_len=12)):
+        q, k, v = _attention_inputs(batch, n)
+        plan = BlockPlan(batch, torch.device("cpu"), dtype)
+        out = plan.attend(*(_padded(batch, x).to(dtype) for x in (q, k, v)), 0.25)  # [S, L, H, d]
+        assert torch.isfinite(out).all()
+        got = out.reshape(-1, *out.shape[2:])[torch.from_numpy(batch.padded_index())].float()
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        ref = _sdpa_reference(batch, q, k, v, 0.25)[0]
+        if dtype != torch.float32:
+            ref = _sdpa_reference(batch, *(x.to(dtype).float() for x in (q, k, v)), 0.25)[0]
+        torch.testing.assert_close(got, ref, atol=tol, rtol=tol)
+
+
+def test_blocks_chosen_when_they_cost_less():
+    many = _one_seq(20, [8] * 30)  # L = 260: dense 67,600 scores, blocks 400 + 30 * 8 * 28
+    single = collate(pack_row(EncodedRow(np.arange(20) + 5, [np.arange(8) + 7] * 3), 0, mis=False, max_seq_len=100))
+    assert 2 * block_cost(many) < dense_cost(many) and 2 * block_cost(single) >= dense_cost(single)
+    backend = SdpaBackend()
+    backend.plan(many, torch.device("cpu"), torch.float32)
+    assert backend.block_plan is not None and backend.mask is None
+    backend.plan(single, torch.device("cpu"), torch.float32)
+    assert backend.block_plan is None and backend.mask is not None
+
+
+@pytest.mark.parametrize("fixture,extra", SCORER_CASES)
+def test_sdpa_blocks_scores_equal_dense(request, fixture, extra, monkeypatch):
+    """Whole scorer, MIS: sdpa by blocks == sdpa with the dense mask, forced both ways."""
+    path = request.getfixturevalue(fixture)
+    rows = make_rows(8, seed=22)
+    results = {}
+    for blocks in ("always", "never"):
+        monkeypatch.setattr(dense, "SdpaBackend", functools.partial(SdpaBackend, blocks=blocks))
+        results[blocks] = scorer_outputs(path, rows, mode="mis", attention="sdpa", **extra)
+    (_, s_a, h_a), (_, s_b, h_b) = results["always"], results["never"]
+    for a, b in zip(s_a, s_b):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    for a, b in zip(h_a, h_b):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
 
 
 # ---- flashinfer plan arguments (numpy, CPU) ----------------------------------------------------

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from scorecli.attention import ModelInputs, pad_ragged, to_device
+from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost
 from scorecli.batching import Batch
 
 
@@ -41,22 +42,45 @@ class DenseMaskBackend:
         self.mask: torch.Tensor | None = None
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        return self._padded(batch, device, dtype, with_mask=True)
+
+    def _padded(self, batch: Batch, device: torch.device, dtype: torch.dtype, with_mask: bool) -> ModelInputs:
         s, length = batch.num_seqs, batch.max_len
         where = batch.padded_index()  # [T]
         ids, pos, seg, pool, first, where_t = to_device(
             [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where],
             device,
         )
-        allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1))  # [S, L, L]
-        zero = torch.zeros((), dtype=dtype, device=device)
-        self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
+        self.mask = None
+        if with_mask:
+            allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1))  # [S, L, L]
+            zero = torch.zeros((), dtype=dtype, device=device)
+            self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
         return ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
 
 
 class SdpaBackend(DenseMaskBackend):
+    """torch SDPA. MIS batches whose blocks cost less than half the dense mask run by blocks
+    (`scorecli.attention.blocks`); `blocks="always"|"never"` forces a path (tests, benchmarks)."""
+
     name = "sdpa"
 
+    def __init__(self, blocks: str = "auto") -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.block_plan: BlockPlan | None = None
+
+    def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        use_blocks = self.blocks == "always" or (
+            self.blocks == "auto" and 2 * block_cost(batch) < dense_cost(batch)
+        )
+        inputs = self._padded(batch, device, dtype, with_mask=not use_blocks)
+        self.block_plan = BlockPlan(batch, device, dtype) if use_blocks else None
+        return inputs
+
     def attend(self, module, query, key, value, scaling):
+        if self.block_plan is not None:
+            return self.block_plan.attend(query, key, value, scaling)
         out = F.scaled_dot_product_attention(
             query, key, value, attn_mask=self.mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
         )  # [b, heads, q, d]
