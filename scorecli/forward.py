@@ -50,11 +50,21 @@ class DecoderForward:
 
 
 class EncoderForward:
-    """A cross-encoder's own forward over padded (query, item) pairs, one item per sequence."""
+    """A cross-encoder's own forward over padded (query, item) pairs, one item per sequence.
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
+    With `fast=True` (BERT-family models, `fast_encoder.supports`), the model's encoder
+    module is swapped for `FastEncoder` during the call: fused QKV, and a last layer that
+    computes only the rows the head and the pooled states read.
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, fast: bool = False):
         self.model = model
         self.device = device
+        self.fast = None
+        if fast:
+            from scorecli.fast_encoder import FastEncoder
+
+            self.fast = FastEncoder(model)
 
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
@@ -65,14 +75,21 @@ class EncoderForward:
         kwargs = {}
         if batch.token_type_ids is not None:
             kwargs["token_type_ids"] = pad_ragged(tt, where_t, s, length, 0)  # [S, L]
-        out = self.model(
-            input_ids=pad_ragged(ids, where_t, s, length, 0),  # [S, L]
-            attention_mask=pad_ragged(torch.ones_like(ids), where_t, s, length, 0),  # [S, L]
-            output_hidden_states=pooling is not None,
-            **kwargs,
-        )
+        kwargs["input_ids"] = pad_ragged(ids, where_t, s, length, 0)  # [S, L]
+        kwargs["attention_mask"] = pad_ragged(torch.ones_like(ids), where_t, s, length, 0)  # [S, L]
+        if self.fast is not None:
+            from scorecli.fast_encoder import swapped_in
+
+            self.fast.cls_only = pooling in (None, "cls")
+            with swapped_in(self.model, self.fast):
+                logits = self.model(**kwargs).logits
+            hidden = self.fast.last_hidden  # [S, 1, H] with cls_only, else [S, L, H]
+        else:
+            out = self.model(output_hidden_states=pooling is not None, **kwargs)
+            logits, hidden = out.logits, (out.hidden_states[-1] if pooling is not None else None)
         pooled = None
-        if pooling is not None:
-            hidden = out.hidden_states[-1].flatten(0, 1)  # [S * L, H]
-            pooled = hidden[last] if pooling == "last" else hidden[torch.arange(s, device=self.device) * length]
-        return Pooled(None, out.logits, pooled)
+        if pooling == "cls":
+            pooled = hidden[:, 0]
+        elif pooling == "last":
+            pooled = hidden.flatten(0, 1)[last]
+        return Pooled(None, logits, pooled)

@@ -71,7 +71,11 @@ class Scorer:
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         if self.spec.kind == "cross-encoder":
             self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
-            self.forward = EncoderForward(loaded.model, loaded.device)
+            from scorecli.fast_encoder import supports
+
+            fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
+            self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
+            self.backend_name = "sdpa (fused encoder)" if fast else "model"
             self.padded = True
         else:
             from scorecli.attention import make_backend

@@ -51,6 +51,13 @@ def bert_cross_encoder(tmp_path_factory) -> str:
     return models.build_bert_cross_encoder(tmp_path_factory.mktemp("bert_cross_encoder"))
 
 
+@pytest.fixture(scope="session", params=["roberta", "xlm-roberta", "electra", "distilbert"])
+def encoder_family(request, tmp_path_factory) -> tuple[str, str]:
+    """(arch, folder): tiny cross-encoders of the other encoder families."""
+    arch = request.param
+    return arch, models.build_bert_cross_encoder(tmp_path_factory.mktemp(f"{arch}_cross_encoder"), arch=arch)
+
+
 @pytest.fixture(scope="session")
 def minilm_cross_encoder(tmp_path_factory) -> str:
     return models.build_minilm_cross_encoder(tmp_path_factory.mktemp("minilm_cross_encoder"))

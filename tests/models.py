@@ -347,12 +347,23 @@ def build_llama_reward(out_dir, **size_overrides) -> str:
     return _save(model, tok, out_dir)
 
 
-def build_bert_cross_encoder(out_dir, num_labels: int = 1, **size_overrides) -> str:
-    """Tiny ``BertForSequenceClassification`` cross-encoder with a local WordPiece."""
-    from transformers import BertConfig, BertForSequenceClassification
+ENCODER_ARCHS = {
+    "bert": ("BertConfig", "BertForSequenceClassification"),
+    "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),
+    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaForSequenceClassification"),
+    "electra": ("ElectraConfig", "ElectraForSequenceClassification"),
+    "distilbert": ("DistilBertConfig", "DistilBertForSequenceClassification"),
+}
+
+
+def build_bert_cross_encoder(out_dir, num_labels: int = 1, arch: str = "bert", **size_overrides) -> str:
+    """Tiny encoder cross-encoder (BERT by default; `arch` picks another family from
+    ENCODER_ARCHS) with a local WordPiece tokenizer (two token types)."""
+    import transformers
 
     torch.manual_seed(0)
     tok = build_wordpiece_tokenizer()
+    config_name, model_name = ENCODER_ARCHS[arch]
     kw = dict(
         vocab_size=len(tok),
         hidden_size=64,
@@ -366,9 +377,14 @@ def build_bert_cross_encoder(out_dir, num_labels: int = 1, **size_overrides) -> 
         num_labels=num_labels,
         **_labels(num_labels),
     )
+    if arch == "distilbert":
+        kw = dict(vocab_size=len(tok), dim=64, n_layers=2, n_heads=4, hidden_dim=128, pad_token_id=tok.pad_token_id,
+                  max_position_embeddings=512, initializer_range=0.1, num_labels=num_labels, **_labels(num_labels))
+    if arch == "electra":
+        kw["embedding_size"] = 32  # ELECTRA projects smaller embeddings up to the hidden size
     kw.update(size_overrides)
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(**kw))
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**kw))
     return _save(model, tok, out_dir)
 
 

@@ -26,7 +26,7 @@ def _rows(rows):
     return [RawRow(r, f"t:{k + 1}") for k, r in enumerate(rows)]
 
 
-def _hf_pair_logits(path, rows):
+def _hf_pair_logits(path, rows, pooling="cls"):
     model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(path)
     out = []
@@ -37,22 +37,44 @@ def _hf_pair_logits(path, rows):
             if not runs:
                 out.append((None, None))
                 continue
-            out.append((np.stack([o.logits[0].numpy() for o in runs]), np.stack([o.hidden_states[-1][0, 0].numpy() for o in runs])))
+            at = 0 if pooling == "cls" else -1
+            out.append((np.stack([o.logits[0].numpy() for o in runs]), np.stack([o.hidden_states[-1][0, at].numpy() for o in runs])))
     return out
 
 
-@pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
-def test_cross_encoder_matches_hf_forward(request, fixture):
-    path = request.getfixturevalue(fixture)
-    table = Scorer(path, pooled_hidden_states=True, max_batch_tokens=64).score_rows(_rows(PAIRS_ROWS))
-    assert table.schema.metadata[b"kind"] == b"cross-encoder"
+def _assert_pairs_match(path, table, pooling="cls"):
     for row, (ref, ref_h), scores, hidden in zip(
-        PAIRS_ROWS, _hf_pair_logits(path, PAIRS_ROWS), table["scores"].to_pylist(), table["pooled_hidden_states"].to_pylist()
+        PAIRS_ROWS, _hf_pair_logits(path, PAIRS_ROWS, pooling), table["scores"].to_pylist(), table["pooled_hidden_states"].to_pylist()
     ):
         assert len(scores) == len(row["items"])
         if row["items"]:
             np.testing.assert_allclose(np.array(scores), ref, atol=1e-4, rtol=0)
             np.testing.assert_allclose(np.array(hidden), ref_h, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "last"])
+@pytest.mark.parametrize("attention", ["auto", "eager"])
+@pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
+def test_cross_encoder_matches_hf_forward(request, fixture, attention, pooling):
+    """auto: the fused encoder stack (last layer at the rows read); eager: the model's own forward."""
+    path = request.getfixturevalue(fixture)
+    scorer = Scorer(path, pooled_hidden_states=True, pooling=pooling, attention=attention, max_batch_tokens=64)
+    table = scorer.score_rows(_rows(PAIRS_ROWS))
+    assert table.schema.metadata[b"kind"] == b"cross-encoder"
+    fused = table.schema.metadata[b"attention"] == b"sdpa (fused encoder)"
+    assert fused == (attention == "auto")
+    assert type(scorer.loaded.model.base_model.encoder).__name__ == "BertEncoder"  # given back after each batch
+    _assert_pairs_match(path, table, pooling)
+
+
+def test_encoder_families_match_hf_forward(encoder_family):
+    """RoBERTa, XLM-R and ELECTRA run the fused stack; DistilBERT (another layer layout) its own forward."""
+    arch, path = encoder_family
+    for pooling in ("cls", "last"):
+        table = Scorer(path, pooled_hidden_states=True, pooling=pooling, max_batch_tokens=64).score_rows(_rows(PAIRS_ROWS))
+        expected = b"model" if arch == "distilbert" else b"sdpa (fused encoder)"
+        assert table.schema.metadata[b"attention"] == expected
+        _assert_pairs_match(path, table, pooling)
 
 
 def test_cross_encoder_matches_sentence_transformers(minilm_cross_encoder):

@@ -1,0 +1,94 @@
+"""A faster, exact encoder stack for BERT-family cross-encoders (BERT, RoBERTa, XLM-R, ELECTRA).
+
+A cross-encoder's score reads only the first ([CLS]) token of the last layer. This stack
+replaces the model's `encoder` module for one forward call and differs from it in two ways:
+  - the query, key and value projections of every layer run as one fused GEMM;
+  - the last layer computes its attention output, feed-forward and norms for the [CLS] rows
+    only (its keys and values still come from every token), so it costs about a sixth of a
+    full layer.
+Everything else is the model's own code and weights: its embeddings, its attention mask,
+its LayerNorms and activation, its pooler and classification head. The results equal the
+model's own forward to float rounding (tests compare against HF and sentence-transformers).
+Models that do not have exactly this structure run their own forward (`supports`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+
+# Layer classes whose forward is: self-attention (query/key/value, scaled dot product,
+# absolute positions only) -> SelfOutput(dense, dropout, LayerNorm(+residual)) ->
+# Intermediate(dense, act) -> Output(dense, dropout, LayerNorm(+residual)), and whose
+# sequence-classification heads read position 0 only.
+LAYER_CLASSES = {"BertLayer", "RobertaLayer", "XLMRobertaLayer", "CamembertLayer", "ElectraLayer"}
+HEAD_CLASSES = {
+    "BertForSequenceClassification", "RobertaForSequenceClassification", "XLMRobertaForSequenceClassification",
+    "CamembertForSequenceClassification", "ElectraForSequenceClassification",
+}  # fmt: skip
+
+
+def supports(model: torch.nn.Module) -> bool:
+    """True when `model` is a BERT-family sequence classifier this stack reproduces exactly."""
+    if type(model).__name__ not in HEAD_CLASSES:
+        return False
+    config = model.config
+    if config.is_decoder or getattr(config, "add_cross_attention", False):
+        return False
+    if getattr(config, "position_embedding_type", "absolute") not in (None, "absolute"):
+        return False
+    if getattr(config, "chunk_size_feed_forward", 0):
+        return False
+    encoder = getattr(model.base_model, "encoder", None)
+    layers = getattr(encoder, "layer", None)
+    return bool(layers) and all(type(layer).__name__ in LAYER_CLASSES for layer in layers)
+
+
+class FastEncoder(torch.nn.Module):
+    """Drop-in for `model.base_model.encoder` during one forward (see `swapped_in`)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.layers = list(model.base_model.encoder.layer)
+        self.fused = []
+        for layer in self.layers:
+            sa = layer.attention.self
+            weight = torch.cat([sa.query.weight, sa.key.weight, sa.value.weight])  # [3 * H, H]
+            bias = torch.cat([sa.query.bias, sa.key.bias, sa.value.bias])
+            self.fused.append((weight, bias, sa.num_attention_heads, sa.attention_head_size, sa.scaling))
+        self.cls_only = True
+        self.last_hidden: torch.Tensor | None = None
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        last = len(self.layers) - 1
+        for i, (layer, (weight, bias, heads, head_dim, scale)) in enumerate(zip(self.layers, self.fused)):
+            b, length, width = hidden_states.shape
+            qkv = F.linear(hidden_states, weight, bias).view(b, length, 3, heads, head_dim)
+            q, k, v = qkv.unbind(2)  # each [B, L, heads, d]
+            residual, mask = hidden_states, attention_mask
+            if i == last and self.cls_only:
+                q, residual = q[:, :1], hidden_states[:, :1]
+                mask = None if mask is None else mask[:, :, :1]
+            attn = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+            )  # [B, heads, q, d]
+            attn = attn.transpose(1, 2).reshape(b, q.shape[1], width)
+            hidden_states = layer.feed_forward_chunk(layer.attention.output(attn, residual))
+        self.last_hidden = hidden_states
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states)
+
+
+class swapped_in:
+    """Context manager: the model runs with `fast` as its encoder, then gets its own back."""
+
+    def __init__(self, model: torch.nn.Module, fast: FastEncoder):
+        self.base, self.fast = model.base_model, fast
+
+    def __enter__(self):
+        self.own = self.base.encoder
+        self.base.encoder = self.fast
+        return self.fast
+
+    def __exit__(self, *exc):
+        self.base.encoder = self.own
