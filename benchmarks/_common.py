@@ -2,8 +2,10 @@
 
 Every benchmark times WHOLE PROCESSES (interpreter start, imports, model load, reading,
 scoring, writing Parquet), runs the contenders alternately (A B, then B A, ...) after one
-untimed warm-up run each, and reports medians. Peak RSS of each child comes from
-`os.wait4`, which returns that child's own rusage (ru_maxrss, KiB on Linux).
+untimed warm-up run each, and reports medians. Peak RSS and CPU time of each child come
+from `os.wait4` in a tiny launcher process (`LAUNCHER`): on Linux a forked child starts with
+its parent's peak RSS as its own ru_maxrss, so a benchmark script that has loaded a model
+would otherwise lend its own peak to every contender.
 """
 
 from __future__ import annotations
@@ -64,20 +66,36 @@ class Run:
     load: float = 0.0  # 1-minute load average when it started (other work on the machine)
 
 
+# Forks the command from a small process and writes its rusage (peak RSS KiB, CPU s) to argv[1].
+LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{ru.ru_maxrss} {ru.ru_utime + ru.ru_stime}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_process(cmd: list[str], env: dict | None = None, log: Path | None = None) -> Run:
-    """Run one whole process; wall seconds and its own peak RSS (os.wait4)."""
+    """Run one whole process; wall seconds, its own peak RSS and CPU time (os.wait4 in LAUNCHER)."""
     stderr = open(log, "ab") if log else subprocess.DEVNULL
+    fd, usage_file = tempfile.mkstemp(prefix="scorecli-bench-usage-")
+    os.close(fd)
     try:
         load = os.getloadavg()[0]
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, usage_file, *cmd],
+                              stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=ROOT)  # fmt: skip
         seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        usage = Path(usage_file).read_text().split()
     finally:
+        os.unlink(usage_file)
         if log:
             stderr.close()
-    run = Run(seconds, usage.ru_maxrss / 1024.0, proc.returncode, usage.ru_utime + usage.ru_stime, load)
+    max_rss_kib, cpu = (float(usage[0]), float(usage[1])) if len(usage) == 2 else (0.0, 0.0)
+    run = Run(seconds, max_rss_kib / 1024.0, proc.returncode, cpu, load)
     if run.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:] if log else ""
         raise SystemExit(f"command failed with exit code {run.returncode}: {' '.join(cmd)}\n{tail}")

@@ -4,7 +4,7 @@ Model: the tiny random Qwen3 classifier (tests.models.build_qwen3_seq_cls: hidde
 Data: seeded JSONL rows of a short query (4-10 words) and 4 short items (2-6 words each).
 Both runs: `scorecli score in.jsonl --out out.parquet --model M --quiet` (default
 --window-rows 2048, so the small input is one window and the large one ~49). Peak RSS of
-each whole process comes from os.wait4 (ru_maxrss). Goal: peak RSS growth <= 1.25x.
+each whole process comes from os.wait4 (ru_maxrss) in a small launcher. Goal: peak RSS growth <= 1.25x.
 
     python benchmarks/bench_memory.py [--small 2000] [--large 100000] [--repeats 2]
 """
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> float:
             "model: tiny random Qwen3ForSequenceClassification (hidden 64, 2 layers), float32, CPU, MIS",
             f"data: 4 items per row, query 4-10 words, items 2-6 words (seed {args.seed}); JSONL inputs of "
             f"{sizes['small']:.1f} MiB and {sizes['large']:.1f} MiB; Parquet out; default --window-rows 2048",
-            f"peak RSS = ru_maxrss of each whole process (os.wait4); {args.repeats} alternating rounds "
+            f"peak RSS = ru_maxrss of each whole process (os.wait4 in a small launcher); {args.repeats} alternating rounds "
             "after one untimed warm-up of the small run",
         ],
     )

@@ -7,6 +7,7 @@ pairs. Knows nothing about tokenization, activations or output.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,43 @@ class Pooled:
     hidden: torch.Tensor | None  # [N, H] pooled hidden states, when asked
 
 
+# Decoder layers whose forward is exactly: x + attn(norm1(x)), then h + mlp(norm2(h)), row-wise
+# apart from attention. Their last layer only needs the rows that are read (`RowsLastLayer`).
+ROWWISE_LAYERS = {"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"}
+
+
+@contextmanager
+def swapped(owner: torch.nn.Module, name: str, module: torch.nn.Module):
+    """Run with `owner.<name>` replaced by `module`, then put the original back."""
+    own = getattr(owner, name)
+    setattr(owner, name, module)
+    try:
+        yield module
+    finally:
+        setattr(owner, name, own)
+
+
+class RowsLastLayer(torch.nn.Module):
+    """A decoder's last layer computed only at `rows` (flat indices into [B * L]) after attention.
+
+    Attention still runs over every token (keys and values need them); the residual, the
+    post-attention norm and the MLP, most of a layer's work, run on the rows read. Output
+    [1, R, H]; the model's final norm is row-wise, so `last_hidden_state[0]` holds the rows.
+    """
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+        self.rows: torch.Tensor | None = None
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        layer = self.layer
+        attn, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
+        h = hidden_states.flatten(0, 1)[self.rows] + attn.flatten(0, 1)[self.rows]  # [R, H]
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return h[None]
+
+
 class DecoderForward:
     """Base model of a decoder under a scorecli attention backend."""
 
@@ -33,19 +71,28 @@ class DecoderForward:
         self.backend = backend
         self.device = device
         self.dtype = dtype
+        layers = getattr(self.base, "layers", None)
+        self.last = None
+        if isinstance(layers, torch.nn.ModuleList) and type(layers[-1]).__name__ in ROWWISE_LAYERS:
+            self.last = RowsLastLayer(layers[-1])
 
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
         inputs = self.backend.plan(batch, self.device, self.dtype)
-        out = self.base(
-            input_ids=inputs.input_ids,
-            position_ids=inputs.position_ids,
-            use_cache=False,
-            scorecli_backend=self.backend,
-        )
-        hidden = out.last_hidden_state.flatten(0, 1)  # [B * L, H]
-        states = hidden[inputs.pool_index]  # [N, H]
-        pooled = None if pooling is None else (states if pooling == "last" else hidden[inputs.first_index])
+        kwargs = dict(input_ids=inputs.input_ids, position_ids=inputs.position_ids, use_cache=False,
+                      scorecli_backend=self.backend)  # fmt: skip
+        if self.last is None:
+            hidden = self.base(**kwargs).last_hidden_state.flatten(0, 1)  # [B * L, H]
+            states = hidden[inputs.pool_index]  # [N, H]
+            first = None if pooling != "cls" else hidden[inputs.first_index]
+        else:
+            n = len(inputs.pool_index)
+            rows = inputs.pool_index if pooling != "cls" else torch.cat([inputs.pool_index, inputs.first_index])
+            self.last.rows = rows
+            with swapped(self.base.layers, str(len(self.base.layers) - 1), self.last):
+                hidden = self.base(**kwargs).last_hidden_state[0]  # [R, H]
+            states, first = hidden[:n], (hidden[n:] if pooling == "cls" else None)
+        pooled = None if pooling is None else (states if pooling == "last" else first)
         return Pooled(states, None, pooled)
 
 

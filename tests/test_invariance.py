@@ -133,3 +133,23 @@ def test_empty_item_reads_the_prefix_end(llama_reward):
     _, scores, hidden = scorer_outputs(llama_reward, rows, mode="mis")
     model, tok = load_reference(llama_reward, "seq-cls")
     assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "llama_reward"])
+@pytest.mark.parametrize("pooling", ["last", "cls"])
+def test_last_layer_at_read_rows_equals_full_last_layer(request, fixture, pooling):
+    """The last decoder layer computed only at the rows read == the model's whole last layer."""
+    from scorecli.io.readers import RawRow
+
+    path = request.getfixturevalue(fixture)
+    rows = [RawRow(r, f"test:{k + 1}") for k, r in enumerate(make_rows(8, seed=13))]
+    pruned = Scorer(path, pooled_hidden_states=True, pooling=pooling)
+    full = Scorer(path, pooled_hidden_states=True, pooling=pooling)
+    assert pruned.forward.last is not None
+    full.forward.last = None
+    a, b = pruned.score_rows(rows), full.score_rows(rows)
+    for col, tol in (("score", 1e-5), ("pooled_hidden_states", 1e-4)):
+        for x, y in zip(a[col].to_pylist(), b[col].to_pylist()):
+            np.testing.assert_allclose(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), atol=tol, rtol=0)
+    layers = pruned.forward.base.layers
+    assert type(layers[-1]).__name__ != "RowsLastLayer"  # given back after each batch
