@@ -144,17 +144,22 @@ def _sdpa_reference(batch: Batch, q, k, v, scale) -> torch.Tensor:
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-@pytest.mark.parametrize("compile", [False, True])
-def test_flex_attend_equals_sdpa_with_dense_mask(compile):
+@pytest.mark.parametrize(
+    "compile,device",
+    [(None, "cpu"), pytest.param(True, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))],
+)
+def test_flex_attend_equals_sdpa_with_dense_mask(compile, device):
+    """CPU: the default (eager) path. The compiled kernel is checked on CUDA: on CPU it returned
+    wrong rows on an AVX2 machine (see scorecli/attention/flex.py)."""
     backend = FlexBackend(compile=compile)
     for n, batch in enumerate(random_batches(6, seed=4, max_seqs=6, max_len=30)):
-        inputs = backend.plan(batch, torch.device("cpu"), torch.float32)
+        inputs = backend.plan(batch, torch.device(device), torch.float32)
         assert inputs.input_ids.shape == (1, batch.num_tokens) == inputs.position_ids.shape
-        np.testing.assert_array_equal(inputs.pool_index.numpy(), batch.pool_index)
+        np.testing.assert_array_equal(inputs.pool_index.cpu().numpy(), batch.pool_index)
         q, k, v = _attention_inputs(batch, n)
-        out = backend.attend(None, q, k, v, 0.25)  # [1, T, heads, d]
+        out = backend.attend(None, q.to(device), k.to(device), v.to(device), 0.25).cpu()  # [1, T, heads, d]
         torch.testing.assert_close(out, _sdpa_reference(batch, q, k, v, 0.25), atol=1e-5, rtol=1e-5)
-    assert backend.compile == compile  # compiling worked: no silent fallback to eager
+    assert backend.compile == (device == "cuda")  # on CUDA: compiled, no silent fallback to eager
 
 
 SCORER_CASES = [
@@ -222,25 +227,28 @@ def test_blocks_chosen_when_they_cost_less():
     assert 2 * block_cost(many) < dense_cost(many) and 2 * block_cost(single) >= dense_cost(single)
     backend = SdpaBackend()
     backend.plan(many, torch.device("cpu"), torch.float32)
-    assert backend.block_plan is not None and backend.mask is None
+    assert isinstance(backend.block_plan, BlockPlan) and backend.mask is None
     backend.plan(single, torch.device("cpu"), torch.float32)
     assert backend.block_plan is None and backend.mask is not None
 
 
 @pytest.mark.parametrize("fixture,extra", SCORER_CASES)
 def test_sdpa_blocks_scores_equal_dense(request, fixture, extra, monkeypatch):
-    """Whole scorer, MIS: sdpa by blocks == sdpa with the dense mask, forced both ways."""
+    """Whole scorer, MIS: sdpa by blocks (one row per batch, and rows of different prefix
+    lengths together) == sdpa with the dense mask."""
     path = request.getfixturevalue(fixture)
     rows = make_rows(8, seed=22)
     results = {}
-    for blocks in ("always", "never"):
+    for name, blocks, budget in (("one", "always", 1), ("many", "always", 100_000), ("dense", "never", 100_000)):
         monkeypatch.setattr(dense, "SdpaBackend", functools.partial(SdpaBackend, blocks=blocks))
-        results[blocks] = scorer_outputs(path, rows, mode="mis", attention="sdpa", **extra)
-    (_, s_a, h_a), (_, s_b, h_b) = results["always"], results["never"]
-    for a, b in zip(s_a, s_b):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
-    for a, b in zip(h_a, h_b):
-        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+        results[name] = scorer_outputs(path, rows, mode="mis", attention="sdpa", max_batch_tokens=budget, **extra)
+    _, s_dense, h_dense = results["dense"]
+    for name in ("one", "many"):
+        _, s_blocks, h_blocks = results[name]
+        for a, b in zip(s_blocks, s_dense):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+        for a, b in zip(h_blocks, h_dense):
+            np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
 
 
 # ---- flashinfer plan arguments (numpy, CPU) ----------------------------------------------------

@@ -18,8 +18,11 @@ On CPU (torch 2.13) `flex_attention` runs two ways, both correct:
   shapes first change); afterwards it is ~50x faster than eager (T=4000: ~0.06 s).
 `create_block_mask(..., _compile=True)` likewise avoids materializing the `[T, T]` mask
 (T=16000: 0.3 s and no extra memory, against 2 s and 2.7 GB eager).
-We compile by default and fall back to eager, with a warning, if compiling fails (for
-example when no C++ compiler is installed). This module knows nothing about tokenization.
+On CUDA we compile by default and fall back to eager, with a warning, if compiling fails.
+On CPU we run eager by default: on an AMD EPYC (AVX2) machine the compiled CPU kernel
+returned zeros or NaN for some rows of some batches (torch 2.13, 2026-11-23;
+tests/test_attention_backends.py caught it), while it was right on an AVX-512 Xeon.
+`FlexBackend(compile=True)` still asks for it. This module knows nothing about tokenization.
 """
 
 from __future__ import annotations
@@ -90,19 +93,21 @@ class FlexBackend:
 
     Args:
         compile: run the inductor-compiled kernel (fast after a one-time compile) rather than
-            the unfused eager fallback.
+            the unfused eager fallback; None (default): compile on CUDA only.
         block_size: BlockMask tile size (the kernel skips tiles that are fully masked).
     """
 
     name = "flex"
     is_padded = False
 
-    def __init__(self, compile: bool = True, block_size: int = 128) -> None:
+    def __init__(self, compile: bool | None = None, block_size: int = 128) -> None:
         self.compile = compile
         self.block_size = block_size
         self.block_mask: BlockMask | None = None
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        if self.compile is None:
+            self.compile = device.type == "cuda"
         inputs, doc, seg = ragged_inputs(batch, device)
         self.block_mask = self._block_mask(doc, seg)
         return inputs
