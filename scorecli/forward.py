@@ -58,7 +58,8 @@ class RowsLastLayer(torch.nn.Module):
     def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
         layer = self.layer
         attn, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
-        h = hidden_states.flatten(0, 1).index_select(0, self.rows) + attn.flatten(0, 1).index_select(0, self.rows)  # [R, H]
+        rows = self.rows
+        h = hidden_states.flatten(0, 1).index_select(0, rows) + attn.flatten(0, 1).index_select(0, rows)  # [R, H]
         h = h + layer.mlp(layer.post_attention_layernorm(h))
         return h[None]
 
