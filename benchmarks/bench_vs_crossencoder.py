@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> float:
             f"data: {args.rows} rows x {args.items} items = {len(pair_lens)} pairs (seed {args.seed}); items "
             f"{args.min_words}-{args.max_words} words; pair tokens mean {sum(pair_lens) / len(pair_lens):.1f} "
             f"(min {min(pair_lens)}, max {max(pair_lens)}), {sum(pair_lens):,} in all",
-            f"CrossEncoder.predict batch_size={args.batch_size}; scorecli defaults (--max-batch-tokens 16384)",
+            f"CrossEncoder.predict batch_size={args.batch_size}; scorecli defaults (--max-batch-tokens: 2048 on CPU)",
             f"{args.repeats} alternating rounds after one untimed 1-row warm-up each; whole processes",
         ],
     )
