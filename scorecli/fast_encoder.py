@@ -1,7 +1,8 @@
 """A faster, exact encoder stack for BERT-family cross-encoders (BERT, RoBERTa, XLM-R, ELECTRA).
 
 A cross-encoder's score reads only the first ([CLS]) token of the last layer. This stack
-replaces the model's `encoder` module for one forward call and differs from it in two ways:
+replaces the model's `encoder` module for one forward call (`forward.swapped`) and differs
+from it in two ways:
   - the query, key and value projections of every layer run as one fused GEMM;
   - the last layer computes its attention output, feed-forward and norms for the [CLS] rows
     only (its keys and values still come from every token), so it costs about a sixth of a
@@ -46,7 +47,7 @@ def supports(model: torch.nn.Module) -> bool:
 
 
 class FastEncoder(torch.nn.Module):
-    """Drop-in for `model.base_model.encoder` during one forward (see `swapped_in`)."""
+    """Drop-in for `model.base_model.encoder` during one forward."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
@@ -78,17 +79,3 @@ class FastEncoder(torch.nn.Module):
         self.last_hidden = hidden_states
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states)
 
-
-class swapped_in:
-    """Context manager: the model runs with `fast` as its encoder, then gets its own back."""
-
-    def __init__(self, model: torch.nn.Module, fast: FastEncoder):
-        self.base, self.fast = model.base_model, fast
-
-    def __enter__(self):
-        self.own = self.base.encoder
-        self.base.encoder = self.fast
-        return self.fast
-
-    def __exit__(self, *exc):
-        self.base.encoder = self.own

@@ -126,10 +126,8 @@ class EncoderForward:
         kwargs["input_ids"] = pad_ragged(ids, where_t, s, length, 0)  # [S, L]
         kwargs["attention_mask"] = pad_ragged(torch.ones_like(ids), where_t, s, length, 0)  # [S, L]
         if self.fast is not None:
-            from scorecli.fast_encoder import swapped_in
-
             self.fast.cls_only = pooling in (None, "cls")
-            with swapped_in(self.model, self.fast):
+            with swapped(self.model.base_model, "encoder", self.fast):
                 logits = self.model(**kwargs).logits
             hidden = self.fast.last_hidden  # [S, 1, H] with cls_only, else [S, L, H]
         else:
