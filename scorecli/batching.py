@@ -25,6 +25,7 @@ class Batch:
     prefix_lens: np.ndarray  # [S] int64
     item_lens: np.ndarray  # [N] int64, sequence-major
     item_counts: np.ndarray  # [S] int64: items per sequence
+    item_start: np.ndarray  # [N] int64: first token of each item within its sequence
     pool_index: np.ndarray  # [N] int64: ragged index of the token each item is read at
     first_index: np.ndarray  # [N] int64: ragged index of the first token of each item's sequence
     item_index: np.ndarray  # [N] int64: window-global item index
@@ -65,7 +66,7 @@ def collate(seqs: list[Seq]) -> Batch:
     item_lens = np.concatenate([s.item_lens for s in seqs])
     counts = np.array([len(s.item_lens) for s in seqs], dtype=np.int64)
     seq_start = np.repeat(cu[:-1], counts)  # [N]
-    item_start = np.repeat(prefix_lens, counts) + exclusive_cumsum_per_group(item_lens, counts)
+    item_start = np.repeat(prefix_lens, counts) + _exclusive_cumsum_per_group(item_lens, counts)
     offset = np.where(item_lens > 0, item_start + item_lens - 1, np.repeat(prefix_lens, counts) - 1)
     types = [s.token_type_ids for s in seqs]
     return Batch(
@@ -76,6 +77,7 @@ def collate(seqs: list[Seq]) -> Batch:
         prefix_lens=prefix_lens,
         item_lens=item_lens,
         item_counts=counts,
+        item_start=item_start,
         pool_index=seq_start + offset,
         first_index=seq_start,
         item_index=np.concatenate([s.item_index for s in seqs]),
@@ -83,7 +85,7 @@ def collate(seqs: list[Seq]) -> Batch:
     )
 
 
-def exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Cumulative sum of `values` restarting at 0 at the start of each group."""
     total = np.cumsum(values) - values
     group_first = np.repeat(np.cumsum(counts) - counts, counts)

@@ -81,8 +81,9 @@ class ScoreConfig:
 
 # Default token budgets of one forward batch. On CPU, activations of a 16k-token batch
 # (~100 MB per layer for a small model's MLP) fall far out of cache and every elementwise op
-# streams them through memory; 2k-token batches ran 1.3-1.5x faster end to end
-# (benchmarks/sweep_batch_tokens.py, RESULTS.md). GPUs want large batches.
+# streams them through memory; 2k-token batches ran 1.35x faster end to end on the
+# cross-encoder benchmark (median of 3; benchmarks/sweep_batch_tokens.py, RESULTS.md).
+# GPUs want large batches.
 CPU_BATCH_TOKENS = 2048
 CUDA_BATCH_TOKENS = 16384
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scorecli.batching import Batch, exclusive_cumsum_per_group
+from scorecli.batching import Batch
 
 
 def dense_cost(batch: Batch) -> int:
@@ -49,7 +49,7 @@ class BlockPlan:
         p = int(p_lens.max())
         m = max(int(i_lens.max()) if n else 0, 1)
         seq_of_item = np.repeat(np.arange(s), counts)  # [N]
-        start = p_lens[seq_of_item] + exclusive_cumsum_per_group(i_lens, counts)  # first token of each item in its row
+        start = batch.item_start
         t = np.arange(m)
         q_valid = t[None, :] < i_lens[:, None]  # [N, m]
         q_flat = seq_of_item[:, None] * length + np.where(q_valid, start[:, None] + t[None, :], 0)
