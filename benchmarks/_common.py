@@ -186,6 +186,28 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(row) + "\n")
 
 
+def read_jsonl(path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_row_scores(rows: list[dict], scores: list[float], path) -> None:
+    """Regroup flat per-item scores by row; Parquet with `id` and `score` (list<float32>)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out, start = [], 0
+    for row in rows:
+        n = len(row["items"])
+        out.append([float(s) for s in scores[start : start + n]])
+        start += n
+    table = pa.table({
+        "id": pa.array([row.get("id") for row in rows]),
+        "score": pa.array(out, type=pa.list_(pa.float32())),
+    })  # fmt: skip
+    pq.write_table(table, path)
+
+
 def token_stats(tokenizer, texts: list[str]) -> tuple[float, int, int]:
     lens = [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     return statistics.mean(lens), min(lens), max(lens)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -154,23 +153,11 @@ def ops(prof, title: str, top: int = 10) -> None:
 
 
 def profile_recipe(model: str, rows: list[dict], batch_size: int) -> None:
-    """The model card's recipe (as in qwen3_recipe_job.py) with phase timers and hooks."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """The model card's recipe (qwen3_recipe_job.load_recipe) with phase timers and hooks."""
     import qwen3_recipe_job as job
 
     with phase("load model + tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-        lm = AutoModelForCausalLM.from_pretrained(model).eval()
-    yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
-    prefix = (
-        "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
-        'Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
-    )
-    suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    p_tok = tokenizer.encode(prefix, add_special_tokens=False)
-    s_tok = tokenizer.encode(suffix, add_special_tokens=False)
+        lm, process_inputs, compute_logits = job.load_recipe(model)
     pairs = [job.format_instruction(None, r["query"], d) for r in rows for d in r["items"]]
 
     starts: dict[str, float] = {}
@@ -188,16 +175,11 @@ def profile_recipe(model: str, rows: list[dict], batch_size: int) -> None:
     real, padded = 0, 0
     for start in range(0, len(pairs), batch_size):
         with phase("tokenize + pad"):
-            inputs = tokenizer(pairs[start : start + batch_size], padding=False, truncation="longest_first",
-                               return_attention_mask=False, max_length=8192 - len(p_tok) - len(s_tok))  # fmt: skip
-            for i, ele in enumerate(inputs["input_ids"]):
-                inputs["input_ids"][i] = p_tok + ele + s_tok
-            real += sum(len(x) for x in inputs["input_ids"])
-            inputs = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=8192)
-            padded += inputs["input_ids"].numel()
-        with phase("model passes"), torch.no_grad():
-            logits = lm(**inputs).logits[:, -1, :]
-            torch.stack([logits[:, no], logits[:, yes]], dim=1).log_softmax(1)[:, 1].exp().tolist()
+            inputs = process_inputs(pairs[start : start + batch_size])
+        real += int(inputs["attention_mask"].sum())
+        padded += inputs["input_ids"].numel()
+        with phase("model passes"):
+            compute_logits(inputs)
     T["  other (output allocation, masks)"] = (
         T["model passes"] - T["  decoder body (model.model)"] - T["  lm_head over every position"]
     )

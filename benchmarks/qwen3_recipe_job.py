@@ -17,12 +17,11 @@ row per input row: `id`, `score` (list<float32>).
 from __future__ import annotations
 
 import argparse
-import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import _common as C
 
 
 def format_instruction(instruction, query, doc):
@@ -34,16 +33,10 @@ def format_instruction(instruction, query, doc):
     return output
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("input")
-    ap.add_argument("output")
-    ap.add_argument("model")
-    ap.add_argument("--batch-size", type=int, default=8)
-    args = ap.parse_args()
-
-    tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+def load_recipe(model_path: str):
+    """The card's model, `process_inputs` and `compute_logits` (also used by profile_scorecli.py)."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     token_false_id = tokenizer.convert_tokens_to_ids("no")
     token_true_id = tokenizer.convert_tokens_to_ids("yes")
     max_length = 8192
@@ -78,26 +71,25 @@ def main() -> None:
         scores = batch_scores[:, 1].exp().tolist()
         return scores
 
-    with open(args.input, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    pairs = [format_instruction(row.get("instruction"), row["query"], doc) for row in rows for doc in row["items"]]
+    return model, process_inputs, compute_logits
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("model")
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args()
+
+    _, process_inputs, compute_logits = load_recipe(args.model)
+    rows = C.read_jsonl(args.input)
+    pairs = [format_instruction(row.get("instruction"), row["query"], doc) for row in rows for doc in row["items"]]
     scores = []
     for start in range(0, len(pairs), args.batch_size):
         inputs = process_inputs(pairs[start : start + args.batch_size])
         scores.extend(compute_logits(inputs))
-
-    out, start = [], 0
-    for row in rows:
-        n = len(row["items"])
-        out.append(scores[start : start + n])
-        start += n
-    table = pa.table({
-        "id": pa.array([row.get("id") for row in rows]),
-        "score": pa.array(out, type=pa.list_(pa.float32())),
-    })  # fmt: skip
-    pq.write_table(table, args.output)
-
+    C.write_row_scores(rows, scores, args.output)
 
 if __name__ == "__main__":
     main()

@@ -11,12 +11,11 @@ writes one Parquet row per input row: `id`, `score` (list<float32>).
 from __future__ import annotations
 
 import argparse
-import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from sentence_transformers import CrossEncoder
+
+import _common as C
 
 
 def main() -> None:
@@ -27,24 +26,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     args = ap.parse_args()
 
-    with open(args.input, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = C.read_jsonl(args.input)
     pairs = [(row["query"], item) for row in rows for item in row["items"]]
 
     model = CrossEncoder(args.model, activation_fn=torch.nn.Identity())
     scores = model.predict(pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True)
-
-    out, start = [], 0
-    for row in rows:
-        n = len(row["items"])
-        out.append([float(s) for s in scores[start : start + n]])
-        start += n
-    table = pa.table({
-        "id": pa.array([row.get("id") for row in rows]),
-        "score": pa.array(out, type=pa.list_(pa.float32())),
-    })  # fmt: skip
-    pq.write_table(table, args.output)
-
+    C.write_row_scores(rows, scores, args.output)
 
 if __name__ == "__main__":
     main()
