@@ -17,7 +17,8 @@ from torch.nn.attention.flex_attention import create_mask
 
 from scorecli.attention import make_backend
 from scorecli.attention import dense
-from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost
+from scorecli.attention import blocks
+from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost, item_groups
 from scorecli.attention.dense import SdpaBackend, mis_allowed
 from scorecli.attention.flashinfer import (
     FlashInferBackend,
@@ -205,12 +206,18 @@ def _padded(batch: Batch, x: torch.Tensor) -> torch.Tensor:
     return flat.view(s, length, x.shape[1], x.shape[3]).transpose(1, 2)
 
 
+@pytest.mark.parametrize("overhead", [0, None, 10**12], ids=["group-per-length", "default", "one-group"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_blocks_attend_equals_sdpa_with_dense_mask(dtype):
-    """Every real token's output equals dense-mask attention; padding stays finite."""
+def test_blocks_attend_equals_sdpa_with_dense_mask(dtype, overhead, monkeypatch):
+    """Every real token's output equals dense-mask attention; padding stays finite; whether
+    items run in one padded group, one group per distinct length, or the default split."""
+    if overhead is not None:
+        monkeypatch.setattr(blocks, "GROUP_OVERHEAD", overhead)
     for n, batch in enumerate(random_batches(60, seed=5, max_seqs=6, max_items=6, max_len=12)):
         q, k, v = _attention_inputs(batch, n)
         plan = BlockPlan(batch, torch.device("cpu"), dtype)
+        if overhead == 0:
+            assert len(plan.groups) == len(np.unique(np.maximum(batch.item_lens, 1)))
         out = plan.attend(*(_padded(batch, x).to(dtype) for x in (q, k, v)), 0.25)  # [S, L, H, d]
         assert torch.isfinite(out).all()
         got = out.reshape(-1, *out.shape[2:])[torch.from_numpy(batch.padded_index())].float()
@@ -219,6 +226,40 @@ def test_blocks_attend_equals_sdpa_with_dense_mask(dtype):
         if dtype != torch.float32:
             ref = _sdpa_reference(batch, *(x.to(dtype).float() for x in (q, k, v)), 0.25)[0]
         torch.testing.assert_close(got, ref, atol=tol, rtol=tol)
+
+
+def _brute_force_groups(lens: list[int], p: int, overhead: int) -> float:
+    """Least cost over every split of the sorted distinct lengths into contiguous runs."""
+    distinct = sorted(set(lens))
+    best = float("inf")
+    for cuts in range(2 ** (len(distinct) - 1)):
+        cost, members = 0.0, []
+        for j, length in enumerate(distinct):
+            members += [x for x in lens if x == length]
+            if j == len(distinct) - 1 or cuts >> j & 1:
+                m = max(length, 1)
+                cost += len(members) * m * (p + m) + overhead
+                members = []
+        best = min(best, cost)
+    return best
+
+
+def test_item_groups_partition_items_at_least_cost():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        lens = rng.integers(0, 30, rng.integers(1, 12))
+        p, overhead = int(rng.integers(0, 40)), int(rng.choice([0, 50, 500, 5000]))
+        groups = item_groups(lens, p, overhead)
+        members = np.concatenate([g for g, _ in groups])
+        assert sorted(members.tolist()) == list(range(len(lens)))  # every item exactly once
+        assert [m for _, m in groups] == sorted({m for _, m in groups})  # ascending, distinct
+        for g, m in groups:
+            assert m == max(int(lens[g].max()), 1)
+        for length in set(lens.tolist()):  # one length, one group
+            assert len({i for i, (g, _) in enumerate(groups) if length in lens[g]}) == 1
+        cost = sum(len(g) * m * (p + m) + overhead for g, m in groups)
+        assert cost == pytest.approx(_brute_force_groups(lens.tolist(), p, overhead))
+    assert item_groups(np.array([], dtype=np.int64), 5) == []
 
 
 def test_blocks_chosen_when_they_cost_less():
@@ -234,16 +275,19 @@ def test_blocks_chosen_when_they_cost_less():
 
 @pytest.mark.parametrize("fixture,extra", SCORER_CASES)
 def test_sdpa_blocks_scores_equal_dense(request, fixture, extra, monkeypatch):
-    """Whole scorer, MIS: sdpa by blocks (one row per batch, and rows of different prefix
-    lengths together) == sdpa with the dense mask."""
+    """Whole scorer, MIS: sdpa by blocks (one row per batch, rows of different prefix lengths
+    together, and items split into one group per length) == sdpa with the dense mask."""
     path = request.getfixturevalue(fixture)
     rows = make_rows(8, seed=22)
     results = {}
-    for name, blocks, budget in (("one", "always", 1), ("many", "always", 100_000), ("dense", "never", 100_000)):
-        monkeypatch.setattr(dense, "SdpaBackend", functools.partial(SdpaBackend, blocks=blocks))
+    cases = (("one", "always", 1, None), ("many", "always", 100_000, None), ("per-length", "always", 100_000, 0),
+             ("dense", "never", 100_000, None))  # fmt: skip
+    for name, path_kind, budget, overhead in cases:
+        monkeypatch.setattr(dense, "SdpaBackend", functools.partial(SdpaBackend, blocks=path_kind))
+        monkeypatch.setattr(blocks, "GROUP_OVERHEAD", blocks.GROUP_OVERHEAD if overhead is None else overhead)
         results[name] = scorer_outputs(path, rows, mode="mis", attention="sdpa", max_batch_tokens=budget, **extra)
     _, s_dense, h_dense = results["dense"]
-    for name in ("one", "many"):
+    for name in ("one", "many", "per-length"):
         _, s_blocks, h_blocks = results[name]
         for a, b in zip(s_blocks, s_dense):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
