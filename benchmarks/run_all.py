@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 BENCHMARKS = {
-    "mis": ("bench_mis_vs_single.py", ["--rows", "8", "--repeats", "1"]),
+    "mis": ("bench_mis_vs_single.py", ["--rows", "4", "8", "--repeats", "1"]),
     "crossencoder": ("bench_vs_crossencoder.py", ["--rows", "30", "--repeats", "1"]),
     "qwen3": ("bench_vs_qwen3_recipe.py", ["--rows", "2", "--items", "8", "--repeats", "1"]),
     "memory": ("bench_memory.py", ["--large", "10000", "--repeats", "1"]),
