@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> float:
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[a1, b1])
     diff = C.max_abs_diff(C.read_scores(work / "a.parquet"), C.read_scores(work / "b.parquet"))
 
+    work = forward_work(model, work / "in.jsonl", rows, args.batch_size)
     ratio = b.median_s / a.median_s
     cpu_ratio = b.median_cpu / a.median_cpu
     min_ratio = b.min_s / a.min_s
@@ -96,14 +97,65 @@ def main(argv: list[str] | None = None) -> float:
             f"query tokens mean {q_stats[0]:.1f}; item tokens mean {i_stats[0]:.1f} (min {i_stats[1]}, "
             f"max {i_stats[2]}); the template adds ~{_template_tokens(tok)} prompt tokens per (query, item)",
             f"{args.repeats} alternating rounds after one untimed 1-row warm-up each; whole processes",
+            work.describe(),
         ],
     )
     C.commands(contenders)
     C.table(contenders, b)
     print(f"**scorecli speed-up over the recipe: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; "
           f"net of each side's 1-row run: {net}. Max |scorecli - recipe| yes-probability difference: "
-          f"{diff:.2e} ({'within' if diff <= 1e-3 else 'OUTSIDE'} 1e-3).\n")
+          f"{diff:.2e} ({'within' if diff <= 1e-3 else 'OUTSIDE'} 1e-3). "
+          f"Ceiling at equal FLOP/s (the recipe's model time divided by {work.ratio:.2f}, each side's measured "
+          f"start-up): {work.ceiling(a1.median_s, b.median_s, b1.median_s):.2f}x.\n")
     return ratio
+
+
+class Work:
+    """Linear-layer FLOPs of the two contenders' forward passes over this data."""
+
+    def __init__(self, body: float, head: float, recipe_tokens: int, mis_tokens: int, read_rows: int, mlp: float, layers: int):
+        self.body, self.head = body, head  # FLOPs per token: decoder layers; the LM head
+        self.recipe_tokens, self.mis_tokens = recipe_tokens, mis_tokens
+        self.recipe = recipe_tokens * (body + head)  # the recipe computes logits at every position
+        # scorecli: every MIS token through every layer but the last layer's MLP, run at the read rows only
+        self.mis = mis_tokens * body - (mis_tokens - read_rows) * mlp
+        self.layers = layers
+        self.ratio = self.recipe / self.mis
+
+    def describe(self) -> str:
+        return (f"forward work (linear layers, 2 FLOPs per multiply-add): the recipe {self.recipe_tokens:,} padded "
+                f"tokens x ({self.body / 1e6:.1f} MFLOP in the {self.layers} layers + {self.head / 1e6:.1f} MFLOP "
+                f"of LM head) = {self.recipe / 1e12:.2f} TFLOP; scorecli {self.mis_tokens:,} MIS tokens x "
+                f"{self.body / 1e6:.1f} MFLOP, less the last layer's MLP away from the item ends = "
+                f"{self.mis / 1e12:.2f} TFLOP: the recipe does {self.ratio:.2f}x the work (attention excluded)")
+
+    def ceiling(self, a1: float, b: float, b1: float) -> float:
+        """Whole-process speed-up if scorecli ran its FLOPs exactly as fast as the recipe runs its own."""
+        return b / (a1 + (b - b1) / self.ratio)
+
+
+def forward_work(model: str, data, rows: list[dict], batch_size: int) -> Work:
+    """Token counts from each side's own code: scorecli's packing and the recipe's padding."""
+    import qwen3_recipe_job as job
+    from transformers import AutoConfig
+
+    from scorecli.io.readers import iter_rows
+    from scorecli.scorer import Scorer
+
+    prepared = Scorer(model, template="qwen3-reranker").prepare(list(iter_rows([str(data)])))
+    mis_tokens = sum(s.length for s in prepared.seqs)
+    read_rows = sum(len(s.item_lens) for s in prepared.seqs)
+    _, process_inputs, _ = job.load_recipe(model)
+    pairs = [job.format_instruction(r.get("instruction"), r["query"], d) for r in rows for d in r["items"]]
+    recipe_tokens = sum(process_inputs(pairs[i : i + batch_size])["input_ids"].numel()
+                        for i in range(0, len(pairs), batch_size))  # fmt: skip
+    c = AutoConfig.from_pretrained(model)
+    h, heads, kv = c.hidden_size, c.num_attention_heads, c.num_key_value_heads
+    d = getattr(c, "head_dim", None) or h // heads
+    mlp = 3 * h * c.intermediate_size
+    per_layer = 2 * h * heads * d + 2 * h * kv * d + mlp  # q and o, k and v, gate/up/down
+    return Work(2 * per_layer * c.num_hidden_layers, 2 * h * c.vocab_size, recipe_tokens, mis_tokens, read_rows,
+                2 * mlp, c.num_hidden_layers)  # fmt: skip
 
 
 def _template_tokens(tok) -> int:
