@@ -401,7 +401,10 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signu
     out.parent.mkdir()
     args = ["score", big_input, "--model", qwen3_seq_cls, "--out", str(out), "--window-rows", "50",
             "--max-batch-tokens", "64"]  # fmt: skip
-    proc = subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    # The child starts with SIGINT at its default, as under a terminal: a shell that runs the
+    # tests as a background job (`make test &`) hands its children SIGINT ignored.
+    proc = subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         temp = out.parent / f".{out.name}.{proc.pid}.tmp"
         deadline = time.monotonic() + 90
