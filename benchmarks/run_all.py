@@ -24,6 +24,7 @@ BENCHMARKS = {
     "crossencoder": ("bench_vs_crossencoder.py", ["--rows", "30", "--repeats", "1"]),
     "qwen3": ("bench_vs_qwen3_recipe.py", ["--rows", "2", "--items", "8", "--repeats", "1"]),
     "memory": ("bench_memory.py", ["--large", "10000", "--repeats", "1"]),
+    "blocks": ("bench_block_groups.py", ["--repeats", "1", "--calls", "3"]),
 }
 
 
