@@ -262,6 +262,14 @@ def test_item_groups_partition_items_at_least_cost():
     assert item_groups(np.array([], dtype=np.int64), 5) == []
 
 
+def test_item_groups_split_on_cpu_not_on_cuda():
+    """A row of 24 items of 34-76 tokens (bench 3's shape) splits on CPU; on CUDA, where a
+    launch outweighs the padding, it stays one group."""
+    lens = np.random.default_rng(0).integers(34, 77, 24)
+    assert len(item_groups(lens, 84, blocks.group_overhead(torch.device("cpu")))) > 1
+    assert len(item_groups(lens, 84, blocks.group_overhead(torch.device("cuda")))) == 1
+
+
 def test_blocks_chosen_when_they_cost_less():
     many = _one_seq(20, [8] * 30)  # L = 260: dense 67,600 scores, blocks 400 + 30 * 8 * 28
     single = collate(pack_row(EncodedRow(np.arange(20) + 5, [np.arange(8) + 7] * 3), 0, mis=False, max_seq_len=100))

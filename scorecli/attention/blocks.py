@@ -26,7 +26,15 @@ from scorecli.batching import Batch
 
 # What one more item group costs (its gathers, SDPA call and scatter per layer), in attention
 # scores per head: a group is split off only when the padding it saves outweighs this.
+# CPU: measured (benchmarks/bench_block_groups.py). CUDA: a launch costs microseconds while a
+# score costs picoseconds, so items stay in one group unless a split saves millions of
+# scores (not measured yet: no GPU was lent to this work).
 GROUP_OVERHEAD = 4096
+GROUP_OVERHEAD_CUDA = 1 << 24
+
+
+def group_overhead(device: torch.device | None = None) -> int:
+    return GROUP_OVERHEAD_CUDA if device is not None and device.type == "cuda" else GROUP_OVERHEAD
 
 
 def dense_cost(batch: Batch) -> int:
@@ -34,10 +42,10 @@ def dense_cost(batch: Batch) -> int:
     return batch.num_seqs * batch.max_len**2
 
 
-def block_cost(batch: Batch) -> int:
+def block_cost(batch: Batch, device: torch.device | None = None) -> int:
     """Attention scores the block plan computes (per head and layer)."""
     p = int(batch.prefix_lens.max())
-    groups = item_groups(batch.item_lens, p)
+    groups = item_groups(batch.item_lens, p, group_overhead(device))
     return batch.num_seqs * p * p + sum(len(g) * m * (p + m) for g, m in groups)
 
 
@@ -47,11 +55,11 @@ def item_groups(item_lens: np.ndarray, p: int, overhead: int | None = None) -> l
     The partition of the length-sorted items into runs that minimises the scores computed,
     sum over groups of n * m * (p + m), plus `overhead` per group (dynamic programming over
     the distinct lengths). Items of one length always share a group. `overhead` defaults to
-    GROUP_OVERHEAD.
+    the CPU's (`group_overhead`).
     """
     if len(item_lens) == 0:
         return []
-    overhead = GROUP_OVERHEAD if overhead is None else overhead
+    overhead = group_overhead() if overhead is None else overhead
     order = np.argsort(item_lens, kind="stable")
     lengths, counts = np.unique(item_lens, return_counts=True)
     m = np.maximum(lengths, 1).astype(np.float64)
@@ -100,7 +108,7 @@ class BlockPlan:
         low = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
 
         ints, masks, shapes = [], [], []
-        for items, m in item_groups(i_lens, p):
+        for items, m in item_groups(i_lens, p, group_overhead(device)):
             seq, lens, start = seq_of_item[items], i_lens[items], batch.item_start[items]
             n, t = len(items), np.arange(m)
             q_valid = t[None, :] < lens[:, None]  # [n, m]

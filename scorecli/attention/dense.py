@@ -72,7 +72,7 @@ class SdpaBackend(DenseMaskBackend):
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         use_blocks = self.blocks == "always" or (
-            self.blocks == "auto" and 2 * block_cost(batch) < dense_cost(batch)
+            self.blocks == "auto" and 2 * block_cost(batch, device) < dense_cost(batch)
         )
         inputs = self._padded(batch, device, dtype, with_mask=not use_blocks)
         self.block_plan = BlockPlan(batch, device, dtype) if use_blocks else None
