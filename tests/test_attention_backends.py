@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import create_mask
 from scorecli.attention import make_backend
 from scorecli.attention import dense
 from scorecli.attention import blocks
-from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost, item_groups
+from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost, item_groups
 from scorecli.attention.dense import SdpaBackend, mis_allowed
 from scorecli.attention.flashinfer import (
     FlashInferBackend,
@@ -273,7 +273,8 @@ def test_item_groups_split_on_cpu_not_on_cuda():
 def test_blocks_chosen_when_they_cost_less():
     many = _one_seq(20, [8] * 30)  # L = 260: dense 67,600 scores, blocks 400 + 30 * 8 * 28
     single = collate(pack_row(EncodedRow(np.arange(20) + 5, [np.arange(8) + 7] * 3), 0, mis=False, max_seq_len=100))
-    assert 2 * block_cost(many) < dense_cost(many) and 2 * block_cost(single) >= dense_cost(single)
+    assert 2 * block_cost(many, batch_groups(many)) < dense_cost(many)
+    assert 2 * block_cost(single, batch_groups(single)) >= dense_cost(single)
     backend = SdpaBackend()
     backend.plan(many, torch.device("cpu"), torch.float32)
     assert isinstance(backend.block_plan, BlockPlan) and backend.mask is None

@@ -42,10 +42,14 @@ def dense_cost(batch: Batch) -> int:
     return batch.num_seqs * batch.max_len**2
 
 
-def block_cost(batch: Batch, device: torch.device | None = None) -> int:
-    """Attention scores the block plan computes (per head and layer)."""
+def batch_groups(batch: Batch, device: torch.device | None = None) -> list[tuple[np.ndarray, int]]:
+    """The item groups a BlockPlan of `batch` on `device` runs (`item_groups`)."""
+    return item_groups(batch.item_lens, int(batch.prefix_lens.max()), group_overhead(device))
+
+
+def block_cost(batch: Batch, groups: list[tuple[np.ndarray, int]]) -> int:
+    """Attention scores the block plan computes with these item groups (per head and layer)."""
     p = int(batch.prefix_lens.max())
-    groups = item_groups(batch.item_lens, p, group_overhead(device))
     return batch.num_seqs * p * p + sum(len(g) * m * (p + m) for g, m in groups)
 
 
@@ -95,9 +99,11 @@ class _Group:
 
 
 class BlockPlan:
-    """Index tensors and masks for one padded MIS batch."""
+    """Index tensors and masks for one padded MIS batch (`groups`: `batch_groups`, when the
+    caller has them already)."""
 
-    def __init__(self, batch: Batch, device: torch.device, dtype: torch.dtype):
+    def __init__(self, batch: Batch, device: torch.device, dtype: torch.dtype,
+                 groups: list[tuple[np.ndarray, int]] | None = None):  # fmt: skip
         s, length = batch.num_seqs, batch.max_len
         p_lens, i_lens = batch.prefix_lens, batch.item_lens
         p = int(p_lens.max())
@@ -108,7 +114,7 @@ class BlockPlan:
         low = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
 
         ints, masks, shapes = [], [], []
-        for items, m in item_groups(i_lens, p, group_overhead(device)):
+        for items, m in batch_groups(batch, device) if groups is None else groups:
             seq, lens, start = seq_of_item[items], i_lens[items], batch.item_start[items]
             n, t = len(items), np.arange(m)
             q_valid = t[None, :] < lens[:, None]  # [n, m]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from scorecli.attention import ModelInputs, pad_ragged, to_device
-from scorecli.attention.blocks import BlockPlan, block_cost, dense_cost
+from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost
 from scorecli.batching import Batch
 
 
@@ -71,11 +71,12 @@ class SdpaBackend(DenseMaskBackend):
         self.block_plan: BlockPlan | None = None
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+        groups = None if self.blocks == "never" else batch_groups(batch, device)
         use_blocks = self.blocks == "always" or (
-            self.blocks == "auto" and 2 * block_cost(batch, device) < dense_cost(batch)
+            self.blocks == "auto" and 2 * block_cost(batch, groups) < dense_cost(batch)
         )
         inputs = self._padded(batch, device, dtype, with_mask=not use_blocks)
-        self.block_plan = BlockPlan(batch, device, dtype) if use_blocks else None
+        self.block_plan = BlockPlan(batch, device, dtype, groups) if use_blocks else None
         return inputs
 
     def attend(self, module, query, key, value, scaling):
