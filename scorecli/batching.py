@@ -30,6 +30,7 @@ class Batch:
     first_index: np.ndarray  # [N] int64: ragged index of the first token of each item's sequence
     item_index: np.ndarray  # [N] int64: window-global item index
     token_type_ids: np.ndarray | None = None  # [T]
+    shared_len: int = 0  # tokens of a shared prefix every sequence continues (`pack.drop_shared`)
 
     @property
     def num_seqs(self) -> int:
@@ -55,10 +56,12 @@ class Batch:
         return row * self.max_len + col
 
 
-def collate(seqs: list[Seq]) -> Batch:
+def collate(seqs: list[Seq], shared_len: int = 0) -> Batch:
     """Concatenate sequences into one ragged batch.
 
     Each item is read at its last token, or at the prefix's last token when it is empty.
+    `shared_len`: the sequences continue a shared prefix of that many tokens, which attention
+    sees as keys before every sequence (their own positions already count it).
     """
     lens = np.array([s.length for s in seqs], dtype=np.int64)
     cu = np.concatenate([[0], np.cumsum(lens)])
@@ -82,6 +85,7 @@ def collate(seqs: list[Seq]) -> Batch:
         first_index=seq_start,
         item_index=np.concatenate([s.item_index for s in seqs]),
         token_type_ids=None if types[0] is None else np.concatenate(types),
+        shared_len=shared_len,
     )
 
 

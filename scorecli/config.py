@@ -50,6 +50,7 @@ class ScoreConfig:
     max_seq_len: int | None = None
     truncate: str = "item"
     window_rows: int = 2048
+    share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     skip_bad_rows: bool = False
     trust_remote_code: bool = False
     allow_pickle: bool = False

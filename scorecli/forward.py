@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import AttentionBackend, pad_ragged, to_device
+from scorecli.attention.shared import Recorder, SharedKV, records_layers
 from scorecli.batching import Batch
 
 
@@ -76,6 +77,28 @@ class DecoderForward:
         self.last = None
         if isinstance(layers, torch.nn.ModuleList) and type(layers[-1]).__name__ in ROWWISE_LAYERS:
             self.last = RowsLastLayer(layers[-1])
+        self.shares_prefix = backend.shares_prefix and isinstance(layers, torch.nn.ModuleList) and records_layers(layers)
+
+    @torch.inference_mode()
+    def share(self, ids: np.ndarray) -> None:
+        """Make the next batches continue the shared prefix `ids` ([C] int64; empty: none).
+
+        Runs the model once over `ids` and keeps every layer's keys and values in the backend
+        (nothing to do when it holds these ids already)."""
+        held = self.backend.shared
+        if len(ids) == 0 or not self.shares_prefix:
+            if len(ids):
+                raise RuntimeError(f"{self.backend.name}: this model and backend cannot share a prefix")
+            self.backend.shared = None
+            return
+        if held is not None and np.array_equal(held.ids, ids):
+            return
+        self.backend.shared = None
+        recorder = Recorder()
+        (t,) = to_device([ids.astype(np.int64)], self.device)
+        self.base(input_ids=t[None], position_ids=torch.arange(len(ids), device=self.device)[None], use_cache=False,
+                  scorecli_backend=recorder)  # fmt: skip
+        self.backend.shared = SharedKV(ids.copy(), recorder.keys, recorder.values)
 
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:

@@ -117,6 +117,33 @@ def _make_seq(row: EncodedRow, lens: np.ndarray, a: int, b: int, first_item: int
     return Seq(ids, positions, p, item_lens, index)
 
 
+def shared_prefix_len(prefixes: list[np.ndarray]) -> int:
+    """Length of the longest token prefix common to every row's prefix, leaving each row at
+    least one token of its own (0 for fewer than two rows)."""
+    if len(prefixes) < 2:
+        return 0
+    first = prefixes[0]
+    limit = min(len(p) for p in prefixes) - 1
+    if limit <= 0:
+        return 0
+    same = np.ones(limit, dtype=bool)
+    for p in prefixes[1:]:
+        same &= p[:limit] == first[:limit]
+    return limit if same.all() else int(np.argmin(same))
+
+
+def drop_shared(seq: Seq, shared: int) -> Seq:
+    """`seq` without its first `shared` prefix tokens (their keys and values come from a shared
+    prefix computed once); positions keep counting from the start of the full sequence."""
+    if shared == 0:
+        return seq
+    if shared >= seq.prefix_len:
+        raise ValueError(f"shared prefix of {shared} tokens leaves nothing of a {seq.prefix_len}-token prefix")
+    types = None if seq.token_type_ids is None else seq.token_type_ids[shared:]
+    return Seq(seq.input_ids[shared:], seq.position_ids[shared:], seq.prefix_len - shared, seq.item_lens,
+               seq.item_index, types)  # fmt: skip
+
+
 def segment_ids(prefix_len: int, item_lens: np.ndarray) -> np.ndarray:
     """Per-token segment of one sequence: 0 for the prefix, k for item k (1-based)."""
     seg_items = np.repeat(np.arange(1, len(item_lens) + 1, dtype=np.int64), item_lens)

@@ -25,9 +25,13 @@ from scorecli.forward import DecoderForward, EncoderForward
 from scorecli.heads import ClassifierHead, LabelTokenHead, activate
 from scorecli.io.readers import RawRow
 from scorecli.model import Loaded, load_model
-from scorecli.pack import Seq, pack_row, truncate_items
+from scorecli.pack import Seq, drop_shared, pack_row, shared_prefix_len, truncate_items
 from scorecli.spec import RunSpec, resolve_spec
 from scorecli.templates import load_template
+
+# Shortest prefix shared by every row of a window that is computed once for all of them
+# (`attention.shared`); shorter ones stay in every sequence.
+MIN_SHARED_TOKENS = 16
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Prepared:
     seqs: list[Seq]
     batches: list[np.ndarray]
     num_tokens: np.ndarray  # [rows] int64: tokens each row cost in the forward passes
+    shared: np.ndarray  # [C] int64: prefix tokens every sequence continues (dropped from `seqs`)
 
     @property
     def num_rows(self) -> int:
@@ -69,6 +74,7 @@ class Scorer:
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
+        self.shares_prefix = False
         if self.spec.kind == "cross-encoder":
             self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
             from scorecli.fast_encoder import supports
@@ -86,6 +92,8 @@ class Scorer:
             self.backend_name = backend.name
             self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
             self.padded = backend.is_padded
+            # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
+            self.shares_prefix = cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
             self.head = self._make_head()
 
     def _make_head(self):
@@ -113,6 +121,7 @@ class Scorer:
         encoded = self.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good])
         counts = np.zeros(len(rows), dtype=np.int64)
         per_row: dict[int, list[Seq]] = {}
+        prefixes: list[np.ndarray] = []
         first = 0
         for k, enc in zip(good, encoded):
             try:
@@ -124,17 +133,32 @@ class Scorer:
                 parsed[k], errors[k] = None, str(exc)
                 continue
             per_row[k] = seqs
+            if self.shares_prefix:
+                prefixes.append(enc.prefix)
             counts[k] = len(enc.items)
             first += len(enc.items)
         seqs = [s for k in sorted(per_row) for s in per_row[k]]
         seq_rows = np.array([k for k in sorted(per_row) for _ in per_row[k]], dtype=np.int64)
         lengths = np.array([s.length for s in seqs], dtype=np.int64)
         num_tokens = np.bincount(seq_rows, weights=lengths, minlength=len(rows)).astype(np.int64)
+        shared = self._shared_prefix(prefixes)
+        if len(shared):
+            seqs = [drop_shared(s, len(shared)) for s in seqs]
+            lengths = lengths - len(shared)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens)
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared)
+
+    def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
+        """The prefix tokens the window's rows all start with, when worth computing once
+        (`attention.shared`); empty when not shared."""
+        none = np.zeros(0, dtype=np.int64)
+        if not self.shares_prefix:
+            return none
+        c = shared_prefix_len(prefixes)
+        return prefixes[0][:c].astype(np.int64) if c >= MIN_SHARED_TOKENS else none
 
     def _parse(self, raw: RawRow) -> tuple[Row | None, str | None]:
         try:
@@ -164,9 +188,12 @@ class Scorer:
         hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
         out = np.zeros((n_items, n_labels + hidden_size), dtype=np.float32)
         pending = list(reversed(prepared.batches))
+        if self.shares_prefix:
+            self.forward.share(prepared.shared)
+        shared_len = len(prepared.shared)
         while pending:
             index = pending.pop()
-            batch = collate([prepared.seqs[i] for i in index])
+            batch = collate([prepared.seqs[i] for i in index], shared_len)
             try:
                 result = self._score_batch(batch)  # [N, labels + hidden] float32, one .cpu()
             except torch.OutOfMemoryError:

@@ -8,6 +8,7 @@ against sdpa, and MIS against single-item, so that an ignored MIS mask cannot pa
 from __future__ import annotations
 
 import functools
+import types
 
 import numpy as np
 import pytest
@@ -33,7 +34,8 @@ from scorecli.attention.flashinfer import (
 from scorecli.attention.flex import FlexBackend, build_block_mask, mis_mask_mod, ragged_inputs
 from scorecli.batching import Batch, collate
 from scorecli.errors import UsageError
-from scorecli.pack import EncodedRow, pack_row
+from scorecli.attention.shared import SharedKV
+from scorecli.pack import EncodedRow, drop_shared, pack_row
 from tests.test_invariance import make_rows, scorer_outputs
 
 # ---- random batches and the dense reference ------------------------------------------------
@@ -302,6 +304,67 @@ def test_sdpa_blocks_scores_equal_dense(request, fixture, extra, monkeypatch):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
         for a, b in zip(h_blocks, h_dense):
             np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+
+
+# ---- a shared prefix computed once (attention.shared) ------------------------------------------
+
+
+def shared_batches(n: int, c: int, seed: int) -> list[tuple[Batch, Batch]]:
+    """(full, stripped) pairs: random MIS and single-item sequences whose prefixes all start
+    with the same `c` tokens, collated whole and without those tokens (`shared_len=c`)."""
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(5, 50, c)
+    pairs = []
+    for _ in range(n):
+        seqs = []
+        for _ in range(int(rng.integers(1, 6))):
+            prefix = np.concatenate([shared, rng.integers(5, 50, int(rng.integers(1, 8)))])
+            items = [rng.integers(5, 50, int(rng.choice([0, 1, int(rng.integers(0, 9))]))) for _ in range(int(rng.integers(1, 6)))]
+            seqs += pack_row(EncodedRow(prefix, items), len(seqs), mis=bool(rng.random() < 0.7), max_seq_len=10_000)
+        pairs.append((collate(seqs), collate([drop_shared(s, c) for s in seqs], c)))
+    return pairs
+
+
+def _shared_inputs(full: Batch, c: int, seed: int):
+    """Random q/k/v of the full batch [1, *, T, d] whose shared tokens have the same keys and
+    values in every sequence; the shared keys/values [1, KV, C, d]; the stripped tokens' index."""
+    q, k, v = _attention_inputs(full, seed)
+    starts = full.cu_seqlens[:-1]
+    shared_pos = (starts[:, None] + np.arange(c)[None]).ravel()
+    for x in (k, v):
+        x[:, :, torch.from_numpy(shared_pos)] = x[:, :, :c].repeat(1, 1, full.num_seqs, 1)
+    own = np.setdiff1d(np.arange(full.num_tokens), shared_pos)
+    return (q, k, v), (k[:, :, :c], v[:, :, :c]), torch.from_numpy(own)
+
+
+@pytest.mark.parametrize("backend_name", ["blocks", "dense", "eager"])
+def test_shared_prefix_attention_equals_full_sequences(backend_name, monkeypatch):
+    """Attention over [shared keys ++ the batch] equals attention over the whole sequences, at
+    every token after the shared prefix (sdpa by blocks with each grouping, dense mask, eager)."""
+    c = 7
+    backend = SdpaBackend(blocks={"blocks": "always", "dense": "never"}.get(backend_name, "auto"))
+    if backend_name == "eager":
+        backend = dense.EagerBackend()
+    layer = types.SimpleNamespace(layer_idx=3)
+    for overhead in ([0, None, 10**12] if backend_name == "blocks" else [None]):
+        monkeypatch.setattr(blocks, "GROUP_OVERHEAD", blocks.GROUP_OVERHEAD if overhead is None else overhead)
+        for n, (full, stripped) in enumerate(shared_batches(25, c, seed=30)):
+            (q, k, v), (k0, v0), own = _shared_inputs(full, c, n)
+            ref = _sdpa_reference(full, q, k, v, 0.25)[0, own]  # [T', heads, d]
+            backend.shared = SharedKV(np.arange(c), {3: k0}, {3: v0})
+            backend.plan(stripped, torch.device("cpu"), torch.float32)
+            assert (backend_name == "blocks") == (getattr(backend, "block_plan", None) is not None)
+            out = backend.attend(layer, *(_padded(stripped, x[:, :, own]) for x in (q, k, v)), 0.25)  # [S, L, H, d]
+            got = out.reshape(-1, *out.shape[2:])[torch.from_numpy(stripped.padded_index())]
+            torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prefix_must_match_the_backend():
+    full, stripped = shared_batches(1, 4, seed=31)[0]
+    backend = SdpaBackend()
+    with pytest.raises(RuntimeError, match="shared prefix"):
+        backend.plan(stripped, torch.device("cpu"), torch.float32)  # the backend holds none
+    assert dense_cost(stripped) == stripped.num_seqs * stripped.max_len * (4 + stripped.max_len)
 
 
 # ---- flashinfer plan arguments (numpy, CPU) ----------------------------------------------------

@@ -153,3 +153,63 @@ def test_last_layer_at_read_rows_equals_full_last_layer(request, fixture, poolin
             np.testing.assert_allclose(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), atol=tol, rtol=0)
     layers = pruned.forward.base.layers
     assert type(layers[-1]).__name__ != "RowsLastLayer"  # given back after each batch
+
+
+PREAMBLE = "judge whether the passage answers the query the quick brown fox jumps over a lazy dog"
+
+
+@pytest.mark.parametrize("fixture,kind,extra", [CASES[0], CASES[2], CASES[3]])
+@pytest.mark.parametrize("mode", ["mis", "single"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_shared_prefix_matches_hf_reference(request, fixture, kind, extra, mode, attention):
+    """Rows that start alike: their common tokens run once per window (attention.shared), and
+    scores, pooled states and num_tokens stay those of whole sequences."""
+    from scorecli.io.readers import RawRow
+
+    path = request.getfixturevalue(fixture)
+    rows = make_rows(8, seed=17)
+    for r in rows:
+        r["query"] = f"{PREAMBLE} {r['query']}"
+    scorer = Scorer(path, mode=mode, attention=attention, **extra)
+    assert len(scorer.prepare([RawRow(r, "t") for r in rows]).shared) >= 16
+    table, scores, hidden = scorer_outputs(path, rows, mode=mode, attention=attention, **extra)
+    model, tok = load_reference(path, kind, attn=attention)
+    label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]] if "label_tokens" in extra else None
+    assert_matches(rows, reference_rows(model, tok, kind, rows, label_ids), scores, hidden)
+    unshared, _, _ = scorer_outputs(path, rows, mode=mode, attention=attention, share_prefix=False, **extra)
+    assert table["num_tokens"].to_pylist() == unshared["num_tokens"].to_pylist()
+
+
+def test_shared_prefix_changes_between_windows(qwen3_seq_cls):
+    """Windows whose rows share different preambles (or none), with a bad row skipped: each
+    window computes its own shared prefix; scores equal the reference."""
+    from scorecli.io.readers import RawRow
+
+    rows = make_rows(9, seed=19)
+    for k, r in enumerate(rows):
+        r["query"] = f"{PREAMBLE if k < 3 else PREAMBLE.upper() if k < 6 else ''} {r['query']}".strip()
+    raw = [RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)]
+    raw.insert(4, RawRow({"query": 3}, "test:bad"))
+    scorer = Scorer(qwen3_seq_cls, pooled_hidden_states=True, window_rows=3, skip_bad_rows=True)
+    from scorecli.scorer import score_stream
+
+    windows = list(score_stream(scorer, raw))  # rows 0-2 | 3, bad, 4 | 5-7 (two kinds) | 8
+    assert [len(p.shared) >= 16 for p, _ in windows] == [True, True, False, False]
+    import pyarrow as pa
+
+    table = pa.concat_tables([t for _, t in windows])
+    assert table["error"].to_pylist()[4] is not None
+    good = [k for k in range(10) if k != 4]
+    scores = [np.array(table["scores"][k].as_py(), dtype=np.float32).reshape(-1, 1) for k in good]
+    hidden = [np.array(table["pooled_hidden_states"][k].as_py(), dtype=np.float32) for k in good]
+    model, tok = load_reference(qwen3_seq_cls, "seq-cls")
+    assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
+
+
+def test_cls_pooling_does_not_share(llama_reward):
+    """A decoder's first token is read with --pooling cls: it must stay in the batches."""
+    from scorecli.io.readers import RawRow
+
+    rows = [{"query": f"{PREAMBLE} {q}", "items": ["a dog", "no"]} for q in ("yes", "maybe so")]
+    assert not Scorer(llama_reward, pooled_hidden_states=True, pooling="cls").shares_prefix
+    assert len(Scorer(llama_reward).prepare([RawRow(r, "t") for r in rows]).shared) >= 16

@@ -7,7 +7,7 @@ import pytest
 
 from scorecli.batching import batch_cost, collate, plan_batches
 from scorecli.errors import InputError
-from scorecli.pack import EncodedRow, pack_row, truncate_items
+from scorecli.pack import EncodedRow, drop_shared, pack_row, shared_prefix_len, truncate_items
 
 
 def _row(prefix_len, item_lens, suffix_len=0):
@@ -92,3 +92,27 @@ def test_padded_index_maps_ragged_to_padded():
     batch = collate(pack_row(_row(2, [1]), 0, False, 100) + pack_row(_row(1, [3]), 1, False, 100))
     # lengths 3 and 4, max_len 4
     assert batch.padded_index().tolist() == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_shared_prefix_len_leaves_every_row_a_token():
+    a, b = np.array([1, 2, 3, 4, 5]), np.array([1, 2, 3, 9])
+    assert shared_prefix_len([a, b]) == 3
+    assert shared_prefix_len([a, a.copy()]) == 4  # identical prefixes: the last token stays
+    assert shared_prefix_len([a, b, np.array([1, 2])]) == 1
+    assert shared_prefix_len([a, np.array([7, 2, 3])]) == 0
+    assert shared_prefix_len([a]) == 0 and shared_prefix_len([]) == 0  # nothing to share with
+    assert shared_prefix_len([a, np.array([], dtype=np.int64)]) == 0
+
+
+def test_drop_shared_keeps_positions_and_items():
+    for mis in (True, False):
+        for seq in pack_row(_row(6, [2, 0, 3]), first_item=4, mis=mis, max_seq_len=100):
+            cut = drop_shared(seq, 4)
+            np.testing.assert_array_equal(cut.input_ids, seq.input_ids[4:])
+            np.testing.assert_array_equal(cut.position_ids, seq.position_ids[4:])
+            assert cut.prefix_len == 2 and cut.item_lens.tolist() == seq.item_lens.tolist()
+            batch = collate([cut], shared_len=4)
+            assert batch.shared_len == 4 and batch.position_ids[0] == 4
+            assert batch.pool_index.tolist() == (collate([seq]).pool_index - 4).tolist()
+    with pytest.raises(ValueError):
+        drop_shared(pack_row(_row(3, [2]), 0, True, 100)[0], 3)

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from scorecli.attention.shared import SharedKV
 from scorecli.batching import Batch
 from scorecli.errors import UsageError
 
@@ -34,6 +35,8 @@ class ModelInputs:
 class AttentionBackend(Protocol):
     name: str
     is_padded: bool
+    shares_prefix: bool  # whether batches may continue a shared prefix held in `shared`
+    shared: "SharedKV | None"
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         """Prepare masks or kernel plans for this batch; return the model inputs."""

@@ -9,6 +9,8 @@ over the padded [S, L] layout:
   - items, in groups of similar length (`item_groups`): every item of a group as its own
     query block [m] against its row's prefix keys followed by its own keys [max|P| + m],
     with a small causal mask (m = the group's longest item).
+When the batch continues a shared prefix (`attention.shared`, C tokens computed once per
+window), its keys come first in every block and every query sees them.
 Index math is numpy, once per batch; each layer does one gather per group and input, one
 SDPA call per group plus one for the prefixes, and the scatters. This module knows nothing
 about tokenization or heads.
@@ -38,19 +40,19 @@ def group_overhead(device: torch.device | None = None) -> int:
 
 
 def dense_cost(batch: Batch) -> int:
-    """Attention scores a dense [S, L, L] mask computes (per head and layer)."""
-    return batch.num_seqs * batch.max_len**2
+    """Attention scores a dense [S, L, C + L] mask computes (per head and layer)."""
+    return batch.num_seqs * batch.max_len * (batch.shared_len + batch.max_len)
 
 
 def batch_groups(batch: Batch, device: torch.device | None = None) -> list[tuple[np.ndarray, int]]:
     """The item groups a BlockPlan of `batch` on `device` runs (`item_groups`)."""
-    return item_groups(batch.item_lens, int(batch.prefix_lens.max()), group_overhead(device))
+    return item_groups(batch.item_lens, batch.shared_len + int(batch.prefix_lens.max()), group_overhead(device))
 
 
 def block_cost(batch: Batch, groups: list[tuple[np.ndarray, int]]) -> int:
     """Attention scores the block plan computes with these item groups (per head and layer)."""
-    p = int(batch.prefix_lens.max())
-    return batch.num_seqs * p * p + sum(len(g) * m * (p + m) for g, m in groups)
+    p, c = int(batch.prefix_lens.max()), batch.shared_len
+    return batch.num_seqs * p * (c + p) + sum(len(g) * m * (c + p + m) for g, m in groups)
 
 
 def item_groups(item_lens: np.ndarray, p: int, overhead: int | None = None) -> list[tuple[np.ndarray, int]]:
@@ -59,7 +61,7 @@ def item_groups(item_lens: np.ndarray, p: int, overhead: int | None = None) -> l
     The partition of the length-sorted items into runs that minimises the scores computed,
     sum over groups of n * m * (p + m), plus `overhead` per group (dynamic programming over
     the distinct lengths). Items of one length always share a group. `overhead` defaults to
-    the CPU's (`group_overhead`).
+    the CPU's (`group_overhead`). `p`: the keys every item sees before its own.
     """
     if len(item_lens) == 0:
         return []
@@ -92,21 +94,23 @@ class _Group:
     """One SDPA call over items padded to the same length m."""
 
     q_index: torch.Tensor  # [n, m] flat [S * L] positions of each item's queries
-    k_index: torch.Tensor  # [n, P + m] its row's prefix, then its own positions
-    mask: torch.Tensor  # [n, 1, m, P + m] additive
+    k_index: torch.Tensor  # [n, C + P + m] into [C shared keys ++ S * L]: shared, its row's prefix, its own
+    mask: torch.Tensor  # [n, 1, m, C + P + m] additive
     src: torch.Tensor  # [R] real query rows in the [n * m] output
     dst: torch.Tensor  # [R] their flat [S * L] positions
 
 
 class BlockPlan:
     """Index tensors and masks for one padded MIS batch (`groups`: `batch_groups`, when the
-    caller has them already)."""
+    caller has them already). With `batch.shared_len` C > 0, the C keys of a shared prefix
+    (`attention.shared`) come before every sequence's own and every query sees them."""
 
     def __init__(self, batch: Batch, device: torch.device, dtype: torch.dtype,
                  groups: list[tuple[np.ndarray, int]] | None = None):  # fmt: skip
         s, length = batch.num_seqs, batch.max_len
         p_lens, i_lens = batch.prefix_lens, batch.item_lens
-        p = int(p_lens.max())
+        p, c = int(p_lens.max()), batch.shared_len
+        shared = np.arange(c)
         seq_of_item = np.repeat(np.arange(s), batch.item_counts)  # [N]
         pp = np.arange(p)
         p_valid = pp[None, :] < p_lens[:, None]  # [S, P]
@@ -119,9 +123,11 @@ class BlockPlan:
             n, t = len(items), np.arange(m)
             q_valid = t[None, :] < lens[:, None]  # [n, m]
             q_flat = seq[:, None] * length + np.where(q_valid, start[:, None] + t[None, :], 0)
-            k_flat = np.concatenate([seq[:, None] * length + pp[None, :], q_flat], axis=1)  # [n, P + m]
+            k_flat = np.concatenate(
+                [np.broadcast_to(shared, (n, c)), c + seq[:, None] * length + pp[None, :], c + q_flat], axis=1
+            )  # [n, C + P + m]
             allowed = np.concatenate(
-                [np.broadcast_to(p_valid[seq][:, None, :], (n, m, p)),
+                [np.ones((n, m, c), dtype=bool), np.broadcast_to(p_valid[seq][:, None, :], (n, m, p)),
                  (t[None, :] <= t[:, None])[None] & q_valid[:, None, :]], axis=2)  # fmt: skip
             allowed[~allowed.any(axis=2)] = True  # padded query rows: attend to anything, never NaN
             ints += [q_flat.ravel(), k_flat.ravel(), np.flatnonzero(q_valid), q_flat[q_valid]]
@@ -129,33 +135,42 @@ class BlockPlan:
             shapes.append((n, m))
         prefix_allowed = (pp[None, :] <= pp[:, None])[None] & p_valid[:, None, :]  # [S, P, P]
         prefix_allowed[~prefix_allowed.any(axis=2)] = True
-        self.prefix_mask = torch.where(torch.from_numpy(prefix_allowed), zero, low)[:, None].to(device)  # [S, 1, P, P]
+        prefix_allowed = np.concatenate([np.ones((s, p, c), dtype=bool), prefix_allowed], axis=2)  # [S, P, C + P]
+        self.prefix_mask = torch.where(torch.from_numpy(prefix_allowed), zero, low)[:, None].to(device)  # [S, 1, P, C + P]
 
         flat = torch.from_numpy(np.concatenate(ints)).to(device) if ints else None  # one host-to-device copy
         parts = torch.split(flat, [a.size for a in ints]) if ints else ()
         self.groups = [
-            _Group(parts[4 * g].view(n, m), parts[4 * g + 1].view(n, p + m), mask, parts[4 * g + 2], parts[4 * g + 3])
+            _Group(parts[4 * g].view(n, m), parts[4 * g + 1].view(n, c + p + m), mask, parts[4 * g + 2], parts[4 * g + 3])
             for g, ((n, m), mask) in enumerate(zip(shapes, masks))
         ]
-        self.shape = (s, length, p)
+        self.shape = (s, length, p, c)
 
-    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
-        """query [S, H, L, d], key/value [S, KV, L, d] -> [S, L, H, d]."""
-        s, length, p = self.shape
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+               shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:  # fmt: skip
+        """query [S, H, L, d], key/value [S, KV, L, d], shared keys/values [1, KV, C, d]
+        (when the batch has a shared prefix) -> [S, L, H, d]."""
+        s, length, p, c = self.shape
+        if (shared[0].shape[2] if shared is not None else 0) != c:
+            raise RuntimeError(f"block plan for a {c}-token shared prefix got {0 if shared is None else shared[0].shape[2]}")
         heads, d = query.shape[1], query.shape[3]
         gqa = key.shape[1] != heads
         out = torch.zeros(s, length, heads, d, dtype=query.dtype, device=query.device)
         if p:
             q, k, v = (x[:, :, :p] for x in (query, key, value))
+            if c:
+                k, v = (torch.cat([x0.expand(s, -1, -1, -1), x], dim=2) for x0, x in zip(shared, (k, v)))
             op = F.scaled_dot_product_attention(q, k, v, attn_mask=self.prefix_mask, scale=scaling, enable_gqa=gqa)
             out[:, :p] = op.transpose(1, 2)
         if self.groups:
             flat_q = query.transpose(1, 2).reshape(s * length, heads, d)
             flat_k, flat_v = (x.transpose(1, 2).reshape(s * length, x.shape[1], d) for x in (key, value))
+            if c:  # [C + S * L, KV, d]: the shared keys first
+                flat_k, flat_v = (torch.cat([x0[0].transpose(0, 1), x]) for x0, x in zip(shared, (flat_k, flat_v)))
             flat_out = out.view(s * length, heads, d)
         for g in self.groups:
             qi = _rows(flat_q, g.q_index).transpose(1, 2)  # [n, H, m, d]
-            ki, vi = (_rows(x, g.k_index).transpose(1, 2) for x in (flat_k, flat_v))  # [n, KV, P + m, d]
+            ki, vi = (_rows(x, g.k_index).transpose(1, 2) for x in (flat_k, flat_v))  # [n, KV, C + P + m, d]
             oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=g.mask, scale=scaling, enable_gqa=gqa)
             rows = oi.transpose(1, 2).reshape(-1, heads, d).index_select(0, g.src)
             flat_out.index_copy_(0, g.dst, rows)

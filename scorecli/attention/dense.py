@@ -12,34 +12,42 @@ import torch.nn.functional as F
 
 from scorecli.attention import ModelInputs, pad_ragged, to_device
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost
+from scorecli.attention.shared import SharedKV
 from scorecli.batching import Batch
 
 
-def mis_allowed(segment: torch.Tensor) -> torch.Tensor:
+def mis_allowed(segment: torch.Tensor, shared_len: int = 0) -> torch.Tensor:
     """Boolean MIS rule from padded segment ids.
 
     Args:
         segment: [S, L] int64; 0 prefix, k item k, -1 padding.
+        shared_len: keys of a shared prefix (`attention.shared`) in front of every sequence.
     Returns:
-        [S, L, L] bool: query t may attend key u (causal; prefix keys, or keys of its own
-        item). Padding queries attend only themselves so no row is fully masked.
+        [S, L, C + L] bool: query t may attend key u (causal; prefix keys, or keys of its own
+        item; every shared key). Padding queries attend only themselves so no row is fully masked.
     """
     length = segment.shape[1]
     pos = torch.arange(length, device=segment.device)
     causal = pos[None, :] <= pos[:, None]  # [L, L]
     seg_q, seg_k = segment[:, :, None], segment[:, None, :]
     allowed = causal & (seg_k >= 0) & ((seg_k == 0) | (seg_k == seg_q))
-    return allowed | torch.eye(length, dtype=torch.bool, device=segment.device)
+    allowed |= torch.eye(length, dtype=torch.bool, device=segment.device)
+    if shared_len:
+        shared = (segment >= 0)[:, :, None].expand(-1, -1, shared_len)  # [S, L, C]
+        allowed = torch.cat([shared, allowed], dim=2)
+    return allowed
 
 
 class DenseMaskBackend:
-    """Plans a padded batch and an additive float mask [S, 1, L, L]."""
+    """Plans a padded batch and an additive float mask [S, 1, L, C + L] (C: `shared`'s length)."""
 
     name = "dense"
     is_padded = True
+    shares_prefix = True
 
     def __init__(self) -> None:
         self.mask: torch.Tensor | None = None
+        self.shared: SharedKV | None = None  # set by the caller when batches continue a shared prefix
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         return self._padded(batch, device, dtype, with_mask=True)
@@ -52,8 +60,10 @@ class DenseMaskBackend:
             device,
         )
         self.mask = None
+        if batch.shared_len != (self.shared.length if self.shared is not None else 0):
+            raise RuntimeError(f"batch continues a {batch.shared_len}-token shared prefix the backend does not hold")
         if with_mask:
-            allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1))  # [S, L, L]
+            allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1), batch.shared_len)  # [S, L, C + L]
             zero = torch.zeros((), dtype=dtype, device=device)
             self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
         return ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
@@ -81,7 +91,9 @@ class SdpaBackend(DenseMaskBackend):
 
     def attend(self, module, query, key, value, scaling):
         if self.block_plan is not None:
-            return self.block_plan.attend(query, key, value, scaling)
+            return self.block_plan.attend(query, key, value, scaling, self.shared and self.shared.of(module))
+        if self.shared is not None:
+            key, value = self.shared.prepend(module, key, value)
         out = F.scaled_dot_product_attention(
             query, key, value, attn_mask=self.mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
         )  # [b, heads, q, d]
@@ -94,6 +106,8 @@ class EagerBackend(DenseMaskBackend):
     name = "eager"
 
     def attend(self, module, query, key, value, scaling):
+        if self.shared is not None:
+            key, value = self.shared.prepend(module, key, value)
         groups = query.shape[1] // key.shape[1]
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)

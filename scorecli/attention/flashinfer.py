@@ -187,6 +187,8 @@ class FlashInferBackend:
 
     name = "flashinfer"
     is_padded = False
+    shares_prefix = False  # every batch starts at its own first token
+    shared = None
 
     def __init__(self, mis_kernel: str = "paged", workspace_bytes: int = 128 << 20) -> None:
         if mis_kernel not in MIS_KERNELS:

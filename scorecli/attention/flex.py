@@ -99,6 +99,8 @@ class FlexBackend:
 
     name = "flex"
     is_padded = False
+    shares_prefix = False  # every batch starts at its own first token
+    shared = None
 
     def __init__(self, compile: bool | None = None, block_size: int = 128) -> None:
         self.compile = compile
