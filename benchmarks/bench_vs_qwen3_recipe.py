@@ -113,19 +113,21 @@ def main(argv: list[str] | None = None) -> float:
 class Work:
     """Linear-layer FLOPs of the two contenders' forward passes over this data."""
 
-    def __init__(self, body: float, head: float, recipe_tokens: int, mis_tokens: int, read_rows: int, mlp: float, layers: int):
+    def __init__(self, body: float, head: float, recipe_tokens: int, mis_tokens: int, read_rows: int, mlp: float,
+                 layers: int, shared: int = 0):  # fmt: skip
         self.body, self.head = body, head  # FLOPs per token: decoder layers; the LM head
         self.recipe_tokens, self.mis_tokens = recipe_tokens, mis_tokens
         self.recipe = recipe_tokens * (body + head)  # the recipe computes logits at every position
         # scorecli: every MIS token through every layer but the last layer's MLP, run at the read rows only
         self.mis = mis_tokens * body - (mis_tokens - read_rows) * mlp
-        self.layers = layers
+        self.layers, self.shared = layers, shared
         self.ratio = self.recipe / self.mis
 
     def describe(self) -> str:
         return (f"forward work (linear layers, 2 FLOPs per multiply-add): the recipe {self.recipe_tokens:,} padded "
                 f"tokens x ({self.body / 1e6:.1f} MFLOP in the {self.layers} layers + {self.head / 1e6:.1f} MFLOP "
-                f"of LM head) = {self.recipe / 1e12:.2f} TFLOP; scorecli {self.mis_tokens:,} MIS tokens x "
+                f"of LM head) = {self.recipe / 1e12:.2f} TFLOP; scorecli {self.mis_tokens:,} MIS tokens (the "
+                f"{self.shared}-token shared prompt counted once) x "
                 f"{self.body / 1e6:.1f} MFLOP, less the last layer's MLP away from the item ends = "
                 f"{self.mis / 1e12:.2f} TFLOP: the recipe does {self.ratio:.2f}x the work (attention excluded)")
 
@@ -143,7 +145,8 @@ def forward_work(model: str, data, rows: list[dict], batch_size: int) -> Work:
     from scorecli.scorer import Scorer
 
     prepared = Scorer(model, template="qwen3-reranker").prepare(list(iter_rows([str(data)])))
-    mis_tokens = sum(s.length for s in prepared.seqs)
+    shared = len(prepared.shared)  # the shared prompt runs once for the window (one window here)
+    mis_tokens = sum(s.length for s in prepared.seqs) + shared
     read_rows = sum(len(s.item_lens) for s in prepared.seqs)
     _, process_inputs, _ = job.load_recipe(model)
     pairs = [job.format_instruction(r.get("instruction"), r["query"], d) for r in rows for d in r["items"]]
@@ -155,7 +158,7 @@ def forward_work(model: str, data, rows: list[dict], batch_size: int) -> Work:
     mlp = 3 * h * c.intermediate_size
     per_layer = 2 * h * heads * d + 2 * h * kv * d + mlp  # q and o, k and v, gate/up/down
     return Work(2 * per_layer * c.num_hidden_layers, 2 * h * c.vocab_size, recipe_tokens, mis_tokens, read_rows,
-                2 * mlp, c.num_hidden_layers)  # fmt: skip
+                2 * mlp, c.num_hidden_layers, shared)  # fmt: skip
 
 
 def _template_tokens(tok) -> int:
