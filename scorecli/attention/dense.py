@@ -65,7 +65,7 @@ class DenseMaskBackend:
         if with_mask:
             allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1), batch.shared_len)  # [S, L, C + L]
             zero = torch.zeros((), dtype=dtype, device=device)
-            self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, L]
+            self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, C + L]
         return ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
 
 
