@@ -95,8 +95,35 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         model.set_attn_implementation(ATTN_NAME)
     elif cfg.attention in ("sdpa", "eager"):
         model.set_attn_implementation(cfg.attention)
+    if kind == "cross-encoder" and dtype != torch.float32:
+        float32_heads(model)
     model.to(device).eval()
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
+
+
+# a cross-encoder's own head modules: BERT's pooler, the classifier (DistilBERT's in two parts)
+_HEAD_MODULES = ("pooler", "pre_classifier", "classifier")
+
+
+class Float32Head(torch.nn.Module):
+    """Runs a 16-bit model's head module in float32 on its upcast input (SPEC: heads and
+    activations stay float32)."""
+
+    def __init__(self, head: torch.nn.Module):
+        super().__init__()
+        self.head = head.float()
+
+    def forward(self, hidden: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        return self.head(hidden.float(), *args, **kwargs)
+
+
+def float32_heads(model: torch.nn.Module) -> None:
+    """Swap a cross-encoder's pooler and classifier for float32 copies, in place."""
+    for owner in (model, model.base_model):
+        for name in _HEAD_MODULES:
+            module = getattr(owner, name, None)
+            if isinstance(module, torch.nn.Module) and not isinstance(module, Float32Head):
+                setattr(owner, name, Float32Head(module))
 
 
 def locate(name: str) -> tuple[str, str | None]:

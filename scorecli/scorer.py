@@ -235,7 +235,7 @@ class Scorer:
         n_labels = scores.shape[1]
         columns: dict[str, pa.Array] = {}
         if prepared.has_id:
-            columns[self.fields.id] = pa.array(prepared.ids)
+            columns[self.fields.id] = _id_array(prepared.ids, self.fields.id)
         columns["scores"] = pa.ListArray.from_arrays(offsets, _rows_of(scores, n_labels), mask=null)
         columns["score"] = pa.ListArray.from_arrays(
             offsets, pa.array(scores[:, self.spec.positive_index], type=pa.float32()), mask=null
@@ -316,3 +316,11 @@ def score_stream(
         while (prepared := future.result()) is not None:
             future = pool.submit(next_prepared)
             yield prepared, scorer.run(prepared, on_batch)
+
+
+def _id_array(ids: list[Any], name: str) -> pa.Array:
+    try:
+        return pa.array(ids)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        kinds = sorted({type(i).__name__ for i in ids if i is not None})
+        raise InputError(f"{name} field mixes types ({', '.join(kinds)}): give every row the same kind of id") from e

@@ -99,7 +99,7 @@ def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> 
 
 def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
     config = loaded.config
-    limit = min(int(getattr(config, "max_position_embeddings", MAX_SEQ_LEN_CAP) or MAX_SEQ_LEN_CAP), MAX_SEQ_LEN_CAP)
+    limit = min(_position_limit(loaded), MAX_SEQ_LEN_CAP)
     window = _sliding_window(config)
     if window:
         # beyond the window, packed and single sequences would see different keys
@@ -109,6 +109,17 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
     if requested > limit:
         raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens")
     return requested
+
+
+def _position_limit(loaded: Loaded) -> int:
+    """How many positions the model can embed: RoBERTa-style embeddings (RoBERTa, XLM-R,
+    CamemBERT, MPNet) number positions from `padding_idx + 1`, so that many fewer fit."""
+    limit = int(getattr(loaded.config, "max_position_embeddings", None) or MAX_SEQ_LEN_CAP)
+    embeddings = getattr(loaded.model.base_model, "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if isinstance(padding_idx, int) and hasattr(embeddings, "position_embeddings"):
+        limit -= padding_idx + 1
+    return limit
 
 
 def _sliding_window(config) -> int | None:

@@ -141,6 +141,10 @@ def error_cases(tmp: Path, m: dict[str, str]) -> dict[str, Err]:
     good = write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)))
     add("label_tokens_multi_token", [good], m["causal"], ["--label-tokens", "hello world,no"],
         ["--label-tokens", "hello world"])  # fmt: skip
+    mixed = write(tmp / "mixed_ids.jsonl", GOOD_LINE % 1 + b'{"id": "two", "query": "q", "items": ["a"]}\n')
+    add("mixed_id_types", [mixed], m["seq_cls"], [], ["id field mixes types", "int", "str"])
+    late = write(tmp / "late_id.jsonl", b'{"query": "q", "items": ["a"]}\n' * 2 + GOOD_LINE % 3)
+    add("id_after_first_window", [late], m["seq_cls"], ["--window-rows", "2"], ["column id first appears", "--window-rows"])
     add("label_tokens_on_seq_cls", [good], m["seq_cls"], ["--label-tokens", "yes,no"], ["--label-tokens", "seq-cls"])
     add("mode_mis_cross_encoder", [good], m["cross"], ["--mode", "mis"], ["--mode mis"])
     add("unknown_template", [good], m["seq_cls"], ["--template", "no-such-template"], ["no-such-template"])
@@ -221,6 +225,16 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm
     cases["skip"] = Case(["score", inp, "--model", m["seq_cls"], "--out", str(outs["skip"]), "--skip-bad-rows", "-q",
                           *WINDOW])  # fmt: skip
 
+    # other field names, the model from $SCORECLI_MODEL, float16 pooled states -> Parquet
+    expected["fields"] = make_rows(7, 700, 12)
+    renamed = [{"key": r["id"], "q": r["query"], "docs": r["items"]} for r in expected["fields"]]
+    inp = write(tmp / "fields.jsonl", jsonl(renamed))
+    outs["fields"] = tmp / "fields_out" / "scores.parquet"
+    outs["fields"].parent.mkdir()
+    cases["fields"] = Case(["score", inp, "--out", str(outs["fields"]), "--query-field", "q", "--items-field", "docs",
+                            "--id-field", "key", "--pooled-hidden-states", "--hidden-dtype", "float16", "-q", *WINDOW],
+                           env=_env(SCORECLI_MODEL=m["seq_cls"]))  # fmt: skip
+
     errors = error_cases(tmp / "errors", m)
     cases.update({f"error:{name}": err.case for name, err in errors.items()})
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
@@ -273,6 +287,21 @@ def test_files_dir_glob_gz_parquet_to_parquet(runs):
             np.testing.assert_allclose(hidden, ref_hidden, atol=1e-3, rtol=0)
         else:
             assert out_row["scores"] == [] and out_row["score"] == []
+
+
+def test_field_flags_env_model_and_float16_hidden(runs):
+    ok(runs, "fields")
+    table = pq.read_table(runs.outs["fields"])
+    rows = runs.expected["fields"]
+    assert table.column_names == ["key", "scores", "score", "pooled_hidden_states", "num_tokens"]
+    assert table["key"].to_pylist() == [r["id"] for r in rows]
+    assert table.schema.field("pooled_hidden_states").type == pa.list_(pa.list_(pa.float16()))
+    assert table.schema.metadata[b"model"].decode() == runs.models["seq_cls"]
+    model, tok = load_reference(runs.models["seq_cls"], "seq-cls")
+    for row, out_row, (ref_scores, ref_hidden) in zip(rows, table.to_pylist(), reference_rows(model, tok, "seq-cls", rows)):
+        if row["items"]:
+            np.testing.assert_allclose(np.array(out_row["scores"], dtype=np.float32), ref_scores, atol=1e-4, rtol=0)
+            np.testing.assert_allclose(np.array(out_row["pooled_hidden_states"], dtype=np.float32), ref_hidden, atol=1e-2, rtol=1e-2)
 
 
 def test_summary_line_on_stderr_without_quiet(runs):
@@ -344,6 +373,7 @@ def test_skip_bad_rows(runs):
 # ---- bad input: exit 2, one line, nothing written ----------------------------------------
 
 ERROR_NAMES = [*BAD_LINES, "bad_row_to_stdout", "parquet_missing_items", "label_tokens_multi_token", "label_tokens_on_seq_cls",
+               "mixed_id_types", "id_after_first_window",
                "mode_mis_cross_encoder", "unknown_template", "missing_model_path", "missing_input_file",
                "output_dir_missing", "no_model_at_all"]  # fmt: skip
 

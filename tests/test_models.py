@@ -13,6 +13,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from scorecli import Scorer
 from scorecli.errors import UsageError
 from scorecli.io.readers import RawRow
+from scorecli.model import Float32Head
+from tests import models
 
 PAIRS_ROWS = [
     {"id": 0, "query": "how do tides work", "items": ["the moon pulls the ocean", "bananas are yellow", "spring tides align the sun and moon"]},
@@ -97,6 +99,39 @@ def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
     assert table["num_tokens"].to_pylist() == [64 + len(AutoTokenizer.from_pretrained(minilm_cross_encoder)("q", "short").input_ids)]
     with pytest.raises(Exception, match="max-seq-len"):
         Scorer(minilm_cross_encoder, max_seq_len=64, truncate="error").score_rows(_rows(rows))
+
+
+def test_roberta_positions_cap_max_seq_len(tmp_path):
+    """RoBERTa numbers positions from padding_idx + 1: a pair of max_position_embeddings
+    tokens would index past the table, so the default limit is that much lower."""
+    path = models.build_bert_cross_encoder(tmp_path, arch="roberta", max_position_embeddings=40)
+    tok = AutoTokenizer.from_pretrained(path)
+    limit = 40 - (tok.pad_token_id + 1)
+    scorer = Scorer(path)
+    assert scorer.spec.max_seq_len == limit
+    items = [" ".join(["word"] * 100), "short"]
+    table = scorer.score_rows(_rows([{"query": "q", "items": items}]))
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        feats = [tok("q", item, truncation="only_second", max_length=limit, return_tensors="pt") for item in items]
+        expected = [model(**f).logits[0, 0].item() for f in feats]
+    assert table["num_tokens"].to_pylist() == [sum(f.input_ids.shape[1] for f in feats)]
+    np.testing.assert_allclose(table["score"].to_pylist()[0], expected, atol=1e-4, rtol=0)
+    with pytest.raises(UsageError, match=f"limit of {limit} tokens"):
+        Scorer(path, max_seq_len=40)
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert"])
+def test_16bit_cross_encoder_heads_run_in_float32(tmp_path, arch):
+    path = models.build_bert_cross_encoder(tmp_path, num_labels=2, arch=arch)
+    scorer = Scorer(path, dtype="bfloat16")
+    model = scorer.loaded.model
+    heads = [m for m in model.modules() if isinstance(m, Float32Head)]
+    assert heads and all(p.dtype == torch.float32 for h in heads for p in h.parameters())
+    table = scorer.score_rows(_rows(PAIRS_ROWS))
+    for row, (ref, _), scores in zip(PAIRS_ROWS, _hf_pair_logits(path, PAIRS_ROWS), table["scores"].to_pylist()):
+        if row["items"]:
+            np.testing.assert_allclose(np.array(scores), ref, atol=0.05, rtol=0.05)
 
 
 def test_cross_encoder_rejects_mis_and_templates(bert_cross_encoder):

@@ -138,7 +138,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """
     extra = [n for n in table.column_names if n not in schema.names]
     if extra:
-        raise InputError(f"column {extra[0]} appears after the output columns were fixed")
+        raise InputError(
+            f"column {extra[0]} first appears after the first window was written; "
+            f"give it to every row or none (or raise --window-rows)"
+        )
     columns = []
     for field in schema:
         if field.name not in table.column_names:
