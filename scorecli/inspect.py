@@ -11,7 +11,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
 
     from scorecli.encode import leading_special_ids
     from scorecli.model import first_line, locate, detect_kind
-    from scorecli.spec import MAX_SEQ_LEN_CAP
+    from scorecli.spec import sequence_limit
 
     path, gguf_file = locate(model)
     if gguf_file:
@@ -38,7 +38,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
         lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
-        f"max positions:  {max_pos} (scorecli caps sequences at {min(max_pos or MAX_SEQ_LEN_CAP, MAX_SEQ_LEN_CAP)})",
+        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(config, _skeleton(config, trust_remote_code))})",
         f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
         "multi-item:     " + ("yes (MIS by default)" if kind != "cross-encoder" else "no (bidirectional encoder: single-item)"),
@@ -48,3 +48,12 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
         lines.append(f"label token:    {token!r} -> {ids} {verdict}")
     return lines
+
+
+def _skeleton(config, trust_remote_code: bool):
+    """The model's module tree on the meta device (no weights read, no memory used)."""
+    import torch
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        return AutoModel.from_config(config, trust_remote_code=trust_remote_code)

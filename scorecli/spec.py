@@ -98,12 +98,7 @@ def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> 
 
 
 def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
-    config = loaded.config
-    limit = min(_position_limit(loaded), MAX_SEQ_LEN_CAP)
-    window = _sliding_window(config)
-    if window:
-        # beyond the window, packed and single sequences would see different keys
-        limit = min(limit, window)
+    limit = sequence_limit(loaded.config, loaded.model)
     if requested is None:
         return limit
     if requested > limit:
@@ -111,11 +106,22 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
     return requested
 
 
-def _position_limit(loaded: Loaded) -> int:
+def sequence_limit(config, model) -> int:
+    """The longest sequence scorecli runs through `model`: the positions it can embed,
+    within its sliding window, at most MAX_SEQ_LEN_CAP."""
+    limit = min(_position_limit(config, model), MAX_SEQ_LEN_CAP)
+    window = _sliding_window(config)
+    if window:
+        # beyond the window, packed and single sequences would see different keys
+        limit = min(limit, window)
+    return limit
+
+
+def _position_limit(config, model) -> int:
     """How many positions the model can embed: RoBERTa-style embeddings (RoBERTa, XLM-R,
     CamemBERT, MPNet) number positions from `padding_idx + 1`, so that many fewer fit."""
-    limit = int(getattr(loaded.config, "max_position_embeddings", None) or MAX_SEQ_LEN_CAP)
-    embeddings = getattr(loaded.model.base_model, "embeddings", None)
+    limit = int(getattr(config, "max_position_embeddings", None) or MAX_SEQ_LEN_CAP)
+    embeddings = getattr(model.base_model, "embeddings", None)
     padding_idx = getattr(embeddings, "padding_idx", None)
     if isinstance(padding_idx, int) and hasattr(embeddings, "position_embeddings"):
         limit -= padding_idx + 1

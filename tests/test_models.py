@@ -13,6 +13,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from scorecli import Scorer
 from scorecli.errors import UsageError
 from scorecli.io.readers import RawRow
+from scorecli.inspect import describe
 from scorecli.model import Float32Head
 from tests import models
 
@@ -109,6 +110,7 @@ def test_roberta_positions_cap_max_seq_len(tmp_path):
     limit = 40 - (tok.pad_token_id + 1)
     scorer = Scorer(path)
     assert scorer.spec.max_seq_len == limit
+    assert f"caps sequences at {limit})" in "\n".join(describe(path, None, trust_remote_code=False))
     items = [" ".join(["word"] * 100), "short"]
     table = scorer.score_rows(_rows([{"query": "q", "items": items}]))
     model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
