@@ -4,9 +4,9 @@ A cross-encoder's score reads only the first ([CLS]) token of the last layer. Th
 replaces the model's `encoder` module for one forward call (`forward.swapped`) and differs
 from it in two ways:
   - the query, key and value projections of every layer run as one fused GEMM;
-  - the last layer computes its attention output, feed-forward and norms for the [CLS] rows
-    only (its keys and values still come from every token), so it costs about a sixth of a
-    full layer.
+  - the last layer computes its queries, attention output, feed-forward and norms for the
+    [CLS] rows only (its keys and values still come from every token), so it costs about a
+    sixth of a full layer.
 Everything else is the model's own code and weights: its embeddings, its attention mask,
 its LayerNorms and activation, its pooler and classification head. The results equal the
 model's own forward to float rounding (tests compare against HF and sentence-transformers).
@@ -65,12 +65,17 @@ class FastEncoder(torch.nn.Module):
         last = len(self.layers) - 1
         for i, (layer, (weight, bias, heads, head_dim, scale)) in enumerate(zip(self.layers, self.fused)):
             b, length, width = hidden_states.shape
-            qkv = F.linear(hidden_states, weight, bias).view(b, length, 3, heads, head_dim)
-            q, k, v = qkv.unbind(2)  # each [B, L, heads, d]
             residual, mask = hidden_states, attention_mask
             if i == last and self.cls_only:
-                q, residual = q[:, :1], hidden_states[:, :1]
+                # queries for the [CLS] row only; keys and values for every token
+                residual, n = hidden_states[:, :1], heads * head_dim
+                q = F.linear(residual, weight[:n], bias[:n]).view(b, 1, heads, head_dim)
+                kv = F.linear(hidden_states, weight[n:], bias[n:]).view(b, length, 2, heads, head_dim)
+                k, v = kv.unbind(2)
                 mask = None if mask is None else mask[:, :, :1]
+            else:
+                qkv = F.linear(hidden_states, weight, bias).view(b, length, 3, heads, head_dim)
+                q, k, v = qkv.unbind(2)  # each [B, L, heads, d]
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
             )  # [B, heads, q, d]
