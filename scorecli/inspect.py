@@ -38,7 +38,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
         lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
-        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(config, _skeleton(config, trust_remote_code))})",
+        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(_skeleton(config, trust_remote_code))})",
         f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
         "multi-item:     " + ("yes (MIS by default)" if kind != "cross-encoder" else "no (bidirectional encoder: single-item)"),

@@ -98,7 +98,7 @@ def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> 
 
 
 def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
-    limit = sequence_limit(loaded.config, loaded.model)
+    limit = sequence_limit(loaded.model)
     if requested is None:
         return limit
     if requested > limit:
@@ -106,21 +106,21 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
     return requested
 
 
-def sequence_limit(config, model) -> int:
+def sequence_limit(model) -> int:
     """The longest sequence scorecli runs through `model`: the positions it can embed,
     within its sliding window, at most MAX_SEQ_LEN_CAP."""
-    limit = min(_position_limit(config, model), MAX_SEQ_LEN_CAP)
-    window = _sliding_window(config)
+    limit = min(_position_limit(model), MAX_SEQ_LEN_CAP)
+    window = _sliding_window(model.config)
     if window:
         # beyond the window, packed and single sequences would see different keys
         limit = min(limit, window)
     return limit
 
 
-def _position_limit(config, model) -> int:
+def _position_limit(model) -> int:
     """How many positions the model can embed: RoBERTa-style embeddings (RoBERTa, XLM-R,
     CamemBERT, MPNet) number positions from `padding_idx + 1`, so that many fewer fit."""
-    limit = int(getattr(config, "max_position_embeddings", None) or MAX_SEQ_LEN_CAP)
+    limit = int(getattr(model.config, "max_position_embeddings", None) or MAX_SEQ_LEN_CAP)
     embeddings = getattr(model.base_model, "embeddings", None)
     padding_idx = getattr(embeddings, "padding_idx", None)
     if isinstance(padding_idx, int) and hasattr(embeddings, "position_embeddings"):
