@@ -46,18 +46,20 @@ def supports(model: torch.nn.Module) -> bool:
     return bool(layers) and all(type(layer).__name__ in LAYER_CLASSES for layer in layers)
 
 
+def _fuse(sa: torch.nn.Module) -> tuple:
+    """(weight [3 * H, H], bias, heads, head size, scale) of one self-attention's Q, K, V."""
+    weight = torch.cat([sa.query.weight, sa.key.weight, sa.value.weight])
+    bias = torch.cat([sa.query.bias, sa.key.bias, sa.value.bias])
+    return weight, bias, sa.num_attention_heads, sa.attention_head_size, sa.scaling
+
+
 class FastEncoder(torch.nn.Module):
     """Drop-in for `model.base_model.encoder` during one forward."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fused: list | None = None):
         super().__init__()
         self.layers = list(model.base_model.encoder.layer)
-        self.fused = []
-        for layer in self.layers:
-            sa = layer.attention.self
-            weight = torch.cat([sa.query.weight, sa.key.weight, sa.value.weight])  # [3 * H, H]
-            bias = torch.cat([sa.query.bias, sa.key.bias, sa.value.bias])
-            self.fused.append((weight, bias, sa.num_attention_heads, sa.attention_head_size, sa.scaling))
+        self.fused = fused if fused is not None else [_fuse(layer.attention.self) for layer in self.layers]
         self.cls_only = True
         self.last_hidden: torch.Tensor | None = None
 

@@ -7,6 +7,7 @@ pairs. Knows nothing about tokenization, activations or output.
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -41,6 +42,15 @@ def swapped(owner: torch.nn.Module, name: str, module: torch.nn.Module):
         yield module
     finally:
         setattr(owner, name, own)
+
+
+def with_encoder(model: torch.nn.Module, encoder: torch.nn.Module) -> torch.nn.Module:
+    """A shallow copy of `model` whose base model's `encoder` is `encoder` (weights shared)."""
+    base = copy.copy(model.base_model)
+    base._modules = {**base._modules, "encoder": encoder}
+    view = copy.copy(model)
+    view._modules = {**view._modules, model.base_model_prefix: base}
+    return view
 
 
 class RowsLastLayer(torch.nn.Module):
@@ -123,19 +133,26 @@ class DecoderForward:
 class EncoderForward:
     """A cross-encoder's own forward over padded (query, item) pairs, one item per sequence.
 
-    With `fast=True` (BERT-family models, `fast_encoder.supports`), the model's encoder
-    module is swapped for `FastEncoder` during the call: fused QKV, and a last layer that
-    computes only the rows the head and the pooled states read.
+    With `fast=True` (BERT-family models, `fast_encoder.supports`), it runs a view of the
+    model whose encoder module is a `FastEncoder` (fused QKV, and a last layer that computes
+    only the rows the head and the pooled states read); the loaded model is not modified.
+    Calls on one instance run one at a time; `twin()` gives another over the same weights
+    for a concurrent stream.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, fast: bool = False):
-        self.model = model
-        self.device = device
+    def __init__(self, model: torch.nn.Module, device: torch.device, fast: bool = False, fused: list | None = None):
+        self.source, self.model, self.device = model, model, device
         self.fast = None
         if fast:
             from scorecli.fast_encoder import FastEncoder
 
-            self.fast = FastEncoder(model)
+            self.fast = FastEncoder(model, fused)
+            self.model = with_encoder(model, self.fast)
+
+    def twin(self) -> EncoderForward:
+        """Another forward over the same weights (fused ones included) with its own state."""
+        fast = self.fast is not None
+        return EncoderForward(self.source, self.device, fast, self.fast.fused if fast else None)
 
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
@@ -150,8 +167,7 @@ class EncoderForward:
         kwargs["attention_mask"] = pad_ragged(torch.ones_like(ids), where_t, s, length, 0)  # [S, L]
         if self.fast is not None:
             self.fast.cls_only = pooling in (None, "cls")
-            with swapped(self.model.base_model, "encoder", self.fast):
-                logits = self.model(**kwargs).logits
+            logits = self.model(**kwargs).logits
             hidden = self.fast.last_hidden  # [S, 1, H] with cls_only, else [S, L, H]
         else:
             out = self.model(output_hidden_states=pooling is not None, **kwargs)

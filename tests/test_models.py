@@ -66,8 +66,25 @@ def test_cross_encoder_matches_hf_forward(request, fixture, attention, pooling):
     assert table.schema.metadata[b"kind"] == b"cross-encoder"
     fused = table.schema.metadata[b"attention"] == b"sdpa (fused encoder)"
     assert fused == (attention == "auto")
-    assert type(scorer.loaded.model.base_model.encoder).__name__ == "BertEncoder"  # given back after each batch
+    assert type(scorer.loaded.model.base_model.encoder).__name__ == "BertEncoder"  # the loaded model is not modified
     _assert_pairs_match(path, table, pooling)
+
+
+@pytest.mark.parametrize("attention", ["auto", "eager"])
+def test_cpu_streams_equal_one_stream_and_hf(bert_cross_encoder, attention):
+    """Concurrent CPU streams (each on its share of torch's threads) score as one stream does."""
+    scorer = Scorer(bert_cross_encoder, pooled_hidden_states=True, attention=attention, max_batch_tokens=40)
+    threads = torch.get_num_threads()
+    scorer.streams = [scorer.forward, scorer.forward.twin(), scorer.forward.twin()]  # also on a 1-core machine
+    streamed = scorer.score_rows(_rows(PAIRS_ROWS))
+    assert torch.get_num_threads() == threads
+    assert type(scorer.loaded.model.base_model.encoder).__name__ == "BertEncoder"
+    scorer.streams = []
+    serial = scorer.score_rows(_rows(PAIRS_ROWS))
+    for column, atol in (("scores", 1e-5), ("pooled_hidden_states", 1e-4)):
+        for a, b in zip(streamed[column].to_pylist(), serial[column].to_pylist()):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=atol, rtol=0)
+    _assert_pairs_match(bert_cross_encoder, streamed)
 
 
 def test_encoder_families_match_hf_forward(encoder_family):
