@@ -198,7 +198,8 @@ class Scorer:
         out = np.zeros((n_items, n_labels + hidden_size), dtype=np.float32)
         if self.shares_prefix:
             self.forward.share(prepared.shared)
-        concurrent = len(self.streams) > 1 and len(prepared.batches) > 1
+        streams = len(self.streams)
+        concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
         for index, tokens, result in (self._run_streams if concurrent else self._run_serial)(prepared):
             out[index] = result
             if on_batch:
