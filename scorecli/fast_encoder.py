@@ -1,8 +1,8 @@
 """A faster, exact encoder stack for BERT-family cross-encoders (BERT, RoBERTa, XLM-R, ELECTRA).
 
 A cross-encoder's score reads only the first ([CLS]) token of the last layer. This stack
-replaces the model's `encoder` module for one forward call (`forward.swapped`) and differs
-from it in two ways:
+is the `encoder` module of a view of the model (`forward.with_encoder`) and differs
+from the model's own encoder in two ways:
   - the query, key and value projections of every layer run as one fused GEMM;
   - the last layer computes its queries, attention output, feed-forward and norms for the
     [CLS] rows only (its keys and values still come from every token), so it costs about a
@@ -54,7 +54,7 @@ def _fuse(sa: torch.nn.Module) -> tuple:
 
 
 class FastEncoder(torch.nn.Module):
-    """Drop-in for `model.base_model.encoder` during one forward."""
+    """Drop-in for `model.base_model.encoder`; one call at a time (it keeps `last_hidden`)."""
 
     def __init__(self, model: torch.nn.Module, fused: list | None = None):
         super().__init__()
