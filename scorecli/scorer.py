@@ -88,7 +88,7 @@ class Scorer:
 
             fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
             self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
-            if loaded.device.type == "cpu" and torch.get_num_threads() >= CPU_STREAMS:
+            if loaded.device.type == "cpu":  # used when torch has a thread for each (`run`)
                 self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
             self.backend_name = "sdpa (fused encoder)" if fast else "model"
             self.padded = True
@@ -236,7 +236,7 @@ class Scorer:
         def score(index: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
             forward = free.get()
             try:
-                batch = collate([prepared.seqs[i] for i in index], 0)
+                batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
                 return batch.item_index, batch.num_tokens, self._score_batch(batch, forward)
             finally:
                 free.put(forward)
