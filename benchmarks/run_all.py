@@ -25,6 +25,7 @@ BENCHMARKS = {
     "qwen3": ("bench_vs_qwen3_recipe.py", ["--rows", "2", "--items", "8", "--repeats", "1"]),
     "memory": ("bench_memory.py", ["--large", "10000", "--repeats", "1"]),
     "blocks": ("bench_block_groups.py", ["--repeats", "1", "--calls", "3"]),
+    "streams": ("bench_cpu_streams.py", ["--rows", "10", "--repeats", "1"]),
 }
 
 

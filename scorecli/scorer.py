@@ -32,7 +32,7 @@ from scorecli.templates import load_template
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
-# of them (MiniLM on 2 cores: 5-14% faster than one stream of 2 threads; benchmarks/RESULTS.md).
+# of them (MiniLM on 2 cores: 1.16x over one stream of 2 threads, benchmarks/bench_cpu_streams.py).
 CPU_STREAMS = 2
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
