@@ -1,8 +1,11 @@
 """Ragged attention backends (flex, flashinfer) against the dense MIS rule and sdpa.
 
 CPU: FlexAttention masks and scores; flashinfer's plan arguments rebuilt into dense masks
-under the kernel's own rule. CUDA (skipped without a GPU and flashinfer): flashinfer scores
-against sdpa, and MIS against single-item, so that an ignored MIS mask cannot pass.
+under the kernel's own rule; the flashinfer backend and the whole scorer run end to end on a
+pure-torch stand-in of flashinfer's wrappers (tests/fake_flashinfer.py: its API and kernel
+rules), which checks plan-once-per-batch, layouts, GQA and dtypes. CUDA (skipped without a
+GPU and flashinfer): the real kernels against sdpa, and MIS against single-item, so that an
+ignored MIS mask cannot pass.
 """
 
 from __future__ import annotations
@@ -442,6 +445,129 @@ def test_custom_mask_equals_mis_allowed():
         for s, (a, b) in enumerate(zip(batch.cu_seqlens[:-1], batch.cu_seqlens[1:])):
             block = flat[indptr[s] : indptr[s + 1]].reshape(b - a, b - a)  # row-major [q, kv]
             np.testing.assert_array_equal(block, ref[a:b, a:b])
+
+
+# ---- flashinfer's Python API on a CPU stand-in (tests/fake_flashinfer.py) ------------------------
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    """`import flashinfer` gives the pure-torch stand-in; `--attention flashinfer` builds the
+    backend on the CPU too (the real make_backend refuses a non-CUDA device)."""
+    from scorecli import attention
+    from tests import fake_flashinfer as fake
+
+    module = fake.install(monkeypatch)
+    real = attention.make_backend
+    kernel = {"mis": "paged"}
+
+    def make(name, device, dtype=torch.float32):
+        return FlashInferBackend(mis_kernel=kernel["mis"]) if name == "flashinfer" else real(name, device, dtype)
+
+    monkeypatch.setattr(attention, "make_backend", make)
+    module.use_mis_kernel = lambda k: kernel.update(mis=k)
+    return module
+
+
+def test_fake_signatures_match_flashinfer():
+    """The stand-in's constructor, plan() and run() take what flashinfer's own do."""
+    import inspect
+
+    flashinfer = pytest.importorskip("flashinfer")
+    from tests import fake_flashinfer as fake
+
+    for name in ("BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"):
+        for method in ("__init__", "plan", "run"):
+            ours = inspect.signature(getattr(getattr(fake, name), method))
+            theirs = inspect.signature(getattr(getattr(flashinfer, name), method))
+            assert list(ours.parameters) == list(theirs.parameters), (name, method)
+
+
+def _wrapper_calls(backend: FlashInferBackend) -> dict[str, tuple[int, int]]:
+    return {mode: (w.plan_calls, w.run_calls) for mode, w in (backend._wrappers or {}).items()}
+
+
+@pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+def test_flashinfer_backend_on_the_stand_in_equals_sdpa(fake_flashinfer, mis_kernel, dtype):
+    """Plans once per batch (not per layer), picks causal for single-item batches, lays out
+    q/k/v and GQA as the wrappers take them, and returns the dense MIS attention."""
+    backend, device, layers = FlashInferBackend(mis_kernel=mis_kernel), torch.device("cpu"), 3
+    batches = random_batches(10, seed=5, max_seqs=6, max_items=6, max_len=12)
+    batches += [b for b in random_batches(40, seed=6, max_seqs=2) if is_single_item(b)][:2]
+    modes = []
+    for n, batch in enumerate(batches):
+        backend.plan(batch, device, dtype)
+        modes.append(backend.mode)
+        before = _wrapper_calls(backend)
+        q, k, v = (x.to(dtype) for x in _attention_inputs(batch, n))
+        for _ in range(layers):
+            out = backend.attend(None, q, k, v, 0.3)
+        after = _wrapper_calls(backend)
+        assert after[backend.mode][0] - before.get(backend.mode, (0, 0))[0] == 1  # one plan for all layers
+        assert after[backend.mode][1] - before.get(backend.mode, (0, 0))[1] == layers
+        assert out.dtype == dtype and out.shape == (1, batch.num_tokens, q.shape[1], q.shape[3])
+        kdtype = torch.float16 if dtype == torch.float32 else dtype  # what the kernel computes in
+        ref = _sdpa_reference(batch, *(x.to(kdtype).float() for x in (q, k, v)), 0.3)
+        tol = 2e-3 if kdtype == torch.float16 else 2e-2
+        torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+    assert set(modes) == {"causal", mis_kernel}
+
+
+@pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
+@pytest.mark.parametrize("fixture,extra", SCORER_CASES)
+@pytest.mark.parametrize("mode", ["mis", "single"])
+def test_flashinfer_scores_on_the_stand_in_equal_sdpa(fake_flashinfer, request, fixture, extra, mode):
+    """The whole scorer under `--attention flashinfer` (kernels emulated): same scores and
+    hidden states as sdpa within float16 attention, same tokens run."""
+    path = request.getfixturevalue(fixture)
+    rows = make_rows(8, seed=23)
+    fi, s_fi, h_fi = scorer_outputs(path, rows, mode=mode, attention="flashinfer", **extra)
+    sdpa, s_sdpa, h_sdpa = scorer_outputs(path, rows, mode=mode, attention="sdpa", share_prefix=False, **extra)
+    assert fi.schema.metadata[b"attention"] == b"flashinfer"
+    for a, b in zip(s_fi, s_sdpa):
+        np.testing.assert_allclose(a, b, atol=5e-3, rtol=0)
+    for a, b in zip(h_fi, h_sdpa):
+        np.testing.assert_allclose(a, b, atol=2e-2, rtol=0)
+    assert fi["num_tokens"].to_pylist() == sdpa["num_tokens"].to_pylist()
+
+
+@pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
+@pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+def test_flashinfer_mis_on_the_stand_in_equals_single(fake_flashinfer, qwen3_seq_cls, mis_kernel):
+    """Distinct items of one MIS sequence keep distinct scores, equal to their single-item ones."""
+    fake_flashinfer.use_mis_kernel(mis_kernel)
+    rows = [{"query": "which animal is fast", "items": ["a quick brown fox", "the lazy dog", "a passage answers",
+                                                        "maybe yes", "no relevant query"]}]  # fmt: skip
+    scores = {m: scorer_outputs(qwen3_seq_cls, rows, mode=m, attention="flashinfer")[1][0] for m in ("mis", "single")}
+    assert np.ptp(scores["mis"]) > 1e-3, scores
+    np.testing.assert_allclose(scores["mis"], scores["single"], atol=2e-3, rtol=0)
+
+
+def block_diagonal(batch: Batch) -> np.ndarray:
+    """[T, T] bool: query and key in the same sequence."""
+    seq = np.repeat(np.arange(batch.num_seqs), batch.seq_lens)
+    return seq[:, None] == seq[None, :]
+
+
+def test_stand_in_ragged_wrapper_ignores_mis_arguments(fake_flashinfer):
+    """Why the MIS plan uses the paged wrapper: planned with the MIS arguments, the ragged
+    wrapper runs plain causal attention (flashinfer 0.7.2), which is not the MIS rule."""
+    causal = lambda b: np.tril(np.ones((b.num_tokens,) * 2, dtype=bool)) & block_diagonal(b)  # noqa: E731
+    batch = next(b for b in random_batches(20, seed=9) if not np.array_equal(reference_mask(b), causal(b)))
+    mis = mis_args(batch)
+    wrapper = fake_flashinfer.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(16, dtype=torch.uint8))
+    cu = torch.from_numpy(batch.cu_seqlens.astype(np.int32))
+    wrapper.plan(cu, cu, 4, 2, 16, causal=True, q_data_type=torch.float16,
+                 prefix_len_ptr=torch.from_numpy(mis.prefix_len_ptr),
+                 token_pos_in_items_ptr=torch.from_numpy(mis.token_pos_in_items_ptr),
+                 token_pos_in_items_len=mis.token_pos_in_items_len,
+                 max_item_len_ptr=torch.from_numpy(mis.max_item_len_ptr))  # fmt: skip
+    q, k, v = (x[0].transpose(0, 1).half().contiguous() for x in _attention_inputs(batch, 0))
+    out = wrapper.run(q, k, v).float()[None]
+    ref = _sdpa_reference(batch, *(x.half().float() for x in _attention_inputs(batch, 0)), 0.25)
+    assert not torch.allclose(out, ref, atol=1e-2)
 
 
 # ---- flashinfer on a GPU ---------------------------------------------------------------------
