@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.scorecli-installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench gpu-wheels clean
 
 install: $(STAMP)
 
@@ -33,6 +33,14 @@ test-fast: install
 
 bench: install
 	$(BIN)/python benchmarks/run_all.py
+
+# flashinfer and its one compiled dependency as wheels for a GPU machine without an index
+# (Python 3.12, x86-64): carry .whl there and run benchmarks/gpu_session.sh
+gpu-wheels:
+	mkdir -p .whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl flashinfer-python==0.7.2.post1 'apache-tvm-ffi>=0.1.11,<0.2'
 
 clean:
 	rm -rf out .pytest_cache

@@ -68,13 +68,13 @@ def run_bench(
     rows = synthetic_rows(work, vocab)
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=(vocab // 2, vocab // 2 + 1))  # any two: cost does not depend on them
-    peak = peak_tflops or _peak_tflops(loaded.device)
-    params = _non_embedding_params(loaded.model)
+    peak = peak_tflops or device_peak_tflops(loaded.device)
+    params = non_embedding_params(loaded.model)
     results = []
     for attention in attentions:
         for mode in modes:
             scorer = Scorer(loaded, replace(cfg, attention=attention, mode=mode))
-            seconds, tokens = _time(scorer, rows, repeats, loaded.device)
+            seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device)
             n_items = work.rows * work.items
             flops = 2.0 * params * tokens / seconds
             fraction = flops / (peak * 1e12) if peak else None
@@ -82,7 +82,8 @@ def run_bench(
     return results
 
 
-def _time(scorer, rows: list[RawRow], repeats: int, device: torch.device) -> tuple[float, int]:
+def time_scorer(scorer, rows: list[RawRow], repeats: int, device: torch.device) -> tuple[float, int]:
+    """Median seconds of `repeats` timed passes over `rows` after one warm-up, and the tokens run."""
     table = scorer.score_rows(rows)  # warm-up: kernels, JIT, allocator
     tokens = int(sum(table["num_tokens"].to_pylist()))
     times = []
@@ -100,7 +101,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _non_embedding_params(model: torch.nn.Module) -> int:
+def non_embedding_params(model: torch.nn.Module) -> int:
+    """Parameters every token runs through (the FLOP count's 2 x params x tokens)."""
     total = sum(p.numel() for p in model.parameters())
     embed = model.get_input_embeddings().weight.numel()
     out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -109,7 +111,8 @@ def _non_embedding_params(model: torch.nn.Module) -> int:
     return total - embed
 
 
-def _peak_tflops(device: torch.device) -> float | None:
+def device_peak_tflops(device: torch.device) -> float | None:
+    """The GPU's dense bf16 peak from `PEAK_BF16_TFLOPS`, or None (CPU, unknown GPU)."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks in few, full runs on a bare GPU machine (python3 there holds torch with CUDA,
+# transformers, pyarrow, rich, typer, pytest; no index to install from).
+#
+#   bash benchmarks/gpu_session.sh tests   # CUDA tests: flashinfer and compiled flex == sdpa,
+#                                          # MIS == single (the first run JIT-compiles flashinfer)
+#   bash benchmarks/gpu_session.sh bench   # benchmarks/bench_gpu.py (Qwen3-0.6B-sized, bf16)
+#   bash benchmarks/gpu_session.sh all     # both
+#
+# Run from the repository root; scorecli runs from the source tree (no install). flashinfer is
+# installed from wheels in .whl/ when there are any (`make gpu-wheels` fetches them where an
+# index is reachable; carry .whl along). Logs and results go to $OUT (default /tmp/scorecli-gpu).
+set -uo pipefail
+stage=${1:-all}
+out=${OUT:-/tmp/scorecli-gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+python3 - <<'PY' 2>&1 | tee "$out/env.txt"
+import torch, transformers
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, {gpu}")
+try:
+    import flashinfer
+    print("flashinfer", flashinfer.__version__)
+except Exception as exc:  # the tests and the benchmark then skip or report it
+    print("flashinfer not importable:", exc)
+PY
+rc=0
+if [[ $stage == tests || $stage == all ]]; then
+  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py 2>&1 | tee "$out/tests.txt"
+  rc=$((rc | PIPESTATUS[0]))
+fi
+if [[ $stage == bench || $stage == all ]]; then
+  python3 benchmarks/bench_gpu.py --out "$out" 2>&1 | tee "$out/bench.txt"
+  rc=$((rc | PIPESTATUS[0]))
+fi
+exit $rc
