@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         plans, times, ref = {}, {v: [] for v in VARIANTS}, None
         for variant, overhead in VARIANTS.items():
             blocks.GROUP_OVERHEAD = default if overhead is None else overhead
-            plans[variant] = blocks.BlockPlan(batch, torch.device("cpu"), torch.float32)
+            plans[variant] = blocks.BlockPlan.build(batch, torch.device("cpu"), torch.float32)
             out = plans[variant].attend(q, k, v, 0.125).reshape(-1, heads, d)[real]
             ref = out if ref is None else ref
             torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

@@ -220,7 +220,7 @@ def test_blocks_attend_equals_sdpa_with_dense_mask(dtype, overhead, monkeypatch)
         monkeypatch.setattr(blocks, "GROUP_OVERHEAD", overhead)
     for n, batch in enumerate(random_batches(60, seed=5, max_seqs=6, max_items=6, max_len=12)):
         q, k, v = _attention_inputs(batch, n)
-        plan = BlockPlan(batch, torch.device("cpu"), dtype)
+        plan = BlockPlan.build(batch, torch.device("cpu"), dtype)
         if overhead == 0:
             assert len(plan.groups) == len(np.unique(np.maximum(batch.item_lens, 1)))
         out = plan.attend(*(_padded(batch, x).to(dtype) for x in (q, k, v)), 0.25)  # [S, L, H, d]
@@ -467,6 +467,48 @@ def fake_flashinfer(monkeypatch):
     monkeypatch.setattr(attention, "make_backend", make)
     module.use_mis_kernel = lambda k: kernel.update(mis=k)
     return module
+
+
+def test_to_device_mixed_dtypes_travel_in_one_buffer():
+    from scorecli.attention import to_device
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 1 << 40, 7), rng.integers(0, 1 << 31, 3).astype(np.int32),
+              rng.integers(0, 1 << 16, 5).astype(np.uint16), rng.integers(0, 1 << 32, 1).astype(np.uint32),
+              rng.random(9) < 0.5, np.zeros(0, dtype=np.uint16), rng.integers(0, 9, 4)]  # fmt: skip
+    out = to_device(arrays, torch.device("cpu"))
+    bases = {t.untyped_storage().data_ptr() for t in out if t.numel()}
+    assert len(bases) == 1  # views of one buffer: one transfer
+    for a, t in zip(arrays, out):
+        assert t.dtype == torch.from_numpy(np.empty(0, a.dtype)).dtype and t.shape == a.shape
+        np.testing.assert_array_equal(t.view(torch.uint8).numpy().view(a.dtype), a)
+    same = to_device([arrays[0], arrays[-1]], torch.device("cpu"))
+    np.testing.assert_array_equal(same[1].numpy(), arrays[-1])
+
+
+@pytest.mark.parametrize("name", ["sdpa", "sdpa-blocks", "sdpa-dense", "eager", "flex", "flashinfer-paged",
+                                  "flashinfer-custom"])  # fmt: skip
+def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
+    """A backend's plan() sends everything a batch needs (ids, positions, indices, masks, kernel
+    plan arrays) to the device in one copy; what flashinfer's plan() reads on the host stays there."""
+    from scorecli import attention
+
+    uploads = []
+    real = attention._upload
+    monkeypatch.setattr(attention, "_upload", lambda flat, device: uploads.append(flat.numel()) or real(flat, device))
+    backends = {"sdpa-blocks": lambda: SdpaBackend(blocks="always"), "sdpa-dense": lambda: SdpaBackend(blocks="never"),
+                "flashinfer-paged": lambda: FlashInferBackend("paged"),
+                "flashinfer-custom": lambda: FlashInferBackend("custom")}  # fmt: skip
+    backend = backends[name]() if name in backends else make_backend(name, torch.device("cpu"))
+    for batch in random_batches(12, seed=3, max_seqs=6, max_items=6, max_len=12):
+        before = len(uploads)
+        inputs = backend.plan(batch, torch.device("cpu"), torch.float32)
+        assert len(uploads) - before == 1, (name, getattr(backend, "mode", None))
+        if name.startswith("flashinfer") and backend.mode != "causal":  # plan arrays: views of that copy
+            on_device = [v for k, v in backend._plan_kwargs.items() if k.endswith("_ptr") or k == "custom_mask"]
+            on_device += [backend._plan_args[2]] if backend.mode == "paged" else []  # paged_kv_indices
+            buffer = inputs.input_ids.untyped_storage().data_ptr()
+            assert len(on_device) in (1, 4) and all(t.untyped_storage().data_ptr() == buffer for t in on_device)
 
 
 def test_fake_signatures_match_flashinfer():

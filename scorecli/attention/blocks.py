@@ -103,7 +103,13 @@ class _Group:
 class BlockPlan:
     """Index tensors and masks for one padded MIS batch (`groups`: `batch_groups`, when the
     caller has them already). With `batch.shared_len` C > 0, the C keys of a shared prefix
-    (`attention.shared`) come before every sequence's own and every query sees them."""
+    (`attention.shared`) come before every sequence's own and every query sees them.
+
+    Built in two steps, so that its arrays travel with the caller's own in one host-to-device
+    copy: the constructor computes them on the host (`arrays`: int64 indices and boolean
+    masks), `upload` takes their device copies and makes the additive masks there.
+    `BlockPlan.build` does both.
+    """
 
     def __init__(self, batch: Batch, device: torch.device, dtype: torch.dtype,
                  groups: list[tuple[np.ndarray, int]] | None = None):  # fmt: skip
@@ -114,8 +120,6 @@ class BlockPlan:
         seq_of_item = np.repeat(np.arange(s), batch.item_counts)  # [N]
         pp = np.arange(p)
         p_valid = pp[None, :] < p_lens[:, None]  # [S, P]
-        zero = torch.zeros((), dtype=dtype)
-        low = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
 
         ints, masks, shapes = [], [], []
         for items, m in batch_groups(batch, device) if groups is None else groups:
@@ -131,20 +135,42 @@ class BlockPlan:
                  (t[None, :] <= t[:, None])[None] & q_valid[:, None, :]], axis=2)  # fmt: skip
             allowed[~allowed.any(axis=2)] = True  # padded query rows: attend to anything, never NaN
             ints += [q_flat.ravel(), k_flat.ravel(), np.flatnonzero(q_valid), q_flat[q_valid]]
-            masks.append(torch.where(torch.from_numpy(allowed), zero, low)[:, None].to(device))
+            masks.append(allowed.ravel())  # [n * m * (C + P + m)]
             shapes.append((n, m))
         prefix_allowed = (pp[None, :] <= pp[:, None])[None] & p_valid[:, None, :]  # [S, P, P]
         prefix_allowed[~prefix_allowed.any(axis=2)] = True
         prefix_allowed = np.concatenate([np.ones((s, p, c), dtype=bool), prefix_allowed], axis=2)  # [S, P, C + P]
-        self.prefix_mask = torch.where(torch.from_numpy(prefix_allowed), zero, low)[:, None].to(device)  # [S, 1, P, C + P]
 
-        flat = torch.from_numpy(np.concatenate(ints)).to(device) if ints else None  # one host-to-device copy
-        parts = torch.split(flat, [a.size for a in ints]) if ints else ()
-        self.groups = [
-            _Group(parts[4 * g].view(n, m), parts[4 * g + 1].view(n, c + p + m), mask, parts[4 * g + 2], parts[4 * g + 3])
-            for g, ((n, m), mask) in enumerate(zip(shapes, masks))
-        ]
+        self.arrays: list[np.ndarray] = [a.astype(np.int64, copy=False) for a in ints] + masks + [prefix_allowed.ravel()]
         self.shape = (s, length, p, c)
+        self.dtype = dtype
+        self._shapes = shapes
+        self.groups: list[_Group] = []
+        self.prefix_mask: torch.Tensor | None = None  # [S, 1, P, C + P] additive, after `upload`
+
+    @classmethod
+    def build(cls, batch: Batch, device: torch.device, dtype: torch.dtype,
+              groups: list[tuple[np.ndarray, int]] | None = None) -> "BlockPlan":  # fmt: skip
+        """Plan and upload in one go (one host-to-device copy)."""
+        from scorecli.attention import to_device
+
+        plan = cls(batch, device, dtype, groups)
+        return plan.upload(to_device(plan.arrays, device))
+
+    def upload(self, tensors: list[torch.Tensor]) -> "BlockPlan":
+        """Take the device copies of `arrays` (in order); returns self."""
+        s, _, p, c = self.shape
+        k = len(self._shapes)
+        ints, masks, prefix = tensors[: 4 * k], tensors[4 * k : 5 * k], tensors[5 * k]
+        zero = torch.zeros((), dtype=self.dtype, device=prefix.device)
+        low = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=prefix.device)
+        self.prefix_mask = torch.where(prefix.view(s, p, c + p), zero, low)[:, None]  # [S, 1, P, C + P]
+        self.groups = [
+            _Group(ints[4 * g].view(n, m), ints[4 * g + 1].view(n, c + p + m),
+                   torch.where(mask.view(n, m, c + p + m), zero, low)[:, None], ints[4 * g + 2], ints[4 * g + 3])
+            for g, ((n, m), mask) in enumerate(zip(self._shapes, masks))
+        ]  # fmt: skip
+        return self
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
                shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:  # fmt: skip

@@ -7,6 +7,7 @@ the batch budget (`is_padded`). This module knows nothing about tokenization or 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -50,15 +51,19 @@ class DenseMaskBackend:
         self.shared: SharedKV | None = None  # set by the caller when batches continue a shared prefix
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
-        return self._padded(batch, device, dtype, with_mask=True)
+        return self._padded(batch, device, dtype, with_mask=True)[0]
 
-    def _padded(self, batch: Batch, device: torch.device, dtype: torch.dtype, with_mask: bool) -> ModelInputs:
+    def _padded(self, batch: Batch, device: torch.device, dtype: torch.dtype, with_mask: bool,
+                extra: list[np.ndarray] = ()) -> tuple[ModelInputs, list[torch.Tensor]]:  # fmt: skip
+        """Padded inputs (and the dense mask); `extra` arrays travel in the same one copy and
+        come back as the second value."""
         s, length = batch.num_seqs, batch.max_len
         where = batch.padded_index()  # [T]
-        ids, pos, seg, pool, first, where_t = to_device(
-            [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where],
+        ids, pos, seg, pool, first, where_t, *extra_t = to_device(
+            [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where,
+             *extra],
             device,
-        )
+        )  # fmt: skip
         self.mask = None
         if batch.shared_len != (self.shared.length if self.shared is not None else 0):
             raise RuntimeError(f"batch continues a {batch.shared_len}-token shared prefix the backend does not hold")
@@ -66,7 +71,8 @@ class DenseMaskBackend:
             allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1), batch.shared_len)  # [S, L, C + L]
             zero = torch.zeros((), dtype=dtype, device=device)
             self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, C + L]
-        return ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
+        inputs = ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
+        return inputs, extra_t
 
 
 class SdpaBackend(DenseMaskBackend):
@@ -85,8 +91,9 @@ class SdpaBackend(DenseMaskBackend):
         use_blocks = self.blocks == "always" or (
             self.blocks == "auto" and 2 * block_cost(batch, groups) < dense_cost(batch)
         )
-        inputs = self._padded(batch, device, dtype, with_mask=not use_blocks)
-        self.block_plan = BlockPlan(batch, device, dtype, groups) if use_blocks else None
+        block_plan = BlockPlan(batch, device, dtype, groups) if use_blocks else None
+        inputs, uploaded = self._padded(batch, device, dtype, not use_blocks, block_plan.arrays if use_blocks else [])
+        self.block_plan = block_plan.upload(uploaded) if use_blocks else None
         return inputs
 
     def attend(self, module, query, key, value, scaling):

@@ -207,15 +207,19 @@ class FlashInferBackend:
         layer, when head counts, head size and scale are known, and serves every layer."""
         if self._wrappers is None:
             self._wrappers = _make_wrappers(device, self.workspace_bytes)
-        arrays = [batch.input_ids, batch.position_ids, batch.pool_index, batch.first_index]
-        ids, pos, pool, first = to_device(arrays, device)  # [T], [T], [N], [N]
         self.mode = "causal" if is_single_item(batch) else self.mis_kernel
+        arrays = [batch.input_ids, batch.position_ids, batch.pool_index, batch.first_index]
+        if self.mode == "paged":
+            mis, pages = mis_args(batch), paged_kv_args(batch)
+            arrays += [pages.paged_kv_indices, mis.prefix_len_ptr, mis.token_pos_in_items_ptr, mis.max_item_len_ptr]
+        elif self.mode == "custom":
+            arrays.append(custom_mask(batch))  # [sum L^2] bool, packed by plan()
+        ids, pos, pool, first, *plan_arrays = to_device(arrays, device)  # one host-to-device copy
         cu = torch.from_numpy(batch.cu_seqlens.astype(np.int32))  # [S+1], host: plan() reads it there
         if self.mode == "paged":
-            self._plan_args, self._plan_kwargs = _paged_plan_inputs(batch, device)
+            self._plan_args, self._plan_kwargs = _paged_plan_inputs(pages, mis.token_pos_in_items_len, *plan_arrays)
         elif self.mode == "custom":
-            mask = torch.from_numpy(custom_mask(batch)).to(device)  # [sum L^2] bool, packed by plan()
-            self._plan_args, self._plan_kwargs = (cu, cu), {"custom_mask": mask}
+            self._plan_args, self._plan_kwargs = (cu, cu), {"custom_mask": plan_arrays[0]}
         else:
             self._plan_args, self._plan_kwargs = (cu, cu), {"causal": True}
         self._planned_for = None
@@ -266,22 +270,24 @@ class FlashInferBackend:
             self._warned_fp32 = True
 
 
-def _paged_plan_inputs(batch: Batch, device: torch.device) -> tuple[tuple, dict]:
-    """Positional and keyword plan() arguments of the paged wrapper in MIS mode."""
-    pages, mis = paged_kv_args(batch), mis_args(batch)
-    args = tuple(
-        torch.from_numpy(a)
-        for a in (pages.qo_indptr, pages.paged_kv_indptr, pages.paged_kv_indices, pages.paged_kv_last_page_len)
-    )
+def _paged_plan_inputs(pages: PagedKV, token_pos_in_items_len: int, kv_indices, prefix_len, token_pos,
+                       max_item_len) -> tuple[tuple, dict]:  # fmt: skip
+    """Positional and keyword plan() arguments of the paged wrapper in MIS mode.
+
+    The indptrs and last-page lengths stay on the host, where plan() reads them; the page
+    indices and the three MIS arrays (`mis_args`) arrive on the device, where the kernel reads
+    them, so plan() copies nothing more.
+    """
+    host = (torch.from_numpy(a) for a in (pages.qo_indptr, pages.paged_kv_indptr, pages.paged_kv_last_page_len))
+    qo_indptr, kv_indptr, last_page_len = host
     kwargs = {
         "causal": True,
-        # read by the kernel itself: they must live on the device
-        "prefix_len_ptr": torch.from_numpy(mis.prefix_len_ptr).to(device),  # [S] uint32
-        "token_pos_in_items_ptr": torch.from_numpy(mis.token_pos_in_items_ptr).to(device),  # [S * len] uint16
-        "token_pos_in_items_len": mis.token_pos_in_items_len,
-        "max_item_len_ptr": torch.from_numpy(mis.max_item_len_ptr).to(device),  # [S] uint16
+        "prefix_len_ptr": prefix_len,  # [S] uint32
+        "token_pos_in_items_ptr": token_pos,  # [S * len] uint16
+        "token_pos_in_items_len": token_pos_in_items_len,
+        "max_item_len_ptr": max_item_len,  # [S] uint16
     }
-    return args, kwargs
+    return (qo_indptr, kv_indptr, kv_indices, last_page_len), kwargs
 
 
 def _make_wrappers(device: torch.device, workspace_bytes: int) -> dict:
