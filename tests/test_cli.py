@@ -147,6 +147,8 @@ def error_cases(tmp: Path, m: dict[str, str]) -> dict[str, Err]:
     add("id_after_first_window", [late], m["seq_cls"], ["--window-rows", "2"], ["column id first appears", "--window-rows"])
     add("label_tokens_on_seq_cls", [good], m["seq_cls"], ["--label-tokens", "yes,no"], ["--label-tokens", "seq-cls"])
     add("mode_mis_cross_encoder", [good], m["cross"], ["--mode", "mis"], ["--mode mis"])
+    add("flashinfer_on_cpu", [good], m["seq_cls"], ["--attention", "flashinfer", "--device", "cpu"],
+        ["--attention flashinfer", "CUDA"])
     add("unknown_template", [good], m["seq_cls"], ["--template", "no-such-template"], ["no-such-template"])
     add("missing_model_path", [good], str(tmp / "no_such_model"), [], ["no_such_model"])
     add("missing_input_file", [str(tmp / "no_such_input.jsonl")], m["seq_cls"], [], ["no_such_input.jsonl"])
@@ -374,7 +376,7 @@ def test_skip_bad_rows(runs):
 
 ERROR_NAMES = [*BAD_LINES, "bad_row_to_stdout", "parquet_missing_items", "label_tokens_multi_token", "label_tokens_on_seq_cls",
                "mixed_id_types", "id_after_first_window",
-               "mode_mis_cross_encoder", "unknown_template", "missing_model_path", "missing_input_file",
+               "mode_mis_cross_encoder", "flashinfer_on_cpu", "unknown_template", "missing_model_path", "missing_input_file",
                "output_dir_missing", "no_model_at_all"]  # fmt: skip
 
 
