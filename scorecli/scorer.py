@@ -82,6 +82,7 @@ class Scorer:
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         self.shares_prefix = False
         self.streams: list[EncoderForward] = []  # concurrent forwards on CPU (`_run_streams`)
+        self.fallback: str | None = None  # backend to switch to if the one `auto` chose fails
         if self.spec.kind == "cross-encoder":
             self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
             from scorecli.fast_encoder import supports
@@ -99,6 +100,8 @@ class Scorer:
             self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
             backend = make_backend(cfg.attention, loaded.device, loaded.dtype)
             self.backend_name = backend.name
+            if cfg.attention == "auto" and backend.name == "flashinfer":
+                self.fallback = "sdpa"  # flashinfer JIT-compiles its kernels: a missing toolchain fails late
             self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
             self.padded = backend.is_padded
             # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
@@ -223,7 +226,24 @@ class Scorer:
                 _free_cache(self.loaded.device)
                 pending += [index[half:], index[:half]]
                 continue
+            except Exception as err:  # noqa: BLE001 - re-raised unless `auto` has a fallback
+                if self.fallback is None:
+                    raise
+                self._fall_back(err)
+                pending.append(index)
+                continue
             yield batch.item_index, batch.num_tokens, result
+
+    def _fall_back(self, err: Exception) -> None:
+        """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
+        from scorecli.attention import make_backend
+
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        warnings.warn(f"--attention auto: {self.backend_name} failed ({type(err).__name__}: {first}); "
+                      f"using {self.fallback}", RuntimeWarning, stacklevel=2)  # fmt: skip
+        backend = make_backend(self.fallback, self.loaded.device, self.loaded.dtype)
+        self.forward.backend, self.backend_name, self.fallback = backend, backend.name, None
+        _free_cache(self.loaded.device)
 
     def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
         """(item index, tokens, scores) of every batch, in plan order, computed by `self.streams`

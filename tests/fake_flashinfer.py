@@ -19,7 +19,7 @@ the kernels' semantics as read from their sources:
   a custom mask it was planned with stays in force until another custom mask replaces it: both
   are flashinfer 0.7.2's behaviour, kept so that tests catch a backend that relies on them.
 
-Every wrapper counts its plan() and run() calls. Attention runs in float32 and is cast to the
+Every wrapper counts its plan() and run() calls; `_Wrapper.fail_with` makes plan() fail. Attention runs in float32 and is cast to the
 output dtype. Install with `install(monkeypatch)`.
 """
 
@@ -75,6 +75,8 @@ def _causal(qo_len: int, kv_len: int) -> torch.Tensor:
 
 
 class _Wrapper:
+    fail_with: str | None = None  # tests set it: every plan() then raises RuntimeError (a failed JIT build)
+
     def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str, backend: str) -> None:
         if kv_layout != "NHD":
             raise NotImplementedError("the fake implements the NHD layout only")
@@ -88,6 +90,8 @@ class _Wrapper:
 
     def _plan_common(self, qo_indptr, kv_lens, heads, kv_heads, dqk, dvo, custom_mask, packed_custom_mask, causal,
                      sm_scale, q_data_type, kv_data_type, o_data_type, logits_soft_cap, window_left) -> None:  # fmt: skip
+        if self.fail_with is not None:
+            raise RuntimeError(self.fail_with)
         if packed_custom_mask is not None:
             raise NotImplementedError("the fake takes custom_mask, not packed_custom_mask")
         if logits_soft_cap not in (None, 0.0) or window_left != -1:

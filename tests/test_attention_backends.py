@@ -459,13 +459,16 @@ def fake_flashinfer(monkeypatch):
 
     module = fake.install(monkeypatch)
     real = attention.make_backend
-    kernel = {"mis": "paged"}
+    state = {"mis": "paged", "auto": False}
 
     def make(name, device, dtype=torch.float32):
-        return FlashInferBackend(mis_kernel=kernel["mis"]) if name == "flashinfer" else real(name, device, dtype)
+        if name == "flashinfer" or (name == "auto" and state["auto"]):
+            return FlashInferBackend(mis_kernel=state["mis"])
+        return real(name, device, dtype)
 
     monkeypatch.setattr(attention, "make_backend", make)
-    module.use_mis_kernel = lambda k: kernel.update(mis=k)
+    module.use_mis_kernel = lambda k: state.update(mis=k)
+    module.auto_picks_flashinfer = lambda: state.update(auto=True)  # as on CUDA with flashinfer installed
     return module
 
 
@@ -591,6 +594,29 @@ def block_diagonal(batch: Batch) -> np.ndarray:
     """[T, T] bool: query and key in the same sequence."""
     seq = np.repeat(np.arange(batch.num_seqs), batch.seq_lens)
     return seq[:, None] == seq[None, :]
+
+
+@pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
+def test_auto_falls_back_to_sdpa_when_flashinfer_fails(fake_flashinfer, qwen3_seq_cls, monkeypatch):
+    """`--attention auto` picked flashinfer, whose kernels then fail to build: one warning, the
+    run goes on with sdpa (same scores as sdpa, recorded as sdpa). An explicit
+    `--attention flashinfer` fails instead."""
+    from tests import fake_flashinfer as fake
+
+    rows = make_rows(6, seed=29)
+    fake_flashinfer.auto_picks_flashinfer()
+    table, scores, _ = scorer_outputs(qwen3_seq_cls, rows)  # the stand-in works: auto keeps flashinfer
+    assert table.schema.metadata[b"attention"] == b"flashinfer"
+
+    monkeypatch.setattr(fake._Wrapper, "fail_with", "ninja: build stopped: nvcc not found")
+    with pytest.warns(RuntimeWarning, match=r"--attention auto: flashinfer failed \(RuntimeError: ninja.*using sdpa"):
+        table, scores, _ = scorer_outputs(qwen3_seq_cls, rows)
+    assert table.schema.metadata[b"attention"] == b"sdpa"
+    _, ref, _ = scorer_outputs(qwen3_seq_cls, rows, attention="sdpa", share_prefix=False)
+    for a, b in zip(scores, ref):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    with pytest.raises(RuntimeError, match="nvcc not found"):
+        scorer_outputs(qwen3_seq_cls, rows, attention="flashinfer")
 
 
 def test_stand_in_ragged_wrapper_ignores_mis_arguments(fake_flashinfer):
