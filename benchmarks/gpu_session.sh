@@ -2,7 +2,8 @@
 # The GPU checks in few, full runs on a bare GPU machine (python3 there holds torch with CUDA,
 # transformers, pyarrow, rich, typer, pytest; no index to install from).
 #
-#   bash benchmarks/gpu_session.sh tests   # CUDA tests: flashinfer and compiled flex == sdpa,
+#   bash benchmarks/gpu_session.sh tests   # CUDA tests: flashinfer and compiled flex == sdpa, every
+#                                          # backend in bf16 == the HF bf16 reference,
 #                                          # MIS == single (the first run JIT-compiles flashinfer)
 #   bash benchmarks/gpu_session.sh bench   # benchmarks/bench_gpu.py (Qwen3-0.6B-sized, bf16)
 #   bash benchmarks/gpu_session.sh all     # both
@@ -14,7 +15,7 @@ set -uo pipefail
 stage=${1:-all}
 out=${OUT:-/tmp/scorecli-gpu}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
@@ -31,7 +32,7 @@ except Exception as exc:  # the tests and the benchmark then skip or report it
 PY
 rc=0
 if [[ $stage == tests || $stage == all ]]; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py 2>&1 | tee "$out/tests.txt"
+  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py -m "not slow" 2>&1 | tee "$out/tests.txt"
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == bench || $stage == all ]]; then

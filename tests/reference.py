@@ -11,9 +11,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 
-def load_reference(path: str, kind: str, attn: str = "sdpa"):
+def load_reference(path: str, kind: str, attn: str = "sdpa", dtype: torch.dtype = torch.float32, device: str = "cpu"):
     auto = AutoModelForCausalLM if kind == "causal-lm" else AutoModelForSequenceClassification
-    model = auto.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
+    model = auto.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device).eval()
     return model, AutoTokenizer.from_pretrained(path)
 
 
@@ -27,10 +27,10 @@ def sequence_ids(tok, prefix, item) -> list[int]:
 @torch.inference_mode()
 def reference_item(model, kind: str, ids: list[int], label_ids=None, activation="none"):
     """(scores [labels], pooled last hidden state [H]) of one sequence, float32 numpy."""
-    out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-    hidden = out.hidden_states[-1][0, -1].float()
+    out = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True)
+    hidden = out.hidden_states[-1][0, -1].float().cpu()
     logits = out.logits[0, -1] if kind == "causal-lm" else out.logits[0]
-    logits = logits.float()
+    logits = logits.float().cpu()
     if kind == "causal-lm":
         if activation == "none":
             scores = torch.exp(torch.log_softmax(logits, dim=-1))[label_ids]

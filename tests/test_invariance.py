@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from scorecli import Scorer
 from scorecli.io.readers import RawRow
@@ -76,6 +77,37 @@ def test_matches_hf_reference(request, fixture, kind, extra, mode, attention):
         label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]]
     ref = reference_rows(model, tok, kind, rows, label_ids, extra.get("activation", "none"))
     assert_matches(rows, ref, scores, hidden)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", marks=CUDA),
+              pytest.param("cuda", "flex", marks=CUDA), pytest.param("cuda", "flashinfer", marks=CUDA)]  # fmt: skip
+
+
+@pytest.mark.parametrize("fixture,kind,extra", [CASES[0], CASES[4]])  # causal-lm: softmax over labels, O(1)
+@pytest.mark.parametrize("mode", ["mis", "single"])
+@pytest.mark.parametrize("device,attention", BF16_CASES)
+def test_bfloat16_matches_hf_bfloat16_reference(request, fixture, kind, extra, mode, device, attention):
+    """In bfloat16, scorecli's scores stay as close to the float32 reference as the model's own
+    bfloat16 forward does (SPEC section 3 within bf16 tolerance); heads run in float32."""
+    if attention == "flashinfer":
+        pytest.importorskip("flashinfer")
+    path = request.getfixturevalue(fixture)
+    rows = make_rows(6, seed=37)
+    _, scores, _ = scorer_outputs(path, rows, mode=mode, attention=attention, device=device, dtype="bfloat16", **extra)
+    label_ids, activation = None, extra.get("activation", "none")
+    refs = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        model, tok = load_reference(path, kind, dtype=dtype, device=device)
+        if kind == "causal-lm":
+            label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]]
+        refs[name] = [r for r, _ in reference_rows(model, tok, kind, rows, label_ids, activation)]
+    pairs = [(s, f, b) for s, f, b in zip(scores, refs["fp32"], refs["bf16"]) if f is not None]
+    scale = max(1.0, max(float(np.abs(f).max()) for _, f, _ in pairs))
+    hf_error = max(float(np.abs(b - f).max()) for _, f, b in pairs)  # the model's own bf16 error
+    for s, f, b in pairs:
+        np.testing.assert_allclose(s, b, atol=3e-2 * scale, rtol=0)  # == HF bf16 within bf16 tolerance
+        assert float(np.abs(s - f).max()) <= 2 * hf_error + 4e-3 * scale  # no worse than HF's own bf16
 
 
 @pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "qwen3_causal_lm", "llama_reward"])
