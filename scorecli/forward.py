@@ -66,6 +66,14 @@ class RowsLastLayer(torch.nn.Module):
         self.layer = layer
         self.rows: torch.Tensor | None = None
 
+    def __getattr__(self, name: str):
+        """The model's layer loop may read the layer's own attributes (transformers 5.0 reads
+        `attention_type`): they come from the wrapped layer."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["layer"], name)
+
     def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
         layer = self.layer
         attn, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
