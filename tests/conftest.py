@@ -47,6 +47,11 @@ def llama_reward(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def gemma2_seq_cls(tmp_path_factory) -> str:
+    return models.build_gemma2_seq_cls(tmp_path_factory.mktemp("gemma2_seq_cls"))
+
+
+@pytest.fixture(scope="session")
 def bert_cross_encoder(tmp_path_factory) -> str:
     return models.build_bert_cross_encoder(tmp_path_factory.mktemp("bert_cross_encoder"))
 

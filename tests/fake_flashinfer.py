@@ -54,8 +54,9 @@ def _host_ints(t: torch.Tensor, name: str) -> list[int]:
     return [int(x) for x in t.to("cpu")]
 
 
-def _attend(q, k, v, allowed, scale, out_dtype) -> torch.Tensor:
-    """q [Lq, H, d], k/v [Lk, Hkv, d], allowed [Lq, Lk] bool -> [Lq, H, dv] in out_dtype."""
+def _attend(q, k, v, allowed, scale, cap, out_dtype) -> torch.Tensor:
+    """q [Lq, H, d], k/v [Lk, Hkv, d], allowed [Lq, Lk] bool -> [Lq, H, dv] in out_dtype;
+    `cap` > 0: logits soft cap, `cap * tanh(scale * q.k / cap)` (the kernels' variant)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     if heads % kv_heads:
         raise ValueError(f"num_qo_heads {heads} is not a multiple of num_kv_heads {kv_heads}")
@@ -64,6 +65,8 @@ def _attend(q, k, v, allowed, scale, out_dtype) -> torch.Tensor:
     kf = k.float().repeat_interleave(rep, dim=1).transpose(0, 1)  # [H, Lk, d]
     vf = v.float().repeat_interleave(rep, dim=1).transpose(0, 1)  # [H, Lk, dv]
     logits = (qf @ kf.transpose(1, 2)) * scale  # [H, Lq, Lk]
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
     logits = logits.masked_fill(~allowed[None], float("-inf"))
     probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # a row with no key gives zeros, like the kernel
     return (probs @ vf).transpose(0, 1).to(out_dtype)  # [Lq, H, dv]
@@ -94,8 +97,9 @@ class _Wrapper:
             raise RuntimeError(self.fail_with)
         if packed_custom_mask is not None:
             raise NotImplementedError("the fake takes custom_mask, not packed_custom_mask")
-        if logits_soft_cap not in (None, 0.0) or window_left != -1:
-            raise NotImplementedError("the fake has no soft cap or sliding window")
+        if window_left != -1:
+            raise NotImplementedError("the fake has no sliding window")
+        self._cap = float(logits_soft_cap or 0.0)
         self.plan_calls += 1
         self._qo = _host_ints(qo_indptr, "qo_indptr")
         self._kv_lens = kv_lens
@@ -228,7 +232,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
         for s in range(len(self._qo) - 1):
             qa, qb, ka, kb = self._qo[s], self._qo[s + 1], self._kv[s], self._kv[s + 1]
             allowed = self._mask(s, qb - qa, kb - ka, None)
-            parts.append(_attend(q[qa:qb], k[ka:kb], v[ka:kb], allowed, self._scale, self._o_dtype))
+            parts.append(_attend(q[qa:qb], k[ka:kb], v[ka:kb], allowed, self._scale, self._cap, self._o_dtype))
         return torch.cat(parts)  # [T, H, dv]
 
 
@@ -366,5 +370,6 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             k = k_cache[pages.to(k_cache.device)].flatten(0, 1)[:kv_len]  # [Lk, kv_heads, d]
             v = v_cache[pages.to(v_cache.device)].flatten(0, 1)[:kv_len]
             mis = self._mis_mask(s, qb - qa, kv_len) if self._mis is not None else None
-            parts.append(_attend(q[qa:qb], k, v, self._mask(s, qb - qa, kv_len, mis), self._scale, self._o_dtype))
+            parts.append(_attend(q[qa:qb], k, v, self._mask(s, qb - qa, kv_len, mis), self._scale, self._cap,
+                                 self._o_dtype))
         return torch.cat(parts)  # [T, H, dv]

@@ -347,6 +347,21 @@ def build_llama_reward(out_dir, **size_overrides) -> str:
     return _save(model, tok, out_dir)
 
 
+def build_gemma2_seq_cls(out_dir, softcap: float = 2.0, **size_overrides) -> str:
+    """Tiny ``Gemma2ForSequenceClassification`` (BOS tokenizer) whose attention soft-caps its
+    logits (`attn_logit_softcapping`; Gemma 2 uses 50, a small cap here so that it bites on a
+    tiny model)."""
+    from transformers import Gemma2Config, Gemma2ForSequenceClassification
+
+    torch.manual_seed(0)
+    tok = build_bpe_tokenizer(add_bos=True)
+    cfg = _decoder_config(Gemma2Config, tok, _TINY_DECODER, size_overrides, num_labels=1,
+                          attn_logit_softcapping=softcap, query_pre_attn_scalar=_TINY_DECODER["head_dim"])  # fmt: skip
+    torch.manual_seed(0)
+    model = Gemma2ForSequenceClassification(cfg)
+    return _save(model, tok, out_dir)
+
+
 ENCODER_ARCHS = {
     "bert": ("BertConfig", "BertForSequenceClassification"),
     "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),

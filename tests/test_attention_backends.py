@@ -172,6 +172,7 @@ SCORER_CASES = [
     ("qwen3_seq_cls", {}),
     ("llama_reward", {}),
     ("qwen3_causal_lm", {"label_tokens": ("yes", "no")}),
+    ("gemma2_seq_cls", {}),  # attention-logit soft cap
 ]
 
 

@@ -79,6 +79,44 @@ def test_matches_hf_reference(request, fixture, kind, extra, mode, attention):
     assert_matches(rows, ref, scores, hidden)
 
 
+def _uncapped(model) -> None:
+    for module in model.modules():
+        if getattr(module, "attn_logit_softcapping", None):
+            module.attn_logit_softcapping = None
+
+
+@pytest.mark.parametrize("mode", ["mis", "single"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "flex"])
+def test_attention_softcap_matches_hf(gemma2_seq_cls, mode, attention):
+    """Gemma 2 soft-caps its attention logits: every backend applies the cap. The reference is
+    the model's eager forward (transformers' own sdpa path cannot cap)."""
+    rows = make_rows(8, seed=41)
+    _, scores, hidden = scorer_outputs(gemma2_seq_cls, rows, mode=mode, attention=attention)
+    model, tok = load_reference(gemma2_seq_cls, "seq-cls", attn="eager")
+    ref = reference_rows(model, tok, "seq-cls", rows)
+    assert_matches(rows, ref, scores, hidden)
+    _uncapped(model)  # the cap matters here: without it the reference moves far beyond the tolerance
+    uncapped = reference_rows(model, tok, "seq-cls", rows)
+    assert max(float(np.abs(a[0] - b[0]).max()) for a, b in zip(ref, uncapped) if a[0] is not None) > 1e-2
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_attention_softcap_with_a_shared_prefix(gemma2_seq_cls, attention):
+    """The shared prompt's pass (computed once per window) caps its logits too."""
+    rows = make_rows(6, seed=43)
+    common = " ".join(["the quick brown fox jumps over a lazy dog"] * 3)
+    for row in rows:
+        row["query"] = f"{common} {row['query']}"
+    scorer = Scorer(gemma2_seq_cls, attention=attention, pooled_hidden_states=True)
+    prepared = scorer.prepare([RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)])
+    assert scorer.shares_prefix and len(prepared.shared) >= 16
+    table = scorer.run(prepared)
+    scores = [np.array(s, dtype=np.float32).reshape(-1, 1) for s in table["scores"].to_pylist()]
+    hidden = [np.array(h, dtype=np.float32) for h in table["pooled_hidden_states"].to_pylist()]
+    model, tok = load_reference(gemma2_seq_cls, "seq-cls", attn="eager")
+    assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", marks=CUDA),
               pytest.param("cuda", "flex", marks=CUDA), pytest.param("cuda", "flashinfer", marks=CUDA)]  # fmt: skip

@@ -44,9 +44,11 @@ class AttentionBackend(Protocol):
         ...
 
     def attend(
-        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float
+        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]."""
+        """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]; `softcap`:
+        the model's attention-logit soft cap (Gemma 2), applied to the scaled scores."""
         ...
 
 
@@ -54,7 +56,7 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     backend = kwargs.get("scorecli_backend")
     if backend is None:
         raise RuntimeError("scorecli attention called without a backend (pass scorecli_backend=...)")
-    return backend.attend(module, query, key, value, scaling), None
+    return backend.attend(module, query, key, value, scaling, kwargs.get("softcap")), None
 
 
 def register() -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from scorecli.attention import ModelInputs, pad_ragged, to_device
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost
+from scorecli.attention.kernel import attention, attention_math
 from scorecli.attention.shared import SharedKV
 from scorecli.batching import Batch
 
@@ -96,14 +96,12 @@ class SdpaBackend(DenseMaskBackend):
         self.block_plan = block_plan.upload(uploaded) if use_blocks else None
         return inputs
 
-    def attend(self, module, query, key, value, scaling):
+    def attend(self, module, query, key, value, scaling, softcap=None):
         if self.block_plan is not None:
-            return self.block_plan.attend(query, key, value, scaling, self.shared and self.shared.of(module))
+            return self.block_plan.attend(query, key, value, scaling, self.shared and self.shared.of(module), softcap)
         if self.shared is not None:
             key, value = self.shared.prepend(module, key, value)
-        out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=self.mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
-        )  # [b, heads, q, d]
+        out = attention(query, key, value, self.mask, scaling, softcap)  # [b, heads, q, d]
         return out.transpose(1, 2).contiguous()
 
 
@@ -112,12 +110,7 @@ class EagerBackend(DenseMaskBackend):
 
     name = "eager"
 
-    def attend(self, module, query, key, value, scaling):
+    def attend(self, module, query, key, value, scaling, softcap=None):
         if self.shared is not None:
             key, value = self.shared.prepend(module, key, value)
-        groups = query.shape[1] // key.shape[1]
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(query, key.transpose(2, 3)) * scaling + self.mask  # [b, heads, q, k]
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        return torch.matmul(weights, value).transpose(1, 2).contiguous()
+        return attention_math(query, key, value, self.mask, scaling, softcap).transpose(1, 2).contiguous()

@@ -225,13 +225,13 @@ class FlashInferBackend:
         self._planned_for = None
         return ModelInputs(ids[None], pos[None], pool, first)
 
-    def attend(self, module, query, key, value, scaling):
+    def attend(self, module, query, key, value, scaling, softcap=None):
         """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
         kdtype = kernel_dtype(query.dtype)
         if kdtype != query.dtype:
             self._warn_fp32(query.dtype)
         shape = (query.shape[1], key.shape[1], query.shape[3], value.shape[3])
-        self._ensure_planned(shape, None if scaling is None else float(scaling), kdtype)
+        self._ensure_planned(shape, None if scaling is None else float(scaling), float(softcap or 0.0), kdtype)
         q = query[0].transpose(0, 1).to(kdtype).contiguous()  # [T, heads, d]
         k = key[0].transpose(0, 1).to(kdtype).contiguous()  # [T, kv_heads, d]
         v = value[0].transpose(0, 1).to(kdtype).contiguous()  # [T, kv_heads, dv]
@@ -242,8 +242,9 @@ class FlashInferBackend:
             out = wrapper.run(q, k, v)  # [T, heads, dv]
         return out.to(query.dtype).unsqueeze(0)  # [1, T, heads, dv]
 
-    def _ensure_planned(self, shape: tuple[int, int, int, int], scaling: float | None, kdtype: torch.dtype) -> None:
-        key = (shape, scaling, kdtype)
+    def _ensure_planned(self, shape: tuple[int, int, int, int], scaling: float | None, softcap: float,
+                        kdtype: torch.dtype) -> None:  # fmt: skip
+        key = (shape, scaling, softcap, kdtype)
         if key == self._planned_for:
             return
         heads, kv_heads, dqk, dvo = shape
@@ -253,6 +254,7 @@ class FlashInferBackend:
             *sizes,
             head_dim_vo=dvo,
             sm_scale=scaling,
+            logits_soft_cap=softcap or None,  # the kernel's cap * tanh(scaled score / cap), as Gemma 2
             q_data_type=kdtype,
             kv_data_type=kdtype,
             **self._plan_kwargs,

@@ -67,6 +67,17 @@ def build_block_mask(
 
 
 @functools.cache
+def softcap_mod(cap: float) -> Callable:
+    """score_mod of an attention-logit soft cap (Gemma 2): `cap * tanh(score / cap)` on the
+    scaled scores. Cached per value, so the compiled kernel sees one function."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / cap) * cap
+
+    return score_mod
+
+
+@functools.cache
 def _compiled_flex() -> Callable:
     # dynamic: T changes with every batch; without it each new length would recompile
     return torch.compile(flex_attention, dynamic=True)
@@ -122,9 +133,10 @@ class FlexBackend:
                 self._give_up_compiling(err)
         return build_block_mask(doc, seg, self.block_size, compile=False)
 
-    def attend(self, module, query, key, value, scaling):
+    def attend(self, module, query, key, value, scaling, softcap=None):
         """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
-        kwargs = dict(block_mask=self.block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+        kwargs = dict(block_mask=self.block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1],
+                      score_mod=softcap_mod(float(softcap)) if softcap else None)  # fmt: skip
         if self.compile:
             try:
                 out = _compiled_flex()(query, key, value, **kwargs)  # [1, heads, T, d]

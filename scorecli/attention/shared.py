@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 @dataclass(frozen=True)
@@ -52,12 +51,11 @@ class Recorder:
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
 
-    def attend(self, module, query, key, value, scaling):
+    def attend(self, module, query, key, value, scaling, softcap=None):
+        from scorecli.attention.kernel import attention
+
         self.keys[module.layer_idx], self.values[module.layer_idx] = key, value
-        out = F.scaled_dot_product_attention(
-            query, key, value, is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
-        )
-        return out.transpose(1, 2).contiguous()
+        return attention(query, key, value, None, scaling, softcap, causal=True).transpose(1, 2).contiguous()
 
 
 def records_layers(layers) -> bool:
