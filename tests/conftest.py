@@ -52,6 +52,11 @@ def gemma2_seq_cls(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def gpt_oss_seq_cls(tmp_path_factory) -> str:
+    return models.build_gpt_oss_seq_cls(tmp_path_factory.mktemp("gpt_oss_seq_cls"))
+
+
+@pytest.fixture(scope="session")
 def bert_cross_encoder(tmp_path_factory) -> str:
     return models.build_bert_cross_encoder(tmp_path_factory.mktemp("bert_cross_encoder"))
 

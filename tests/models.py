@@ -362,6 +362,23 @@ def build_gemma2_seq_cls(out_dir, softcap: float = 2.0, **size_overrides) -> str
     return _save(model, tok, out_dir)
 
 
+def build_gpt_oss_seq_cls(out_dir, **size_overrides) -> str:
+    """Tiny ``GptOssForSequenceClassification``: attention sinks (a learned logit per head,
+    passed to attention as `s_aux`), mixture-of-experts MLP, sliding-window layers."""
+    from transformers import GptOssConfig, GptOssForSequenceClassification
+
+    torch.manual_seed(0)
+    tok = build_bpe_tokenizer(add_bos=False)
+    cfg = _decoder_config(GptOssConfig, tok, _TINY_DECODER, size_overrides, num_labels=1, num_local_experts=4,
+                          num_experts_per_tok=2, sliding_window=256)  # fmt: skip
+    torch.manual_seed(0)
+    model = GptOssForSequenceClassification(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)  # strong sinks, so that they matter on a tiny model
+    return _save(model, tok, out_dir)
+
+
 ENCODER_ARCHS = {
     "bert": ("BertConfig", "BertForSequenceClassification"),
     "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),

@@ -117,6 +117,42 @@ def test_attention_softcap_with_a_shared_prefix(gemma2_seq_cls, attention):
     assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
 
 
+@pytest.mark.parametrize("mode", ["mis", "single"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_attention_sinks_match_hf(gpt_oss_seq_cls, mode, attention):
+    """GPT-OSS adds a learned sink logit per head to every softmax (`s_aux`): sdpa and eager
+    apply it (the reference is the model's eager forward); flex and flashinfer refuse it."""
+    rows = make_rows(8, seed=47)
+    _, scores, hidden = scorer_outputs(gpt_oss_seq_cls, rows, mode=mode, attention=attention)
+    model, tok = load_reference(gpt_oss_seq_cls, "seq-cls", attn="eager")
+    ref = reference_rows(model, tok, "seq-cls", rows)
+    assert_matches(rows, ref, scores, hidden)
+    with torch.no_grad():  # the sinks matter here: without them the reference moves far beyond the tolerance
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    sinkless = reference_rows(model, tok, "seq-cls", rows)
+    assert max(float(np.abs(a[0] - b[0]).max()) for a, b in zip(ref, sinkless) if a[0] is not None) > 1e-2
+
+
+def test_attention_sinks_refused_by_flex(gpt_oss_seq_cls):
+    from scorecli.errors import UsageError
+
+    with pytest.raises(UsageError, match="attention sinks"):
+        scorer_outputs(gpt_oss_seq_cls, make_rows(2, seed=1), attention="flex")
+
+
+def test_attention_arguments_no_backend_implements_are_refused():
+    from scorecli.attention import _dispatch
+    from scorecli.attention.dense import SdpaBackend
+    from scorecli.errors import UsageError
+
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(UsageError, match="position bias"):
+        _dispatch(torch.nn.Identity(), q, q, q, None, scaling=0.5, position_bias=torch.zeros(1), scorecli_backend=SdpaBackend())
+    with pytest.raises(UsageError, match="sinks"):
+        _dispatch(torch.nn.Identity(), q, q, q, None, scaling=0.5, sinks=torch.zeros(2), scorecli_backend=SdpaBackend())
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", marks=CUDA),
               pytest.param("cuda", "flex", marks=CUDA), pytest.param("cuda", "flashinfer", marks=CUDA)]  # fmt: skip

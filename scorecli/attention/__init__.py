@@ -45,18 +45,26 @@ class AttentionBackend(Protocol):
 
     def attend(
         self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
-        softcap: float | None = None,
+        softcap: float | None = None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]; `softcap`:
-        the model's attention-logit soft cap (Gemma 2), applied to the scaled scores."""
+        """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]. `softcap`:
+        the model's attention-logit soft cap (Gemma 2); `sinks` [heads]: its attention-sink
+        logits (GPT-OSS `s_aux`); see `kernel.attention`."""
         ...
+
+
+# attention arguments some models pass that change the result and that no backend implements
+UNSUPPORTED = {"sinks": "attention sinks given as `sinks`", "position_bias": "a position bias (ALiBi, T5)"}
 
 
 def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     backend = kwargs.get("scorecli_backend")
     if backend is None:
         raise RuntimeError("scorecli attention called without a backend (pass scorecli_backend=...)")
-    return backend.attend(module, query, key, value, scaling, kwargs.get("softcap")), None
+    for name, what in UNSUPPORTED.items():
+        if kwargs.get(name) is not None:
+            raise UsageError(f"{type(module).__name__}: this model's attention uses {what}, which scorecli does not implement")
+    return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 
 def register() -> None:

@@ -173,9 +173,11 @@ class BlockPlan:
         return self
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
-               shared: tuple[torch.Tensor, torch.Tensor] | None = None, softcap: float | None = None) -> torch.Tensor:  # fmt: skip
+               shared: tuple[torch.Tensor, torch.Tensor] | None = None, softcap: float | None = None,
+               sinks: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """query [S, H, L, d], key/value [S, KV, L, d], shared keys/values [1, KV, C, d]
-        (when the batch has a shared prefix) -> [S, L, H, d]; `softcap`: see `kernel.attention`."""
+        (when the batch has a shared prefix) -> [S, L, H, d]; `softcap`, `sinks`: see
+        `kernel.attention`."""
         s, length, p, c = self.shape
         if (shared[0].shape[2] if shared is not None else 0) != c:
             raise RuntimeError(f"block plan for a {c}-token shared prefix got {0 if shared is None else shared[0].shape[2]}")
@@ -185,7 +187,7 @@ class BlockPlan:
             q, k, v = (x[:, :, :p] for x in (query, key, value))
             if c:
                 k, v = (torch.cat([x0.expand(s, -1, -1, -1), x], dim=2) for x0, x in zip(shared, (k, v)))
-            op = attention(q, k, v, self.prefix_mask, scaling, softcap)
+            op = attention(q, k, v, self.prefix_mask, scaling, softcap, sinks=sinks)
             out[:, :p] = op.transpose(1, 2)
         if self.groups:
             flat_q = query.transpose(1, 2).reshape(s * length, heads, d)
@@ -196,7 +198,7 @@ class BlockPlan:
         for g in self.groups:
             qi = _rows(flat_q, g.q_index).transpose(1, 2)  # [n, H, m, d]
             ki, vi = (_rows(x, g.k_index).transpose(1, 2) for x in (flat_k, flat_v))  # [n, KV, C + P + m, d]
-            oi = attention(qi, ki, vi, g.mask, scaling, softcap)
+            oi = attention(qi, ki, vi, g.mask, scaling, softcap, sinks=sinks)
             rows = oi.transpose(1, 2).reshape(-1, heads, d).index_select(0, g.src)
             flat_out.index_copy_(0, g.dst, rows)
         return out

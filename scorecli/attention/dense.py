@@ -96,12 +96,13 @@ class SdpaBackend(DenseMaskBackend):
         self.block_plan = block_plan.upload(uploaded) if use_blocks else None
         return inputs
 
-    def attend(self, module, query, key, value, scaling, softcap=None):
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         if self.block_plan is not None:
-            return self.block_plan.attend(query, key, value, scaling, self.shared and self.shared.of(module), softcap)
+            shared = self.shared and self.shared.of(module)
+            return self.block_plan.attend(query, key, value, scaling, shared, softcap, sinks)
         if self.shared is not None:
             key, value = self.shared.prepend(module, key, value)
-        out = attention(query, key, value, self.mask, scaling, softcap)  # [b, heads, q, d]
+        out = attention(query, key, value, self.mask, scaling, softcap, sinks=sinks)  # [b, heads, q, d]
         return out.transpose(1, 2).contiguous()
 
 
@@ -110,7 +111,7 @@ class EagerBackend(DenseMaskBackend):
 
     name = "eager"
 
-    def attend(self, module, query, key, value, scaling, softcap=None):
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         if self.shared is not None:
             key, value = self.shared.prepend(module, key, value)
-        return attention_math(query, key, value, self.mask, scaling, softcap).transpose(1, 2).contiguous()
+        return attention_math(query, key, value, self.mask, scaling, softcap, sinks=sinks).transpose(1, 2).contiguous()

@@ -42,6 +42,7 @@ import torch
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.batching import Batch
+from scorecli.errors import UsageError
 
 UINT16_MAX = np.iinfo(np.uint16).max
 MIS_KERNELS = ("paged", "custom")
@@ -225,8 +226,10 @@ class FlashInferBackend:
         self._planned_for = None
         return ModelInputs(ids[None], pos[None], pool, first)
 
-    def attend(self, module, query, key, value, scaling, softcap=None):
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
+        if sinks is not None:
+            raise UsageError("--attention flashinfer: this model's attention sinks (s_aux) are not supported; use sdpa")
         kdtype = kernel_dtype(query.dtype)
         if kdtype != query.dtype:
             self._warn_fp32(query.dtype)

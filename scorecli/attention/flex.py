@@ -37,6 +37,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.batching import Batch
+from scorecli.errors import UsageError
 
 
 def mis_mask_mod(doc: torch.Tensor, segment: torch.Tensor) -> Callable:
@@ -133,8 +134,10 @@ class FlexBackend:
                 self._give_up_compiling(err)
         return build_block_mask(doc, seg, self.block_size, compile=False)
 
-    def attend(self, module, query, key, value, scaling, softcap=None):
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
+        if sinks is not None:
+            raise UsageError("--attention flex: this model's attention sinks (s_aux) are not supported; use sdpa")
         kwargs = dict(block_mask=self.block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1],
                       score_mod=softcap_mod(float(softcap)) if softcap else None)  # fmt: skip
         if self.compile:

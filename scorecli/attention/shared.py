@@ -51,11 +51,11 @@ class Recorder:
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
 
-    def attend(self, module, query, key, value, scaling, softcap=None):
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         from scorecli.attention.kernel import attention
 
         self.keys[module.layer_idx], self.values[module.layer_idx] = key, value
-        return attention(query, key, value, None, scaling, softcap, causal=True).transpose(1, 2).contiguous()
+        return attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
 
 
 def records_layers(layers) -> bool:
