@@ -34,8 +34,11 @@ class LabelTokenHead:
     tokens' logits only, which needs only the label rows of `lm_head`.
     """
 
-    def __init__(self, lm_head: torch.nn.Linear, label_ids: list[int], activation: str, softcap: float | None):
+    def __init__(self, lm_head: torch.nn.Linear, label_ids: list[int], activation: str, softcap: float | None,
+                 multiplier: float = 1.0):  # fmt: skip
+        """`multiplier` scales the logits before `softcap` caps them, as the model's own head does."""
         self.lm_head = lm_head
+        self.multiplier = multiplier
         ids = torch.tensor(label_ids, dtype=torch.long, device=lm_head.weight.device)
         self.label_ids = ids
         self.label_weight = lm_head.weight.detach()[ids].float()  # [C, H]
@@ -64,6 +67,8 @@ class LabelTokenHead:
         return torch.logsumexp(torch.stack(parts, dim=-1), dim=-1)
 
     def _cap(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.multiplier != 1.0:
+            logits = logits * self.multiplier
         if self.softcap:
             return torch.tanh(logits / self.softcap) * self.softcap
         return logits

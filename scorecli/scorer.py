@@ -111,8 +111,8 @@ class Scorer:
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
         if spec.kind == "causal-lm":
-            softcap = getattr(model.config, "final_logit_softcapping", None)
-            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation, softcap)
+            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation,
+                                  *lm_logit_transform(model))  # fmt: skip
         score = getattr(model, "score", None) or getattr(model, "classifier", None)
         if not isinstance(score, torch.nn.Linear):
             raise InputError(f"{type(model).__name__}: no linear classifier head (score) found to apply at item ends")
@@ -330,6 +330,21 @@ class Scorer:
             "attention": getattr(self, "backend_name", "model"),
             "device": str(self.loaded.device),
         }
+
+
+def lm_logit_transform(model: torch.nn.Module) -> tuple[float | None, float]:
+    """(soft cap, multiplier) a causal LM applies to its lm_head's logits: Gemma's
+    `final_logit_softcapping`, Cohere's `logit_scale` (times), Granite's `logits_scaling`
+    (divided by)."""
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)
+    multiplier = 1.0
+    scale = getattr(model, "logit_scale", None)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        multiplier *= float(scale)
+    if getattr(config, "logits_scaling", None):
+        multiplier /= float(config.logits_scaling)
+    return softcap, multiplier
 
 
 def _free_cache(device: torch.device) -> None:

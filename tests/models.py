@@ -379,6 +379,28 @@ def build_gpt_oss_seq_cls(out_dir, **size_overrides) -> str:
     return _save(model, tok, out_dir)
 
 
+# causal LMs whose head transforms its logits: (config class, model class, config extras)
+LOGIT_TRANSFORM_LMS = {
+    "cohere": ("CohereConfig", "CohereForCausalLM", {"logit_scale": 0.25}),  # logits * logit_scale
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 4.0, "attention_multiplier": 0.3}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"final_logit_softcapping": 1.0, "attn_logit_softcapping": 2.0,
+                                                     "query_pre_attn_scalar": 16}),  # fmt: skip
+}
+
+
+def build_logit_transform_lm(out_dir, arch: str) -> str:
+    """Tiny causal LM of `arch` (LOGIT_TRANSFORM_LMS) with a logit transform that matters."""
+    import transformers
+
+    config_name, model_name, extra = LOGIT_TRANSFORM_LMS[arch]
+    torch.manual_seed(0)
+    tok = build_bpe_tokenizer(add_bos=False)
+    cfg = _decoder_config(getattr(transformers, config_name), tok, _TINY_DECODER, {}, **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(cfg)
+    return _save(model, tok, out_dir)
+
+
 ENCODER_ARCHS = {
     "bert": ("BertConfig", "BertForSequenceClassification"),
     "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),

@@ -153,6 +153,26 @@ def test_attention_arguments_no_backend_implements_are_refused():
         _dispatch(torch.nn.Identity(), q, q, q, None, scaling=0.5, sinks=torch.zeros(2), scorecli_backend=SdpaBackend())
 
 
+@pytest.mark.parametrize("arch", ["cohere", "granite", "gemma2"])
+@pytest.mark.parametrize("activation", ["none", "softmax"])
+def test_lm_logit_transforms_match_hf(tmp_path_factory, arch, activation):
+    """Causal LMs whose head scales or caps its logits (Cohere `logit_scale`, Granite
+    `logits_scaling`, Gemma 2 `final_logit_softcapping`): label-token scores equal the model's own."""
+    from tests import models
+
+    path = models.build_logit_transform_lm(tmp_path_factory.mktemp(f"lm_{arch}"), arch)
+    rows = make_rows(5, seed=53)
+    extra = {"label_tokens": ("yes", "no"), "activation": activation}
+    _, scores, hidden = scorer_outputs(path, rows, **extra)
+    model, tok = load_reference(path, "causal-lm", attn="eager")
+    label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]]
+    ref = reference_rows(model, tok, "causal-lm", rows, label_ids, activation)
+    for row, (ref_s, ref_h), s, h in zip(rows, ref, scores, hidden):
+        if ref_s is not None:
+            np.testing.assert_allclose(s, ref_s, rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(h.reshape(ref_h.shape), ref_h, atol=1e-3, rtol=0)
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", marks=CUDA),
               pytest.param("cuda", "flex", marks=CUDA), pytest.param("cuda", "flashinfer", marks=CUDA)]  # fmt: skip
