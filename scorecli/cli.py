@@ -66,6 +66,7 @@ def score(
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
     window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
     skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
+    self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="Decoders: first compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
     cache_dir: CacheDir = None,
@@ -91,7 +92,7 @@ def score(
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
         device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
         max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows,
-        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
+        self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)

@@ -215,7 +215,7 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm
     outs["softmax"].parent.mkdir()
     inp = write(tmp / "softmax.jsonl", jsonl(expected["softmax"]))
     cases["softmax"] = Case(["score", inp, "--model", m["causal"], "--label-tokens", "yes,no", "--apply-softmax",
-                             "--out", str(outs["softmax"]), "-q", *WINDOW])  # fmt: skip
+                             "--out", str(outs["softmax"]), "-q", "--no-self-check", *WINDOW])  # fmt: skip
 
     # --skip-bad-rows: lines 2, 4, 5, 6, 7 are bad
     lines = [GOOD_LINE % 1, BAD_LINES["malformed_json"][0], GOOD_LINE % 3, BAD_LINES["missing_items"][0],
@@ -273,6 +273,8 @@ def test_files_dir_glob_gz_parquet_to_parquet(runs):
     assert METADATA_KEYS <= set(meta)
     assert meta["model"] == runs.models["seq_cls_3"] and meta["kind"] == "seq-cls"
     assert meta["template"] == "plain" and meta["activation"] == "none" and meta["dtype"] == "float32"
+    assert meta["self_check"].startswith("passed (max relative difference ")
+    assert float(meta["self_check"].split()[-1].rstrip(")")) < 1e-4
 
     hidden_size = json.loads(Path(runs.models["seq_cls_3"], "config.json").read_text())["hidden_size"]
     model, tok = load_reference(runs.models["seq_cls_3"], "seq-cls")

@@ -1,0 +1,58 @@
+"""The start-up self-check: a probe row's scores against the model's own forward."""
+
+from __future__ import annotations
+
+import pytest
+
+from scorecli import Scorer
+from scorecli.attention import blocks, dense, kernel
+from scorecli.selfcheck import SelfCheckError
+from tests import models
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "qwen3_seq_cls_3labels", "llama_reward", "gemma2_seq_cls",
+                                     "gpt_oss_seq_cls"])  # fmt: skip
+@pytest.mark.parametrize("mode", ["mis", "single"])
+def test_self_check_passes_on_supported_models(request, fixture, mode):
+    scorer = Scorer(request.getfixturevalue(fixture), mode=mode)
+    assert 0.0 <= scorer.self_check_error < 1e-5
+
+
+@pytest.mark.parametrize("activation", ["none", "softmax"])
+def test_self_check_on_label_token_scores(qwen3_causal_lm, activation):
+    scorer = Scorer(qwen3_causal_lm, label_tokens=("yes", "no"), activation=activation)
+    assert 0.0 <= scorer.self_check_error < 1e-5
+
+
+def test_self_check_stops_an_unreproduced_logit_transform(tmp_path, monkeypatch):
+    """Simulated: the head forgets Cohere's logit_scale. The Scorer refuses to start;
+    self_check=False (--no-self-check) starts it anyway."""
+    import scorecli.scorer
+
+    path = models.build_logit_transform_lm(tmp_path, "cohere")
+    monkeypatch.setattr(scorecli.scorer, "lm_logit_transform", lambda model: (None, 1.0))
+    with pytest.raises(SelfCheckError, match="differ from the model's own forward"):
+        Scorer(path, label_tokens=("yes", "no"))
+    Scorer(path, label_tokens=("yes", "no"), self_check=False)
+
+
+def test_self_check_stops_an_ignored_attention_argument(gemma2_seq_cls, monkeypatch):
+    """Simulated: sdpa drops Gemma 2's attention soft cap."""
+
+    def uncapped(q, k, v, mask=None, scale=None, softcap=None, causal=False, sinks=None):
+        return kernel.attention(q, k, v, mask, scale, None, causal, sinks)
+
+    monkeypatch.setattr(dense, "attention", uncapped)
+    monkeypatch.setattr(blocks, "attention", uncapped)
+    with pytest.raises(SelfCheckError):
+        Scorer(gemma2_seq_cls, attention="sdpa")
+
+
+def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls):
+    from transformers import AutoTokenizer
+
+    from scorecli.selfcheck import PROBE_QUERY
+
+    n = len(AutoTokenizer.from_pretrained(qwen3_seq_cls)(PROBE_QUERY).input_ids)
+    assert Scorer(qwen3_seq_cls, max_seq_len=n + 2).self_check_error < 1e-5  # items cut to 2 tokens
+    assert Scorer(qwen3_seq_cls, max_seq_len=n).self_check_error is None  # no room: skipped
