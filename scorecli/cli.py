@@ -66,7 +66,7 @@ def score(
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
     window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
     skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
-    self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="Decoders: first compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
+    self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
     cache_dir: CacheDir = None,

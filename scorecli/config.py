@@ -51,7 +51,7 @@ class ScoreConfig:
     truncate: str = "item"
     window_rows: int = 2048
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
-    self_check: bool = True  # compare a probe row with the model's own forward first (decoders)
+    self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
     trust_remote_code: bool = False
     allow_pickle: bool = False

@@ -107,10 +107,11 @@ class Scorer:
             # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
             self.shares_prefix = cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
             self.head = self._make_head()
-            if cfg.self_check:
-                from scorecli.selfcheck import self_check
+        self.self_check_error: float | None = None
+        if cfg.self_check and (self.spec.kind != "cross-encoder" or self.backend_name != "model"):
+            from scorecli.selfcheck import self_check
 
-                self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
+            self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
@@ -332,17 +333,18 @@ class Scorer:
             "activation": spec.activation,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": getattr(self, "backend_name", "model"),
-            "self_check": _self_check_note(getattr(self, "self_check_error", None), self.config.self_check, spec.kind),
+            "self_check": _self_check_note(self),
             "device": str(self.loaded.device),
         }
 
 
-def _self_check_note(error: float | None, enabled: bool, kind: str) -> str:
+def _self_check_note(scorer: Scorer) -> str:
     """The metadata's record of the start-up self-check (`scorecli.selfcheck`)."""
-    if kind == "cross-encoder":
-        return "not applicable (the model's own forward)"
-    if not enabled:
+    if not scorer.config.self_check:
         return "off"
+    if scorer.spec.kind == "cross-encoder" and scorer.backend_name == "model":
+        return "not needed (the model's own forward)"
+    error = scorer.self_check_error
     return "skipped (no room for the probe)" if error is None else f"passed (max relative difference {error:.2g})"
 
 

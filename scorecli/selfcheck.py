@@ -6,8 +6,10 @@ that is not what it seems) would make every score of the run silently wrong. So 
 scoring, a Scorer scores one probe row (a short query and two items) in its own mode and
 backend, and compares every item with the model's own forward over query + item, run by
 transformers with its eager attention. A difference beyond the dtype's tolerance stops the
-run (`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders run the model's own
-forward and are not checked. This module knows nothing about files or the CLI.
+run (`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders are checked when they
+run scorecli's fused encoder (BERT family), against the loaded model's own forward of each
+(query, item) pair; otherwise they run the model's own forward and need no check. This module
+knows nothing about files or the CLI.
 """
 
 from __future__ import annotations
@@ -42,15 +44,22 @@ def self_check(scorer) -> float | None:
         SelfCheckError: it exceeds the tolerance.
     """
     tok, loaded = scorer.loaded.tokenizer, scorer.loaded
-    query = tok(PROBE_QUERY).input_ids
-    room = scorer.spec.max_seq_len - len(query)  # items cut to fit beside the query, never truncated by the run
-    if room < 1:
-        return None
-    items = [tok(item, add_special_tokens=False).input_ids[:room] for item in PROBE_ITEMS]
-    table = scorer.score_rows([RawRow({"query_ids": query, "item_ids": items}, "self-check probe")])
+    if scorer.spec.kind == "cross-encoder":
+        items = [item.strip() for item in PROBE_ITEMS]
+        row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
+        theirs_of = lambda item: _pair_reference(scorer, item)  # noqa: E731
+    else:
+        query = tok(PROBE_QUERY).input_ids
+        room = scorer.spec.max_seq_len - len(query)  # items cut to fit beside the query, never truncated by the run
+        if room < 1:
+            return None
+        items = [tok(item, add_special_tokens=False).input_ids[:room] for item in PROBE_ITEMS]
+        row = {"query_ids": query, "item_ids": items}
+        theirs_of = lambda item: _reference(scorer, query + item)  # noqa: E731
+    table = scorer.score_rows([RawRow(row, "self-check probe")])
     n_labels = len(scorer.spec.label_names)
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
-    theirs = np.stack([_reference(scorer, query + item) for item in items])
+    theirs = np.stack([theirs_of(item) for item in items])
     scale = max(float(np.abs(theirs).max()), 1e-30)
     error = float(np.abs(ours - theirs).max()) / scale
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
@@ -62,6 +71,16 @@ def self_check(scorer) -> float | None:
             "reproduce; please report it. --no-self-check scores anyway"
         )
     return error
+
+
+@torch.inference_mode()
+def _pair_reference(scorer, item: str) -> np.ndarray:
+    """A cross-encoder's own scores [labels] for (probe query, item): the loaded model's forward
+    (scorecli's fused encoder runs in a view of it)."""
+    tok, spec = scorer.loaded.tokenizer, scorer.spec
+    enc = tok(PROBE_QUERY, item, truncation="only_second", max_length=spec.max_seq_len, return_tensors="pt")
+    out = scorer.loaded.model(**enc.to(scorer.loaded.device))
+    return activate(out.logits[0], spec.activation).double().cpu().numpy()
 
 
 @torch.inference_mode()

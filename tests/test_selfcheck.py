@@ -56,3 +56,28 @@ def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls):
     n = len(AutoTokenizer.from_pretrained(qwen3_seq_cls)(PROBE_QUERY).input_ids)
     assert Scorer(qwen3_seq_cls, max_seq_len=n + 2).self_check_error < 1e-5  # items cut to 2 tokens
     assert Scorer(qwen3_seq_cls, max_seq_len=n).self_check_error is None  # no room: skipped
+
+
+@pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
+def test_self_check_on_the_fused_cross_encoder(request, fixture):
+    scorer = Scorer(request.getfixturevalue(fixture))
+    assert scorer.backend_name == "sdpa (fused encoder)" and 0.0 <= scorer.self_check_error < 1e-5
+    assert scorer.metadata["self_check"].startswith("passed")
+    own = Scorer(request.getfixturevalue(fixture), attention="eager")  # the model's own forward: nothing to check
+    assert own.self_check_error is None and own.metadata["self_check"].startswith("not needed")
+
+
+def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch):
+    """Simulated: the fused projections scale the queries wrongly."""
+    from scorecli import fast_encoder
+
+    real = fast_encoder._fuse
+
+    def wrong(sa):
+        weight, bias, heads, size, scale = real(sa)
+        return weight, bias, heads, size, scale * 1.5
+
+    monkeypatch.setattr(fast_encoder, "_fuse", wrong)
+    with pytest.raises(SelfCheckError):
+        Scorer(bert_cross_encoder)
+    assert Scorer(bert_cross_encoder, self_check=False).metadata["self_check"] == "off"
