@@ -109,9 +109,15 @@ class Scorer:
             self.head = self._make_head()
         self.self_check_error: float | None = None
         if cfg.self_check and (self.spec.kind != "cross-encoder" or self.backend_name != "model"):
-            from scorecli.selfcheck import self_check
+            from scorecli.selfcheck import SelfCheckError, self_check
 
-            self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
+            try:
+                self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
+            except SelfCheckError as err:
+                if self.fallback is None:
+                    raise
+                self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
+                self.self_check_error = self_check(self)
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec

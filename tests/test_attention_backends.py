@@ -620,6 +620,24 @@ def test_auto_falls_back_to_sdpa_when_flashinfer_fails(fake_flashinfer, qwen3_se
         scorer_outputs(qwen3_seq_cls, rows, attention="flashinfer")
 
 
+@pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
+def test_auto_falls_back_when_flashinfer_fails_the_self_check(fake_flashinfer, qwen3_seq_cls, monkeypatch):
+    """A flashinfer whose MIS mask does nothing (simulated on the stand-in: plain causal) fails
+    the start-up self-check: `auto` then runs sdpa, with a warning; explicit flashinfer stops."""
+    from scorecli import Scorer
+    from scorecli.selfcheck import SelfCheckError
+    from tests import fake_flashinfer as fake
+
+    causal = lambda self, s, q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q)  # noqa: E731
+    monkeypatch.setattr(fake.BatchPrefillWithPagedKVCacheWrapper, "_mis_mask", causal)
+    fake_flashinfer.auto_picks_flashinfer()
+    with pytest.warns(RuntimeWarning, match=r"flashinfer failed \(SelfCheckError: .*using sdpa"):
+        scorer = Scorer(qwen3_seq_cls)
+    assert scorer.backend_name == "sdpa" and scorer.self_check_error < 1e-5
+    with pytest.raises(SelfCheckError):
+        Scorer(qwen3_seq_cls, attention="flashinfer")
+
+
 def test_stand_in_ragged_wrapper_ignores_mis_arguments(fake_flashinfer):
     """Why the MIS plan uses the paged wrapper: planned with the MIS arguments, the ragged
     wrapper runs plain causal attention (flashinfer 0.7.2), which is not the MIS rule."""
