@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
     C.header(
         "1. MIS vs single-item (`bench_mis_vs_single.py`)",
         [
-            f"model: mid-size random Qwen3ForSequenceClassification (hidden 384, 6 layers), float32, CPU, sdpa",
+            "model: mid-size random Qwen3ForSequenceClassification (hidden 384, 6 layers), float32, CPU, sdpa",
             f"data: files of {', '.join(str(n) for n in sizes)} rows x {args.items} items (seed {args.seed}; each file "
             f"the first rows of the largest); query tokens mean {q_stats[0]:.1f} (min {q_stats[1]}, max {q_stats[2]}), "
             f"item tokens mean {i_stats[0]:.1f} (min {i_stats[1]}, max {i_stats[2]})",

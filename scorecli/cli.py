@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from typing import Annotated, Optional
 
 import typer
@@ -80,7 +79,7 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
-    from scorecli.io.readers import count_rows, iter_rows, resolve_inputs
+    from scorecli.io.readers import count_rows, resolve_inputs
     from scorecli.io.writers import check_output
 
     model_path, default_template = _resolve_model(model)

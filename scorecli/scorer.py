@@ -133,7 +133,6 @@ class Scorer:
 
     def prepare(self, rows: list[RawRow]) -> Prepared:
         """Validate, encode and pack a window of rows; plan its batches."""
-        cfg, spec = self.config, self.spec
         parsed: list[Row | None] = []
         errors: list[str | None] = []
         for raw in rows:
@@ -325,7 +324,7 @@ class Scorer:
     @property
     def metadata(self) -> dict[str, str]:
         """Provenance recorded in the output file."""
-        spec, cfg = self.spec, self.config
+        spec = self.spec
         return {
             "scorecli_version": __version__,
             "model": str(self.loaded.path),
