@@ -120,6 +120,10 @@ def _resolve_model(model: str | None) -> tuple[str, str]:
 def inspect(
     model: Annotated[str, typer.Argument(help="Model folder, .gguf file or Hub id.")],
     label_tokens: Annotated[Optional[str], typer.Option(help="Show how these label tokens tokenize.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Also load the weights and run the self-check in each mode (exit 1 if one fails).")] = False,
+    device: Annotated[str, typer.Option(help="With --check: auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="With --check: auto | float32 | bfloat16 | float16.")] = "auto",
+    attention: Annotated[str, typer.Option(help="With --check: auto | flashinfer | flex | sdpa | eager.")] = "auto",
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
     cache_dir: CacheDir = None,
 ) -> None:
@@ -129,6 +133,14 @@ def inspect(
     _quiet_transformers()
     for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir):
         typer.echo(line)
+    if check:
+        from scorecli.inspect import check as self_check
+
+        lines, ok = self_check(model, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
+        for line in lines:
+            typer.echo(line)
+        if not ok:
+            raise typer.Exit(1)
 
 
 @app.command()

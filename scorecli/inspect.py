@@ -1,4 +1,5 @@
-"""`scorecli inspect`: what scorecli sees in a checkpoint, without loading its weights."""
+"""`scorecli inspect`: what scorecli sees in a checkpoint, without loading its weights
+(`describe`), and with `--check` whether it reproduces the model's own forward (`check`)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,33 @@ def _skeleton(config, trust_remote_code: bool):
 
     with torch.device("meta"):
         return AutoModel.from_config(config, trust_remote_code=trust_remote_code)
+
+
+def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
+          device: str = "auto", dtype: str = "auto", attention: str = "auto") -> tuple[list[str], bool]:  # fmt: skip
+    """Load the weights and run the start-up self-check (`scorecli.selfcheck`) in every mode
+    the model supports. Returns (lines, whether every mode passed)."""
+    import dataclasses
+
+    from scorecli.config import ScoreConfig
+    from scorecli.model import load_model
+    from scorecli.scorer import Scorer
+    from scorecli.selfcheck import SelfCheckError
+
+    cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir, device=device,
+                      dtype=dtype, attention=attention)  # fmt: skip
+    loaded = load_model(cfg)
+    if loaded.kind == "causal-lm":
+        vocab = loaded.model.get_input_embeddings().num_embeddings
+        labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": (vocab // 2, vocab // 2 + 1)}
+        cfg = dataclasses.replace(cfg, **labels)  # without label tokens any two: the check is of the model
+    lines, ok = [], True
+    for mode in ("mis", "single") if loaded.kind != "cross-encoder" else ("single",):
+        try:
+            scorer = Scorer(loaded, dataclasses.replace(cfg, mode=mode))
+            outcome = scorer.metadata["self_check"]
+            where = f"{mode}, {scorer.backend_name}, {str(loaded.dtype).removeprefix('torch.')} on {loaded.device}"
+        except SelfCheckError as exc:
+            ok, where, outcome = False, f"{mode}, --attention {attention}", "FAILED: " + str(exc).removeprefix("self-check: ")
+        lines.append(f"self-check:     {outcome} ({where})")
+    return lines, ok

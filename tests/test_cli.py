@@ -468,6 +468,14 @@ def test_inspect_reports_kind_and_label_tokens(qwen3_causal_lm):
     assert result.lines() == []  # no progress bars on stderr
 
 
+def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
+    result = run_cli(Case(["inspect", qwen3_seq_cls, "--check"]))
+    assert result.rc == 0, result.stderr
+    text = result.stdout.decode()
+    assert text.count("self-check:     passed (max relative difference") == 2
+    assert "(mis, sdpa, float32 on cpu)" in text and "(single, sdpa, float32 on cpu)" in text
+
+
 def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
     args = ["bench", "--model", qwen3_seq_cls, "--rows", "2", "--items", "3", "--query-tokens", "8",
             "--item-tokens", "4", "--attention", "sdpa,eager", "--repeats", "1", "--json", "-"]  # fmt: skip

@@ -81,3 +81,16 @@ def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch)
     with pytest.raises(SelfCheckError):
         Scorer(bert_cross_encoder)
     assert Scorer(bert_cross_encoder, self_check=False).metadata["self_check"] == "off"
+
+
+def test_inspect_check_reports_each_mode(qwen3_causal_lm, monkeypatch):
+    from scorecli.inspect import check
+
+    lines, ok = check(qwen3_causal_lm, ("yes", "no"), False)
+    assert ok and len(lines) == 2 and all(line.startswith("self-check:     passed (max relative") for line in lines)
+    assert "(mis, sdpa, float32 on cpu)" in lines[0] and "(single, sdpa, float32 on cpu)" in lines[1]
+    import scorecli.scorer
+
+    monkeypatch.setattr(scorecli.scorer, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
+    lines, ok = check(qwen3_causal_lm, None, False)  # no label tokens: any two
+    assert not ok and all("FAILED: scorecli's scores" in line for line in lines)
