@@ -58,6 +58,7 @@ def run_bench(
     """Time every (attention, mode) pair on the same rows; the model loads once."""
     from scorecli.model import load_model
     from scorecli.scorer import Scorer
+    from scorecli.spec import any_label_ids
 
     loaded = load_model(cfg)
     if loaded.kind == "cross-encoder":
@@ -67,7 +68,7 @@ def run_bench(
     vocab = loaded.model.get_input_embeddings().num_embeddings
     rows = synthetic_rows(work, vocab)
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
-        cfg = replace(cfg, label_token_ids=(vocab // 2, vocab // 2 + 1))  # any two: cost does not depend on them
+        cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
     peak = peak_tflops or device_peak_tflops(loaded.device)
     params = non_embedding_params(loaded.model)
     results = []

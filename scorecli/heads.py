@@ -74,6 +74,21 @@ class LabelTokenHead:
         return logits
 
 
+def lm_logit_transform(model: torch.nn.Module) -> tuple[float | None, float]:
+    """(soft cap, multiplier) a causal LM applies to its lm_head's logits: Gemma's
+    `final_logit_softcapping`, Cohere's `logit_scale` (times), Granite's `logits_scaling`
+    (divided by)."""
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)
+    multiplier = 1.0
+    scale = getattr(model, "logit_scale", None)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        multiplier *= float(scale)
+    if getattr(config, "logits_scaling", None):
+        multiplier /= float(config.logits_scaling)
+    return softcap, multiplier
+
+
 def activate(logits: torch.Tensor, activation: str) -> torch.Tensor:
     """Apply `none`, `softmax` (over the last dim) or `sigmoid` to float32 logits."""
     logits = logits.float()

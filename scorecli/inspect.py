@@ -70,14 +70,14 @@ def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: b
     from scorecli.model import load_model
     from scorecli.scorer import Scorer
     from scorecli.selfcheck import SelfCheckError
+    from scorecli.spec import any_label_ids
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir, device=device,
                       dtype=dtype, attention=attention)  # fmt: skip
     loaded = load_model(cfg)
     if loaded.kind == "causal-lm":
-        vocab = loaded.model.get_input_embeddings().num_embeddings
-        labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": (vocab // 2, vocab // 2 + 1)}
-        cfg = dataclasses.replace(cfg, **labels)  # without label tokens any two: the check is of the model
+        labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
+        cfg = dataclasses.replace(cfg, **labels)
     lines, ok = [], True
     for mode in ("mis", "single") if loaded.kind != "cross-encoder" else ("single",):
         try:

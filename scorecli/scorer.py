@@ -23,7 +23,7 @@ from scorecli.config import ScoreConfig, batch_tokens
 from scorecli.encode import DecoderEncoder, Fields, PairEncoder, Row, parse_row
 from scorecli.errors import InputError
 from scorecli.forward import DecoderForward, EncoderForward
-from scorecli.heads import ClassifierHead, LabelTokenHead, activate
+from scorecli.heads import ClassifierHead, LabelTokenHead, activate, lm_logit_transform
 from scorecli.io.readers import RawRow
 from scorecli.model import Loaded, load_model
 from scorecli.pack import Seq, drop_shared, pack_row, shared_prefix_len, truncate_items
@@ -108,16 +108,26 @@ class Scorer:
             self.shares_prefix = cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
             self.head = self._make_head()
         self.self_check_error: float | None = None
-        if cfg.self_check and (self.spec.kind != "cross-encoder" or self.backend_name != "model"):
-            from scorecli.selfcheck import SelfCheckError, self_check
+        self.self_check_note = self._self_check()  # recorded in the metadata
 
-            try:
-                self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
-            except SelfCheckError as err:
-                if self.fallback is None:
-                    raise
-                self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
-                self.self_check_error = self_check(self)
+    def _self_check(self) -> str:
+        """Run the start-up self-check (`scorecli.selfcheck`) when it applies; its outcome."""
+        if not self.config.self_check:
+            return "off"
+        if self.spec.kind == "cross-encoder" and self.backend_name == "model":
+            return "not needed (the model's own forward)"
+        from scorecli.selfcheck import SelfCheckError, self_check
+
+        try:
+            self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
+        except SelfCheckError as err:
+            if self.fallback is None:
+                raise
+            self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
+            self.self_check_error = self_check(self)
+        if self.self_check_error is None:
+            return "skipped (no room for the probe)"
+        return f"passed (max relative difference {self.self_check_error:.2g})"
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
@@ -338,34 +348,9 @@ class Scorer:
             "activation": spec.activation,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": getattr(self, "backend_name", "model"),
-            "self_check": _self_check_note(self),
+            "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         }
-
-
-def _self_check_note(scorer: Scorer) -> str:
-    """The metadata's record of the start-up self-check (`scorecli.selfcheck`)."""
-    if not scorer.config.self_check:
-        return "off"
-    if scorer.spec.kind == "cross-encoder" and scorer.backend_name == "model":
-        return "not needed (the model's own forward)"
-    error = scorer.self_check_error
-    return "skipped (no room for the probe)" if error is None else f"passed (max relative difference {error:.2g})"
-
-
-def lm_logit_transform(model: torch.nn.Module) -> tuple[float | None, float]:
-    """(soft cap, multiplier) a causal LM applies to its lm_head's logits: Gemma's
-    `final_logit_softcapping`, Cohere's `logit_scale` (times), Granite's `logits_scaling`
-    (divided by)."""
-    config = model.config
-    softcap = getattr(config, "final_logit_softcapping", None)
-    multiplier = 1.0
-    scale = getattr(model, "logit_scale", None)
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        multiplier *= float(scale)
-    if getattr(config, "logits_scaling", None):
-        multiplier /= float(config.logits_scaling)
-    return softcap, multiplier
 
 
 def _free_cache(device: torch.device) -> None:

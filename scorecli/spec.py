@@ -16,6 +16,13 @@ from scorecli.templates import Template
 MAX_SEQ_LEN_CAP = 8192
 
 
+def any_label_ids(loaded: Loaded) -> tuple[int, int]:
+    """Two label token ids of a causal LM, for runs whose point is not which tokens are read
+    (throughput, the self-check): their cost and the forward do not depend on them."""
+    vocab = loaded.model.get_input_embeddings().num_embeddings
+    return vocab // 2, vocab // 2 + 1
+
+
 @dataclass(frozen=True)
 class RunSpec:
     kind: str

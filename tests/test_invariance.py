@@ -32,9 +32,16 @@ def make_rows(n_rows: int, seed: int = 0, max_items: int = 6, max_len: int = 30)
 
 
 def scorer_outputs(path, rows, **kw):
-    table = Scorer(path, pooled_hidden_states=True, **kw).score_rows(
-        [RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)]
-    )
+    table = Scorer(path, pooled_hidden_states=True, **kw).score_rows(raw_rows(rows))
+    return table_outputs(table)
+
+
+def raw_rows(rows: list[dict]) -> list[RawRow]:
+    return [RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)]
+
+
+def table_outputs(table):
+    """(table, scores [items, labels] per row, pooled hidden states per row)."""
     n_labels = len(output_labels(table))
     scores = [np.array(s, dtype=np.float32).reshape(-1, n_labels) for s in table["scores"].to_pylist()]
     hidden = [np.array(h, dtype=np.float32) for h in table["pooled_hidden_states"].to_pylist()]
@@ -108,11 +115,9 @@ def test_attention_softcap_with_a_shared_prefix(gemma2_seq_cls, attention):
     for row in rows:
         row["query"] = f"{common} {row['query']}"
     scorer = Scorer(gemma2_seq_cls, attention=attention, pooled_hidden_states=True)
-    prepared = scorer.prepare([RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)])
+    prepared = scorer.prepare(raw_rows(rows))
     assert scorer.shares_prefix and len(prepared.shared) >= 16
-    table = scorer.run(prepared)
-    scores = [np.array(s, dtype=np.float32).reshape(-1, 1) for s in table["scores"].to_pylist()]
-    hidden = [np.array(h, dtype=np.float32) for h in table["pooled_hidden_states"].to_pylist()]
+    _, scores, hidden = table_outputs(scorer.run(prepared))
     model, tok = load_reference(gemma2_seq_cls, "seq-cls", attn="eager")
     assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
 
