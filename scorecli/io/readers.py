@@ -155,35 +155,48 @@ def _escaped_at(value) -> str | None:
     return None
 
 
-def _iter_lines(stream: BinaryIO, label: str) -> Iterator[RawRow]:
+def _iter_lines(stream: BinaryIO, label: str, skip: int = 0) -> Iterator[RawRow]:
+    """Rows of a JSON-lines stream; the first `skip` rows (non-blank lines) are passed over
+    without being parsed."""
     for lineno, line in enumerate(stream, start=1):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM):]
         if line.strip():
+            if skip:
+                skip -= 1
+                continue
             yield _parse_line(line, f"{label}:{lineno}")
 
 
-def _iter_jsonl(path: str) -> Iterator[RawRow]:
+def _iter_jsonl(path: str, skip: int = 0) -> Iterator[RawRow]:
     try:
         stream = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
     with stream:
         try:
-            yield from _iter_lines(stream, path)
+            yield from _iter_lines(stream, path, skip)
         except (OSError, EOFError, zlib.error) as e:
             # gzip.BadGzipFile is an OSError; a truncated gzip stream raises EOFError.
             raise InputError(f"{path}: cannot read: {e}") from e
 
 
-def _iter_parquet(path: str) -> Iterator[RawRow]:
+def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
+    """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: cannot read Parquet: {e}") from e
     with pf:
-        batches = pf.iter_batches(batch_size=1024)
-        row = 0
+        groups, row = [], 0
+        for g in range(pf.metadata.num_row_groups):
+            n = pf.metadata.row_group(g).num_rows
+            if not groups and row + n <= skip:
+                row += n
+            else:
+                groups.append(g)
+        skip -= row
+        batches = pf.iter_batches(batch_size=1024, row_groups=groups)
         while True:
             try:
                 batch = next(batches, None)
@@ -191,17 +204,22 @@ def _iter_parquet(path: str) -> Iterator[RawRow]:
                 raise InputError(f"{path}: cannot read Parquet: {e}") from e
             if batch is None:
                 return
+            if skip:
+                cut = min(skip, batch.num_rows)
+                batch, skip, row = batch.slice(cut), skip - cut, row + cut
             for record in batch.to_pylist():
                 row += 1
                 yield RawRow(record, f"{path}: row {row}")
 
 
-def iter_rows(specs: list[str], stdin: BinaryIO | None = None) -> Iterator[RawRow]:
+def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) -> Iterator[RawRow]:
     """Yield every input record, in input order, streaming.
 
     Args:
         specs: input specs as accepted by `resolve_inputs`.
         stdin: binary stream read for `-`; `sys.stdin.buffer` when None.
+        skip: pass over the first `skip` rows as cheaply as the format allows (whole files
+            by their row count, Parquet row groups, JSON lines unparsed): a resumed run.
 
     Returns:
         An iterator of `RawRow`; per-row problems come back as rows with `error` set.
@@ -211,25 +229,36 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None) -> Iterator[RawRo
         InputError: an input file cannot be opened or is corrupt.
     """
     for path in resolve_inputs(specs):
+        if skip and path != STDIN:
+            n = _count_file(path)
+            if n <= skip:
+                skip -= n
+                continue
         if path == STDIN:
-            yield from _iter_lines(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
+            yield from _iter_lines(stdin if stdin is not None else sys.stdin.buffer, "<stdin>", skip)
         elif _is_parquet(path):
-            yield from _iter_parquet(path)
+            yield from _iter_parquet(path, skip)
         else:
-            yield from _iter_jsonl(path)
+            yield from _iter_jsonl(path, skip)
+        skip = 0
+
+
+def _count_file(path: str) -> int:
+    return _count_parquet(path) if _is_parquet(path) else _count_lines(path)
 
 
 def _count_lines(path: str) -> int:
-    """Non-blank lines of an uncompressed file, read in 1 MiB chunks."""
+    """Non-blank lines of a (possibly gzipped) file, read in 1 MiB chunks."""
     count, carry = 0, b""
     try:
-        with open(path, "rb") as f:
+        with gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb") as f:
+            carry = f.read(len(_BOM)).removeprefix(_BOM)  # as `_iter_lines` drops it
             while chunk := f.read(_CHUNK):
                 lines = (carry + chunk).split(b"\n")
                 carry = lines.pop()
                 count += sum(map(bool, map(bytes.strip, lines)))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     return count + bool(carry.strip())
 
 

@@ -1,0 +1,277 @@
+"""Durable part files of a long run and the journal that says which input rows they hold.
+
+A `PartStore` is a folder (SPEC §11: `<out>.partial/`, or the output directory itself for a
+Parquet dataset) holding:
+- `_scorecli_job.json`: the job's fingerprint, written once (atomically) when the folder is made;
+- `part-00000.<ext>`, `part-00001.<ext>`, ...: one part per written table (a window of rows),
+  each written under a temporary name, fsync'ed, renamed, and the folder fsync'ed;
+- `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
+  byte size), appended and fsync'ed only after the part is in place.
+
+A kill at any instant leaves a folder that `open_store(..., resume=True)` accepts: parts the
+journal does not list (half-written, or written but not yet journaled) are removed and their
+rows scored again; a torn last journal line is dropped. Names start with `_` so that
+`pyarrow.dataset` and DuckDB globs over `*.parquet` never read the bookkeeping.
+
+This module knows nothing about models, flags or what the fingerprint means: it compares
+dicts and moves tables and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scorecli.errors import UsageError
+
+JOB = "_scorecli_job.json"
+JOURNAL = "_scorecli_journal.jsonl"
+SUCCESS = "_SUCCESS"
+_PART = re.compile(r"part-(\d{5,})\.(parquet|jsonl)$")
+COMPRESSION = "zstd"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One durable part: its file name, the input rows it holds, and its size on disk."""
+
+    file: str
+    first_row: int
+    rows: int
+    bytes: int
+
+
+class FingerprintMismatch(UsageError):
+    """`--resume` on a folder of a different job."""
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames in `path` durable; not every platform lets a directory be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def ours(name: str) -> bool:
+    """Whether a file name in a store's folder is one the store writes (temporary ones too)."""
+    if name == SUCCESS or name.startswith(("_scorecli_", "._scorecli_")):
+        return True
+    return bool(_PART.fullmatch(name)) or (name.startswith(".part-") and name.endswith(".tmp"))
+
+
+class PartStore:
+    """The parts of one job in `folder`; `fmt` is the part files' format (parquet or jsonl)."""
+
+    def __init__(self, folder: str, fmt: str, parts: list[Part]):
+        self.folder = folder
+        self.fmt = fmt
+        self.parts = parts
+
+    @property
+    def rows_done(self) -> int:
+        """Input rows the durable parts hold (they are the first rows of the input)."""
+        return sum(p.rows for p in self.parts)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
+    # ---- writing ----------------------------------------------------------------------
+
+    def add(self, table: pa.Table) -> Part:
+        """Write `table` (the next rows of the output, one per input row) as a durable part."""
+        name = f"part-{len(self.parts):05d}.{self.fmt}"
+        tmp = self.path(f".{name}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                if self.fmt == "parquet":
+                    pq.write_table(table, f, compression=COMPRESSION)
+                else:
+                    from scorecli.io.writers import to_jsonl
+
+                    f.write(to_jsonl(table).encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path(name))
+        except BaseException:
+            _unlink(tmp)
+            raise
+        fsync_dir(self.folder)
+        part = Part(name, self.rows_done, table.num_rows, os.path.getsize(self.path(name)))
+        with open(self.path(JOURNAL), "a", encoding="utf-8") as journal:
+            journal.write(json.dumps(part.__dict__) + "\n")
+            journal.flush()
+            os.fsync(journal.fileno())
+        self.parts.append(part)
+        return part
+
+    # ---- reading back -----------------------------------------------------------------
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The Parquet parts' tables, in input order, one part in memory at a time."""
+        for part in self.parts:
+            yield pq.read_table(self.path(part.file))
+
+    def files(self) -> list[str]:
+        """The parts' paths, in input order."""
+        return [self.path(p.file) for p in self.parts]
+
+    def finish_dataset(self) -> None:
+        """The folder is the output: drop the bookkeeping, then write `_SUCCESS` last."""
+        for name in (JOURNAL, JOB):
+            _unlink(self.path(name))
+        fsync_dir(self.folder)
+        with open(self.path(SUCCESS), "wb") as f:
+            os.fsync(f.fileno())
+        fsync_dir(self.folder)
+
+    def remove(self) -> None:
+        """Delete the folder and everything in it (the output is in place)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False) -> tuple[PartStore, str | None]:
+    """The store for a job: continued (`resume` and a folder of the same job) or new.
+
+    Args:
+        folder: the store's folder (created if missing).
+        fingerprint: what identifies the job (JSON-able); `resume` needs an equal one on disk.
+        fmt: part format, `parquet` or `jsonl`.
+        resume: continue the job the folder holds, if any.
+        dataset: the folder is a Parquet dataset output that may already hold a finished or
+            unfinished output of ours; files that are not ours are never touched.
+
+    Returns:
+        (store, note): note is a one-line warning when an earlier run's parts were replaced.
+
+    Raises:
+        FingerprintMismatch: `resume` and the folder holds a different job (nothing changed).
+        UsageError: a dataset folder holds files that are not ours.
+    """
+    if os.path.isdir(folder):
+        foreign = sorted(n for n in os.listdir(folder) if not ours(n))
+        if foreign and dataset:
+            raise UsageError(f"cannot write a dataset into {folder}: it holds other files ({foreign[0]}, ...)")
+        if resume and os.path.exists(os.path.join(folder, JOB)):
+            saved = _read_job(folder)
+            if saved.get("format") == fmt and saved.get("fingerprint") is not None:
+                _compare(saved["fingerprint"], fingerprint, folder)
+                return PartStore(folder, fmt, _recover(folder, fmt)), None
+        note = _clear(folder, dataset)
+    else:
+        note = None
+    os.makedirs(folder, exist_ok=True)
+    _write_job(folder, {"format": fmt, "fingerprint": fingerprint})
+    return PartStore(folder, fmt, []), note
+
+
+def _read_job(folder: str) -> dict:
+    try:
+        with open(os.path.join(folder, JOB), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}  # torn or unreadable: the job never got a part (it is written before any)
+
+
+def _write_job(folder: str, job: dict) -> None:
+    _unlink(os.path.join(folder, JOURNAL))
+    tmp = os.path.join(folder, f".{JOB}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(job, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(folder, JOB))
+    fsync_dir(folder)
+
+
+def _compare(saved: dict, now: dict, folder: str) -> None:
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) != now.get(key):
+            raise FingerprintMismatch(
+                f"--resume: {folder} holds a job with a different {key} "
+                f"({_short(saved.get(key))} then, {_short(now.get(key))} now); run without --resume to start over"
+            )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _recover(folder: str, fmt: str) -> list[Part]:
+    """The journaled parts that are intact and contiguous; everything else is removed."""
+    parts: list[Part] = []
+    journal = os.path.join(folder, JOURNAL)
+    try:
+        with open(journal, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
+        part = _parse_part(line)
+        expected = f"part-{len(parts):05d}.{fmt}"
+        if part is None or part.file != expected or part.first_row != sum(p.rows for p in parts):
+            break
+        try:
+            if os.path.getsize(os.path.join(folder, part.file)) != part.bytes:
+                break
+        except OSError:
+            break
+        parts.append(part)
+    keep = {p.file for p in parts} | {JOB, JOURNAL}
+    for name in os.listdir(folder):
+        if ours(name) and name not in keep:
+            _unlink(os.path.join(folder, name))
+    _rewrite_journal(journal, parts)
+    fsync_dir(folder)
+    return parts
+
+
+def _parse_part(line: bytes) -> Part | None:
+    try:
+        data = json.loads(line)
+        return Part(str(data["file"]), int(data["first_row"]), int(data["rows"]), int(data["bytes"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _rewrite_journal(journal: str, parts: list[Part]) -> None:
+    """Drop a torn or stale tail so that later lines follow the intact ones."""
+    tmp = journal + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(p.__dict__) + "\n" for p in parts)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, journal)
+
+
+def _clear(folder: str, dataset: bool) -> str | None:
+    """Remove an earlier run's files (only ours, in a dataset folder); a note when there were any."""
+    names = [n for n in os.listdir(folder) if ours(n)]
+    if dataset:
+        for name in names:
+            _unlink(os.path.join(folder, name))
+        fsync_dir(folder)
+        return None  # replacing an earlier output, as a file --out is replaced
+    shutil.rmtree(folder)
+    return f"replaced {folder} left by an earlier run (pass --resume to continue such a run)" if names else None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

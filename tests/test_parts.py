@@ -1,0 +1,172 @@
+"""The part store of long runs (SPEC §11), in-process: durable parts, the journal, recovery
+after a kill at any point, fingerprint checks, and reading input from where a job stopped."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import UsageError
+from scorecli.io.parts import JOB, JOURNAL, FingerprintMismatch, open_store
+from scorecli.io.readers import iter_rows
+from scorecli.job import fingerprint
+
+FP = {"model": "m", "--template": "plain"}
+
+
+def table(first: int, n: int) -> pa.Table:
+    return pa.table({"id": list(range(first, first + n)), "score": [[float(i)] for i in range(first, first + n)]})
+
+
+def store_with(folder, sizes, fmt="parquet"):
+    store, _ = open_store(str(folder), FP, fmt, resume=False)
+    first = 0
+    for n in sizes:
+        store.add(table(first, n))
+        first += n
+    return store
+
+
+def test_parts_are_journaled_in_order(tmp_path):
+    store = store_with(tmp_path / "p", [3, 2, 4])
+    assert [p.file for p in store.parts] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert [(p.first_row, p.rows) for p in store.parts] == [(0, 3), (3, 2), (5, 4)]
+    assert pa.concat_tables(store.tables()).equals(table(0, 9))
+    lines = (tmp_path / "p" / JOURNAL).read_text().splitlines()
+    assert [json.loads(line)["file"] for line in lines] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+
+
+def test_resume_continues_after_the_journaled_parts(tmp_path):
+    store_with(tmp_path / "p", [3, 2])
+    store, note = open_store(str(tmp_path / "p"), FP, "parquet", resume=True)
+    assert note is None and store.rows_done == 5
+    store.add(table(5, 1))
+    assert pa.concat_tables(store.tables()).equals(table(0, 6))
+
+
+@pytest.mark.parametrize("damage", ["torn_line", "unjournaled_part", "temp_part", "missing_part", "short_part"])
+def test_recovery_keeps_only_intact_journaled_parts(tmp_path, damage):
+    folder = tmp_path / "p"
+    store_with(folder, [3, 2, 4])
+    journal = folder / JOURNAL
+    lines = journal.read_text().splitlines(keepends=True)
+    keep = 3
+    if damage == "torn_line":  # killed while appending the third line
+        journal.write_text("".join(lines[:2]) + lines[2][:10])
+        keep = 2
+    elif damage == "unjournaled_part":  # killed after the rename, before the journal line
+        journal.write_text("".join(lines[:2]))
+        keep = 2
+    elif damage == "temp_part":  # killed while writing the fourth part
+        (folder / ".part-00003.parquet.tmp").write_bytes(b"PAR1 half")
+    elif damage == "missing_part":
+        os.unlink(folder / "part-00001.parquet")
+        keep = 1
+    else:
+        with open(folder / "part-00002.parquet", "r+b") as f:
+            f.truncate(10)
+        keep = 2
+    store, _ = open_store(str(folder), FP, "parquet", resume=True)
+    assert len(store.parts) == keep
+    assert store.rows_done == [3, 5, 9][keep - 1]
+    assert sorted(n for n in os.listdir(folder) if n.startswith(("part-", ".part-"))) == [
+        f"part-{k:05d}.parquet" for k in range(keep)
+    ]
+    store.add(table(store.rows_done, 1))  # the next part follows the intact ones
+    assert pa.concat_tables(store.tables()).equals(table(0, store.rows_done))
+    reopened, _ = open_store(str(folder), FP, "parquet", resume=True)
+    assert reopened.parts == store.parts
+
+
+def test_fingerprint_mismatch_names_what_differs_and_changes_nothing(tmp_path):
+    folder = tmp_path / "p"
+    store_with(folder, [3])
+    before = {n: (folder / n).read_bytes() for n in os.listdir(folder)}
+    with pytest.raises(FingerprintMismatch, match=r"different --template \(\"plain\" then, \"x\" now\)"):
+        open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=True)
+    assert {n: (folder / n).read_bytes() for n in os.listdir(folder)} == before
+
+
+def test_without_resume_a_leftover_folder_is_replaced_with_a_note(tmp_path):
+    folder = tmp_path / "p"
+    store_with(folder, [3])
+    store, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False)
+    assert store.rows_done == 0 and "replaced" in note and "--resume" in note
+    assert sorted(os.listdir(folder)) == [JOB]
+
+
+def test_resume_without_a_folder_starts_the_job(tmp_path):
+    store, note = open_store(str(tmp_path / "new"), FP, "parquet", resume=True)
+    assert store.rows_done == 0 and note is None
+
+
+def test_dataset_folder_with_foreign_files_is_refused(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "theirs.parquet").write_bytes(b"x")
+    with pytest.raises(UsageError, match="holds other files"):
+        open_store(str(tmp_path / "d"), FP, "parquet", resume=False, dataset=True)
+    assert os.listdir(tmp_path / "d") == ["theirs.parquet"]
+
+
+def test_finished_dataset_has_parts_and_success_only(tmp_path):
+    store = store_with(tmp_path / "d", [2, 2])
+    store.finish_dataset()
+    assert sorted(os.listdir(tmp_path / "d")) == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(str(tmp_path / "d")).to_table().equals(table(0, 4))
+
+
+def test_jsonl_parts(tmp_path):
+    store = store_with(tmp_path / "j", [2, 1], fmt="jsonl")
+    text = "".join(open(p, encoding="utf-8").read() for p in store.files())
+    assert [json.loads(line)["id"] for line in text.splitlines()] == [0, 1, 2]
+
+
+# ---- the fingerprint -----------------------------------------------------------------
+
+
+def test_fingerprint_covers_inputs_model_and_content_flags(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"12345")
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"query": "q", "items": []}\n')
+    cfg = ScoreConfig(model=str(model))
+    base = fingerprint(cfg, [str(data)], "parquet")
+    assert base == json.loads(json.dumps(base))
+    assert base["model"]["weights"] == [["model.safetensors", 5]]
+    same = fingerprint(ScoreConfig(model=str(model), window_rows=7, cache_dir="/elsewhere"), [str(data)], "parquet")
+    assert same == base  # how the work is done is not the job
+    assert fingerprint(ScoreConfig(model=str(model), template="yes-no-chat"), [str(data)], "parquet")["--template"] == "yes-no-chat"
+    (model / "model.safetensors").write_bytes(b"123456")
+    assert fingerprint(cfg, [str(data)], "parquet")["model"] != base["model"]
+    data.write_text('{"query": "q2", "items": []}\n')
+    assert fingerprint(cfg, [str(data)], "parquet")["input files"] != base["input files"]
+
+
+# ---- reading from where a job stopped ------------------------------------------------------
+
+
+def test_skip_reads_on_from_any_row(tmp_path):
+    rows = [{"id": i, "query": "q", "items": ["a"]} for i in range(40)]
+    (tmp_path / "a.jsonl").write_text("\ufeff" + "\n\n".join(json.dumps(r) for r in rows[:15]) + "\n")
+    pq.write_table(pa.Table.from_pylist(rows[15:32]), tmp_path / "b.parquet", row_group_size=3)
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[32:]))
+    full = list(iter_rows([str(tmp_path)]))
+    assert [r.data["id"] for r in full] == list(range(40))
+    for k in range(42):
+        assert list(iter_rows([str(tmp_path)], skip=k)) == full[k:], k
+
+
+def test_skip_does_not_parse_skipped_lines(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_text("not json\n" * 3 + '{"id": 1}\n')
+    assert [r.data for r in iter_rows([str(p)], skip=3)] == [{"id": 1}]
