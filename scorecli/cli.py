@@ -7,6 +7,8 @@ inside commands, so `--help` is instant. The only environment read is $SCORECLI_
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import sys
 from typing import Annotated, Optional
@@ -15,10 +17,12 @@ import typer
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import ScorecliError, UsageError
+from scorecli.errors import OutputClosed, ScorecliError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
-err = Console(stderr=True, highlight=False)
+# paths and user text are printed as they are: no markup, no :emoji: codes
+err = Console(stderr=True, highlight=False, markup=False, emoji=False)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
 CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models (default ~/.cache/scorecli).")]
@@ -79,9 +83,11 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
+    from scorecli.io.output import resolve_output
     from scorecli.io.readers import count_rows, resolve_inputs
-    from scorecli.io.writers import check_output
 
+    paths = resolve_inputs(inputs)
+    target = resolve_output(out, paths)
     model_path, default_template = _resolve_model(model)
     cfg = ScoreConfig(
         model=model_path, kind=kind, mode=mode, template=template or default_template, instruction=instruction,
@@ -95,16 +101,26 @@ def score(
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
-    paths = resolve_inputs(inputs)
-    check_output(out)
+    _check_template(cfg.template)
+    console = None if quiet else err
     if engine == "ray":
         from scorecli.ray import run_score_ray
 
-        run_score_ray(cfg, paths, out, address=ray_address, num_workers=num_workers, console=None if quiet else err)
+        run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console)
         return
-    from scorecli.run import run_score
+    from scorecli.run import open_rows, preflight, run_score
 
-    run_score(cfg, paths, out, total_rows=count_rows(paths), console=None if quiet else err, stdin=sys.stdin.buffer)
+    rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None))
+    run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows)
+
+
+def _check_template(name: str) -> None:
+    """Unknown template names and bad template files fail before the model loads
+    (`yes-no-chat` needs the model's tokenizer: it is checked with the model)."""
+    if name != "yes-no-chat":
+        from scorecli.templates import load_template
+
+        load_template(name)
 
 
 def _resolve_model(model: str | None) -> tuple[str, str]:
@@ -207,45 +223,118 @@ def _device_name(device: str) -> str:
 
 
 def main() -> None:
-    """Console entry point: run the app and map errors to exit codes."""
-    signal.signal(signal.SIGTERM, _terminate)
+    """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
+    _watch_signals()
+    _reserve_stdin()
     try:
         code = app(standalone_mode=False)
+    except OutputClosed:
+        _pipe_closed()
     except ScorecliError as exc:
-        err.print(f"error: {exc}", markup=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         _interrupted()
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors and anything unexpected
-        _report(exc)
+        _finish(exc.exit_code)
+    except _usage_errors() as exc:  # every parsing error of typer / click is a usage error
+        _fail(exc.format_message(), 2)
+    except typer.Abort:
+        _interrupted()
+    except Exception as exc:  # anything unexpected: one line, exit 1
+        _fail(f"{type(exc).__name__}: {exc}", 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
-    # Ctrl-C (and our SIGTERM) into 130 after the output was already discarded.
+    # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.
     if code == 130:
         _interrupted()
-    sys.exit(code if isinstance(code, int) else 0)
+    _finish(code if isinstance(code, int) else 0)
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """typer >= 0.20 raises its own vendored click's exceptions; older typer, click's."""
+    found = [t for t in (getattr(typer, "TyperException", None),) if t is not None]
+    try:
+        import click
+
+        found.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _say(message: str) -> None:
+    """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped."""
+    err.print(_one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def _one_line(text: str) -> str:
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text.strip())
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
+
+
+def _fail(message: str, code: int) -> None:
+    _say(f"error: {message}")
+    _finish(code)
 
 
 def _interrupted() -> None:
-    err.print("interrupted: no output written", markup=False)
-    sys.exit(130)
+    _say("interrupted: no output written")
+    _finish(128 + _signals[0] if _signals else 130)
 
 
-def _report(exc: Exception) -> None:
-    import click
+def _finish(code: int) -> None:
+    """Exit with `code`. After a failure, exit at once: a reader thread blocked on a stalled
+    stdin must not hold the process (threads are not joined, buffers not flushed twice)."""
+    if code == 0:
+        sys.exit(0)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
-    if isinstance(exc, click.exceptions.Abort):
-        _interrupted()
-    if isinstance(exc, click.ClickException):
-        exc.show()
-        sys.exit(2)
-    err.print(f"error: {type(exc).__name__}: {exc}".splitlines()[0], markup=False, soft_wrap=True)
-    sys.exit(1)
+
+def _pipe_closed() -> None:
+    """The reader of our output went away (`| head -1`): end quietly, as Unix filters do,
+    by SIGPIPE (status 141 in a shell)."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # not reached where SIGPIPE kills
 
 
-def _terminate(signum, frame) -> None:
+_signals: list[int] = []  # the signal that interrupted the run, if any
+
+
+def _watch_signals() -> None:
+    """SIGINT and SIGTERM interrupt the run (exit 130 / 143, output discarded); a second
+    one while cleaning up exits at once. An ignored SIGINT (a background job) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+
+def _on_signal(signum, frame) -> None:
+    if _signals:
+        os._exit(128 + _signals[0])
+    _signals.append(signum)
     raise KeyboardInterrupt
+
+
+def _reserve_stdin() -> None:
+    """Started with stdin closed (`<&-`): keep descriptor 0 on /dev/null, so that no file we
+    open becomes "stdin" for a library or a child process; reading `-` is still refused."""
+    try:
+        os.fstat(0)
+    except OSError:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        if fd != 0:
+            os.dup2(fd, 0)
+            os.close(fd)
 
 
 if __name__ == "__main__":

@@ -21,3 +21,7 @@ class InputError(ScorecliError):
     """Bad input data; the message names the file, line or row, and the field."""
 
     exit_code = 2
+
+
+class OutputClosed(ScorecliError):
+    """The reader of the output (stdout, a FIFO) went away, e.g. `| head -1`: not an error."""

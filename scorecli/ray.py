@@ -41,6 +41,8 @@ import pyarrow.compute as pc
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError
+from scorecli.io.ids import IdCheck, schema_id_type
+from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, count_rows, iter_rows
 
 ROW_INDEX = "__row_index"
@@ -76,10 +78,11 @@ class ScorecliPredictor:
     names rows in error messages), so results can be put back in order after the map.
     """
 
-    def __init__(self, model: str, **flags: Any):
+    def __init__(self, model: str, id_type: pa.DataType | None = None, **flags: Any):
         from scorecli.scorer import Scorer
 
         self.scorer = Scorer(model, **flags)
+        self.scorer.id_type = id_type
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Score a batch of input rows; returns the Scorer's output columns (+ `__row_index`)."""
@@ -88,8 +91,10 @@ class ScorecliPredictor:
         if index is not None:
             table = table.drop_columns([ROW_INDEX])
         numbers = index.to_pylist() if index is not None else range(table.num_rows)
-        rows = [RawRow(data, f"row {k + 1}") for k, data in zip(numbers, table.to_pylist())]
-        out = self.scorer.score_rows(rows)
+        rows = [RawRow(data, f"row {k + 1}", typed=True) for k, data in zip(numbers, table.to_pylist())]
+        id_field = self.scorer.fields.id
+        id_type = table.schema.field(id_field).type if id_field in table.column_names else None
+        out = self.scorer.score_rows(rows, id_type)
         return out if index is None else out.add_column(0, ROW_INDEX, index)
 
 
@@ -100,10 +105,10 @@ class _EnginePredictor(ScorecliPredictor):
     so any failure is returned as a one-row-per-input table that the driver re-raises.
     """
 
-    def __init__(self, model: str, **flags: Any):
+    def __init__(self, model: str, id_type: pa.DataType | None = None, **flags: Any):
         self.failure: Exception | None = None
         try:
-            super().__init__(model, **flags)
+            super().__init__(model, id_type, **flags)
         except Exception as exc:  # reported with the first batch, as the driver's error
             self.failure = exc
 
@@ -130,12 +135,13 @@ def _failure_table(index: pa.ChunkedArray, exc: Exception) -> pa.Table:
     )
 
 
-def _empty_output(config: ScoreConfig) -> tuple[str, Any, Any]:
+def _empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str, Any, Any]:
     """Remote task for a run with no rows: ("ok", empty table, metadata) or ("failed", type, message)."""
     try:
         from scorecli.scorer import Scorer
 
         scorer = Scorer(config.model, config)
+        scorer.id_type = id_type
         return "ok", scorer.empty_table(), scorer.metadata
     except Exception as exc:
         return "failed", type(exc).__name__, _one_line(exc)
@@ -169,7 +175,7 @@ def _raise_failure(type_name: str, message: str) -> None:
 
 
 def run_score_ray(
-    cfg: ScoreConfig, paths: list[str], out: str, *, address: str | None, num_workers: int | None, console
+    cfg: ScoreConfig, paths: list[str], out: str | Target, *, address: str | None, num_workers: int | None, console
 ) -> None:
     """Score `paths` into `out` on Ray workers; same output, order and errors as `run_score`.
 
@@ -177,7 +183,8 @@ def run_score_ray(
         cfg: the run's configuration; `device` auto/cuda uses one GPU per worker when the
             cluster has GPUs (each worker sees its GPU as `cuda`), `cpu` never does.
         paths: input files as `resolve_inputs` gives them; `-` (stdin) is a UsageError.
-        out: output path (Parquet, JSONL, or `-`), written by this process, atomically.
+        out: output path (Parquet, JSONL, or `-`) or its `Target`, written by this process
+            as the local engine writes it (`scorecli.io.writers.Sink`).
         address: a Ray cluster to join (`auto`, `host:6379`, `ray://...`); None starts a local
             instance and shuts it down at the end. An already-connected process is reused.
         num_workers: scoring actors; None: one per GPU in the cluster, else one.
@@ -187,22 +194,24 @@ def run_score_ray(
         raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
     ray = import_ray()
     start = time.perf_counter()
+    target = out if isinstance(out, Target) else resolve_output(out, paths)
+    id_type = schema_id_type(paths, cfg.id_field)
     with _connected(ray, address, num_workers), _quiet_ray_data(ray):
         workers, resources, device = _plan_workers(ray, cfg, num_workers)
         block_rows = _block_rows(cfg.window_rows, count_rows(paths), workers)
-        refs, total = _stage(ray, paths, block_rows, cfg)
+        refs, total = _stage(ray, paths, block_rows, cfg, id_type)
         worker_cfg = replace(cfg, device=device, skip_bad_rows=True)
         if total == 0:
-            counts = _write_empty(ray, worker_cfg, resources, out, cfg)
+            counts = _write_empty(ray, worker_cfg, resources, target, cfg, id_type)
         else:
             workers = min(workers, len(refs))
-            blocks = _score_blocks(ray, refs, worker_cfg, workers, resources)
+            blocks = _score_blocks(ray, refs, worker_cfg, workers, resources, id_type)
             label = f"scoring on {workers} Ray worker{'s' * (workers > 1)}"
-            counts = _write_in_order(blocks, out, cfg, total, console, label)
+            counts = _write_in_order(blocks, target, cfg, total, console, label)
     if console is not None:
         from scorecli.run import _summary
 
-        _summary(console, counts, time.perf_counter() - start, out)
+        _summary(console, counts, time.perf_counter() - start, target.out)
 
 
 @contextmanager
@@ -274,7 +283,7 @@ def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
     return max(1, min(window_rows, math.ceil(total / (workers * _BLOCKS_PER_WORKER))))
 
 
-def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig) -> tuple[list, int]:
+def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig, id_type: pa.DataType | None) -> tuple[list, int]:
     """Read the inputs into the object store, one block per `block_rows` rows.
 
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
@@ -284,7 +293,7 @@ def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig) -> tuple[li
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     refs, total = [], 0
-    rows = iter_rows(paths)
+    rows = IdCheck(cfg.id_field, id_type)(iter_rows(paths))  # in input order, as the local engine
     while window := list(islice(rows, block_rows)):
         if not cfg.skip_bad_rows:
             for raw in window:
@@ -315,11 +324,11 @@ def _decode(batch: pa.Table) -> list[RawRow]:
     return [RawRow(pickle.loads(data), where, error) for data, where, error in zip(*columns)]
 
 
-def _score_blocks(ray, refs: list, cfg: ScoreConfig, workers: int, resources: dict) -> Iterator[pa.Table]:
+def _score_blocks(ray, refs: list, cfg: ScoreConfig, workers: int, resources: dict, id_type) -> Iterator[pa.Table]:
     """Scored blocks as Ray Data returns them (in order, as asked; the caller checks)."""
     ds = ray.data.from_arrow_refs(refs).map_batches(
         _EnginePredictor,
-        fn_constructor_kwargs={"model": cfg.model, "config": cfg},
+        fn_constructor_kwargs={"model": cfg.model, "config": cfg, "id_type": id_type},
         batch_size=None,  # one block = one call = one window
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=workers),
@@ -353,12 +362,12 @@ def _in_order(blocks: Iterable[pa.Table], total: int) -> Iterator[pa.Table]:
         raise RuntimeError(f"Ray returned {expected} of {total} rows in order")
 
 
-def _write_in_order(blocks: Iterator[pa.Table], out: str, cfg: ScoreConfig, total: int, console, label: str) -> dict:
+def _write_in_order(blocks: Iterator[pa.Table], out: Target, cfg: ScoreConfig, total: int, console, label: str) -> dict:
     """Write scored blocks to one output in input order; stop at the first bad row unless skipping."""
     from scorecli.io.writers import Sink
     from scorecli.run import _progress
 
-    counts = {"rows": 0, "items": 0, "tokens": 0}
+    counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0}
     started = time.perf_counter()
     with closing(blocks), ExitStack() as stack, _progress(console, total) as progress:
         task = progress.add_task(label, total=total, items=0, tps=0.0)
@@ -371,6 +380,7 @@ def _write_in_order(blocks: Iterator[pa.Table], out: str, cfg: ScoreConfig, tota
             _count(counts, table)
             tps = counts["tokens"] / max(time.perf_counter() - started, 1e-9)
             progress.update(task, advance=table.num_rows, items=counts["items"], tps=tps)
+        counts["nan"] = sink.nulled.get("score", 0) if sink is not None else 0
     return counts
 
 
@@ -386,15 +396,17 @@ def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
 
 def _count(counts: dict, table: pa.Table) -> None:
     counts["rows"] += table.num_rows
+    if "error" in table.column_names:
+        counts["skipped"] += len(table) - table["error"].null_count
     counts["items"] += pc.sum(pc.list_value_length(table["score"])).as_py() or 0
     counts["tokens"] += pc.sum(table["num_tokens"]).as_py() or 0
 
 
-def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: str, cfg: ScoreConfig) -> dict:
+def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target, cfg: ScoreConfig, id_type) -> dict:
     """No input rows: one worker builds the Scorer for the output's columns and metadata."""
     from scorecli.io.writers import Sink
 
-    status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg))
+    status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg, id_type))
     if status != "ok":
         _raise_failure(first, second)
     with Sink(out, second) as sink:

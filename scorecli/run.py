@@ -1,23 +1,73 @@
-"""One `scorecli score` run: rows from files, through the Scorer, into an atomic sink,
-with rich progress on stderr and a one-line summary. Knows nothing about flags."""
+"""One `scorecli score` run: rows from files, through the Scorer, into the sink, with rich
+progress on stderr and a one-line summary. Knows nothing about flags.
+
+`open_rows` is the one way a run reads its input (ids checked in input order, `scorecli.io.ids`);
+`preflight` checks what can be checked before the model loads.
+"""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from itertools import chain
 from typing import BinaryIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.config import ScoreConfig
-from scorecli.io.readers import iter_rows
+from scorecli.errors import InputError
+from scorecli.io.ids import IdCheck, schema_id_type
+from scorecli.io.output import Target
+from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
 
 
+def open_rows(cfg: ScoreConfig, paths: list[str], stdin: BinaryIO | None) -> Iterator[RawRow]:
+    """The run's rows in input order, ids checked (`IdCheck`)."""
+    return IdCheck(cfg.id_field, schema_id_type(paths, cfg.id_field))(iter_rows(paths, stdin=stdin))
+
+
+def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Iterator[RawRow]:
+    """Check the first row of every input before the model loads; returns `rows` unchanged.
+
+    Regular files are opened once more for their first row; a pipe or stdin read first is
+    peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
+    unless `cfg.skip_bad_rows`.
+    """
+    from scorecli.encode import Fields, parse_row
+
+    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+    firsts: list[RawRow] = []
+    peeked = next(rows, None) if paths and _is_stream(paths[0]) else None
+    if peeked is not None:
+        firsts.append(peeked)
+        rows = chain([peeked], rows)
+    for path in paths:
+        if not _is_stream(path):
+            reader = IdCheck(cfg.id_field, schema_id_type([path], cfg.id_field))(iter_rows([path]))
+            firsts.extend(r for r in [next(reader, None)] if r is not None)
+            reader.close()
+    for raw in firsts if not cfg.skip_bad_rows else ():
+        if raw.error is not None:
+            raise InputError(f"{raw.where}: {raw.error}")
+        parse_row(raw.data, raw.where, fields)
+    return rows
+
+
+def _is_stream(path: str) -> bool:
+    return path == STDIN or not os.path.isfile(path)
+
+
 def run_score(
-    cfg: ScoreConfig, paths: list[str], out: str, total_rows: int | None, console: Console | None, stdin: BinaryIO
-) -> None:
-    """Score `paths` into `out`; progress and summary go to `console` (None: silent)."""
+    cfg: ScoreConfig, paths: list[str], out: str | Target, total_rows: int | None, console: Console | None,
+    stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None,
+) -> None:  # fmt: skip
+    """Score `paths` into `out`; progress and summary go to `console` (None: silent).
+
+    `rows` (from `open_rows`, maybe through `preflight`) replaces reading `paths` afresh.
+    """
     from transformers.utils import logging as hf_logging
 
     from scorecli.scorer import Scorer, score_stream
@@ -26,8 +76,11 @@ def run_score(
     # --quiet and the one-line error contract
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
+    if rows is None:
+        rows = open_rows(cfg, paths, stdin)
     scorer = Scorer(cfg.model, cfg)
-    counts = {"rows": 0, "items": 0, "tokens": 0}
+    scorer.id_type = schema_id_type(paths, cfg.id_field)
+    counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0}
     with Sink(out, scorer.metadata) as sink, _progress(console, total_rows) as progress:
         task = progress.add_task("scoring", total=total_rows, items=0, tps=0.0)
         scoring_start = time.perf_counter()
@@ -39,15 +92,17 @@ def run_score(
             progress.update(task, items=counts["items"], tps=tps)
 
         wrote = False
-        for prepared, table in score_stream(scorer, iter_rows(paths, stdin=stdin), on_batch):
+        for prepared, table in score_stream(scorer, rows, on_batch):
             sink.write(table)
             wrote = True
             counts["rows"] += prepared.num_rows
+            counts["skipped"] += sum(e is not None for e in prepared.errors)
             progress.update(task, advance=prepared.num_rows)
         if not wrote:
             sink.write(scorer.empty_table())
+        counts["nan"] = sink.nulled.get("score", 0)
     if console is not None:
-        _summary(console, counts, time.perf_counter() - start, out)
+        _summary(console, counts, time.perf_counter() - start, sink.out)
 
 
 def _progress(console: Console | None, total: int | None) -> Progress:
@@ -61,14 +116,19 @@ def _progress(console: Console | None, total: int | None) -> Progress:
     ]
     if total:
         columns.append(TimeRemainingColumn())
-    return Progress(*columns, console=console or Console(quiet=True), disable=console is None, transient=True)
+    # a live bar only on a terminal: in a log it would leave a blank line
+    live = console is not None and console.is_terminal
+    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
 
 
 def _summary(console: Console, counts: dict[str, int], seconds: float, out: str) -> None:
+    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores."""
     items_s = counts["items"] / seconds if seconds > 0 else 0.0
-    console.print(
-        f"scored {counts['rows']:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
-        f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}",
-        markup=False,
-        soft_wrap=True,
-    )
+    scored = counts["rows"] - counts.get("skipped", 0)
+    line = (f"scored {scored:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
+            f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    if counts.get("skipped"):
+        line += f"; skipped {counts['skipped']:,} bad rows"
+    if counts.get("nan"):
+        line += f"; {counts['nan']:,} items scored NaN (written as null)"
+    console.print(line, markup=False, emoji=False, soft_wrap=True)

@@ -24,6 +24,7 @@ from scorecli.encode import DecoderEncoder, Fields, PairEncoder, Row, parse_row
 from scorecli.errors import InputError
 from scorecli.forward import DecoderForward, EncoderForward
 from scorecli.heads import ClassifierHead, LabelTokenHead, activate, lm_logit_transform
+from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
 from scorecli.model import Loaded, load_model
 from scorecli.pack import Seq, drop_shared, pack_row, shared_prefix_len, truncate_items
@@ -52,6 +53,7 @@ class Prepared:
     batches: list[np.ndarray]
     num_tokens: np.ndarray  # [rows] int64: tokens each row cost in the forward passes
     shared: np.ndarray  # [C] int64: prefix tokens every sequence continues (dropped from `seqs`)
+    id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
 
     @property
     def num_rows(self) -> int:
@@ -78,6 +80,7 @@ class Scorer:
         self.template = load_template(cfg.template, loaded.tokenizer)
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         self.shares_prefix = False
@@ -141,8 +144,10 @@ class Scorer:
 
     # ---- CPU stages -------------------------------------------------------------------
 
-    def prepare(self, rows: list[RawRow]) -> Prepared:
-        """Validate, encode and pack a window of rows; plan its batches."""
+    def prepare(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> Prepared:
+        """Validate, encode and pack a window of rows; plan its batches.
+
+        `id_type` (else `self.id_type`, else inferred) is the id column's type."""
         parsed: list[Row | None] = []
         errors: list[str | None] = []
         for raw in rows:
@@ -181,7 +186,7 @@ class Scorer:
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared)
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type)
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -297,14 +302,16 @@ class Scorer:
         parts = [scores.float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
         return torch.cat(parts, dim=1).cpu().numpy()
 
-    def score_rows(self, rows: list[RawRow]) -> pa.Table:
+    def score_rows(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> pa.Table:
         """Score a list of raw rows (one window) into an output table."""
-        return self.run(self.prepare(rows))
+        return self.run(self.prepare(rows, id_type))
 
     def score_table(self, table: pa.Table) -> pa.Table:
-        """Score an Arrow table of input rows; returns the output columns, in row order."""
-        rows = [RawRow(data, f"row {k + 1}") for k, data in enumerate(table.to_pylist())]
-        return self.score_rows(rows)
+        """Score an Arrow table of input rows; returns the output columns, in row order
+        (the id column keeps its type in `table`)."""
+        rows = [RawRow(data, f"row {k + 1}", typed=True) for k, data in enumerate(table.to_pylist())]
+        name = self.fields.id
+        return self.score_rows(rows, table.schema.field(name).type if name in table.column_names else None)
 
     # ---- output -----------------------------------------------------------------------
 
@@ -314,7 +321,7 @@ class Scorer:
         n_labels = scores.shape[1]
         columns: dict[str, pa.Array] = {}
         if prepared.has_id:
-            columns[self.fields.id] = _id_array(prepared.ids, self.fields.id)
+            columns[self.fields.id] = id_array(prepared.ids, self.fields.id, prepared.id_type)
         columns["scores"] = pa.ListArray.from_arrays(offsets, _rows_of(scores, n_labels), mask=null)
         columns["score"] = pa.ListArray.from_arrays(
             offsets, pa.array(scores[:, self.spec.positive_index], type=pa.float32()), mask=null
@@ -391,16 +398,14 @@ def score_stream(
         window = next(windows, None)
         return None if window is None else scorer.prepare(window)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorecli-prepare") as pool:
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorecli-prepare")
+    future = None
+    try:
         future = pool.submit(next_prepared)
         while (prepared := future.result()) is not None:
             future = pool.submit(next_prepared)
             yield prepared, scorer.run(prepared, on_batch)
+    finally:
+        # on failure, do not wait for a reader blocked on a stalled stdin (the CLI exits at once)
+        pool.shutdown(wait=future is None or future.done(), cancel_futures=True)
 
-
-def _id_array(ids: list[Any], name: str) -> pa.Array:
-    try:
-        return pa.array(ids)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        kinds = sorted({type(i).__name__ for i in ids if i is not None})
-        raise InputError(f"{name} field mixes types ({', '.join(kinds)}): give every row the same kind of id") from e

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +14,8 @@ import pytest
 
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
-from scorecli.io.writers import Sink, check_output, output_format, temp_path
+from scorecli.io.output import output_format, resolve_output, temp_path
+from scorecli.io.writers import Sink
 
 
 def write_jsonl(path, rows, gz=False):
@@ -185,12 +187,12 @@ def test_output_format():
 
 
 def test_check_output(tmp_path):
-    check_output("-")
-    check_output(str(tmp_path / "out.parquet"))
+    resolve_output("-")
+    resolve_output(str(tmp_path / "out.parquet"))
     with pytest.raises(UsageError, match="cannot write output .*: is a directory"):
-        check_output(str(tmp_path))
+        resolve_output(str(tmp_path))
     with pytest.raises(UsageError, match="cannot write output .*does not exist"):
-        check_output(str(tmp_path / "missing" / "out.parquet"))
+        resolve_output(str(tmp_path / "missing" / "out.parquet"))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
@@ -200,7 +202,7 @@ def test_check_output_unwritable(tmp_path):
     d.chmod(0o500)
     try:
         with pytest.raises(UsageError, match="not writable"):
-            check_output(str(d / "out.parquet"))
+            resolve_output(str(d / "out.parquet"))
     finally:
         d.chmod(0o700)
 
@@ -208,7 +210,7 @@ def test_check_output_unwritable(tmp_path):
 def test_parquet_sink_commits_with_metadata(tmp_path):
     out = str(tmp_path / "out.parquet")
     with Sink(out, {"model": "m", "kind": "seq-cls"}) as sink:
-        assert os.path.exists(temp_path(out)) and not os.path.exists(out)
+        assert os.path.exists(temp_path(os.path.realpath(out))) and not os.path.exists(out)
         sink.write(pa.table({"id": [1, 2], "score": [[0.5], [0.25]]}))
         sink.write(pa.table({"id": [3], "score": [[1.0]]}))
     assert os.listdir(tmp_path) == ["out.parquet"]
@@ -272,14 +274,19 @@ def test_empty_table_is_a_valid_output(tmp_path):
     assert t.num_rows == 0 and t.schema.field("score").type == pa.list_(pa.float32())
 
 
-def test_schema_cast_across_writes(tmp_path):
+def test_reordered_columns_are_conformed_and_no_type_is_widened(tmp_path):
     out = tmp_path / "out.parquet"
     with Sink(str(out), {}) as sink:
         sink.write(pa.table({"id": pa.array([1, 2], pa.int32()), "s": [0.5, 0.5]}))
-        sink.write(pa.table({"s": [0.25], "id": pa.array([3], pa.int64())}))  # reordered, wider
+        sink.write(pa.table({"s": [0.25], "id": pa.array([3], pa.int32())}))  # reordered
     t = pq.read_table(out)
-    assert t.column_names == ["id", "s"]
+    assert t.column_names == ["id", "s"] and t.schema.field("id").type == pa.int32()
     assert t.column("id").to_pylist() == [1, 2, 3]
+    with pytest.raises(InputError, match="id column changes type between rows: int32 vs int64"):
+        with Sink(str(out), {}) as sink:
+            sink.write(pa.table({"id": pa.array([1, 2], pa.int32())}))
+            sink.write(pa.table({"id": pa.array([3], pa.int64())}))  # never silently widened
+    assert pq.read_table(out).num_rows == 3  # the earlier output is kept
 
 
 def test_missing_column_later_is_null_filled(tmp_path):
@@ -346,18 +353,19 @@ def test_jsonl_sink_to_path(tmp_path):
     assert os.listdir(tmp_path) == ["out.jsonl"]
 
 
-def test_jsonl_sink_to_stdout(tmp_path, capsys):
+def test_jsonl_sink_streams_to_stdout_window_by_window(tmp_path, capsys):
     with Sink("-", {"model": "m"}) as sink:
         sink.write(pa.table({"id": [1], "score": [[0.5]]}))
-        assert capsys.readouterr().out == ""  # spooled: nothing appears before the run succeeds
+        assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n'  # before the run ends
         sink.write(pa.table({"id": [2], "score": [[0.25]]}))
-    assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n{"id": 2, "score": [0.25]}\n'
+    assert capsys.readouterr().out == '{"id": 2, "score": [0.25]}\n'
     assert os.listdir(tmp_path) == []
 
 
-def test_failed_run_prints_nothing_on_stdout(capsys):
+def test_failed_run_keeps_stdout_open_and_adds_nothing(capsys):
     with pytest.raises(ValueError):
         with Sink("-", {"model": "m"}) as sink:
             sink.write(pa.table({"id": [1], "score": [[0.5]]}))
             raise ValueError("bad row later on")
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n'  # whole windows only
+    assert not sys.stdout.closed

@@ -26,14 +26,17 @@ import pyarrow.parquet as pq
 from scorecli.errors import InputError, UsageError
 
 STDIN = "-"
+STDIN_PATHS = (STDIN, "/dev/stdin")
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 PARQUET_SUFFIXES = (".parquet",)
 SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, or - for JSONL on stdin"
 _GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
+_BATCH = 1024  # Parquet rows decoded at a time
 # what `surrogateescape` decodes undecodable bytes to
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +47,26 @@ class RawRow:
         data: the parsed record; None when `error` is set.
         where: `path:LINE` (JSONL), `<stdin>:LINE`, or `path: row N` (Parquet), 1-based.
         error: what is wrong with the record, or None.
+        typed: True for Parquet rows, whose values have the types of the file's schema.
     """
 
     data: dict | None
     where: str
     error: str | None = None
+    typed: bool = False  # values typed by the file's schema (Parquet), not parsed JSON
 
 
 def _is_supported(path: str) -> bool:
     return path.lower().endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES)
 
 
-def _is_parquet(path: str) -> bool:
+def is_parquet(path: str) -> bool:
+    """Whether `path` is read as Parquet (by its suffix)."""
     return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def _is_regular(path: str) -> bool:
+    return path != STDIN and os.path.isfile(path)
 
 
 def _is_gzip(path: str) -> bool:
@@ -89,21 +99,26 @@ def resolve_inputs(specs: list[str]) -> list[str]:
         specs: paths, directories (non-recursive), glob patterns, or `-` for stdin.
 
     Returns:
-        Paths in reading order; `-` stays `-`. Directory and glob matches are sorted and
-        keep only supported formats.
+        Paths in reading order; `-` and `/dev/stdin` become `-`. Directory and glob matches
+        are sorted and keep only supported formats. A pipe (`<(zcat x.gz)`, a FIFO) without
+        a known suffix is read as JSON lines.
 
     Raises:
-        UsageError: a spec matches nothing, or a file has an unsupported extension.
+        UsageError: a spec matches nothing, a file has an unsupported extension, or a
+            Parquet input is not a regular file.
     """
     out: list[str] = []
     for spec in specs:
-        if spec == STDIN:
-            out.append(spec)
+        if spec in STDIN_PATHS:
+            out.append(STDIN)
         elif os.path.isdir(spec):
             out.extend(_expand_dir(spec))
         elif os.path.exists(spec):
-            if not _is_supported(spec):
+            regular = os.path.isfile(spec)
+            if regular and not _is_supported(spec):
                 raise UsageError(f"unsupported input format: {spec} ({SUPPORTED})")
+            if not regular and is_parquet(spec):
+                raise UsageError(f"{spec}: Parquet input must be a regular file, not a pipe or device")
             out.append(spec)
         elif _GLOB_CHARS & set(spec):
             out.extend(_expand_glob(spec))
@@ -118,14 +133,21 @@ def _parse_line(line: bytes, where: str) -> RawRow:
     except UnicodeDecodeError as e:
         return RawRow(None, where, _utf8_error(line, e))
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        return RawRow(None, where, f"malformed JSON: {e.msg} at column {e.colno}")
+        at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at"
+        return RawRow(None, where, f"malformed JSON: {e.msg}{at} column {e.colno}")
+    except ValueError as e:  # NaN, Infinity: Python extensions, not JSON
+        return RawRow(None, where, f"malformed JSON: {e}")
     except RecursionError:
         return RawRow(None, where, "malformed JSON: nesting too deep")
     if not isinstance(data, dict):
         return RawRow(None, where, f"expected a JSON object, got {type(data).__name__}")
     return RawRow(data, where)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON (write null or a string)")
 
 
 def _utf8_error(line: bytes, e: UnicodeDecodeError) -> str:
@@ -158,14 +180,20 @@ def _escaped_at(value) -> str | None:
 def _iter_lines(stream: BinaryIO, label: str, skip: int = 0) -> Iterator[RawRow]:
     """Rows of a JSON-lines stream; the first `skip` rows (non-blank lines) are passed over
     without being parsed."""
+    first = True
     for lineno, line in enumerate(stream, start=1):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM):]
-        if line.strip():
-            if skip:
-                skip -= 1
-                continue
-            yield _parse_line(line, f"{label}:{lineno}")
+        if not line.strip():
+            continue
+        if first and line.lstrip().startswith(b"["):
+            raise InputError(f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line "
+                             "(convert with: jq -c '.[]')")  # fmt: skip
+        first = False
+        if skip:
+            skip -= 1
+            continue
+        yield _parse_line(line, f"{label}:{lineno}")
 
 
 def _iter_jsonl(path: str, skip: int = 0) -> Iterator[RawRow]:
@@ -186,7 +214,7 @@ def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: cannot read Parquet: {e}") from e
+        raise InputError(f"{path}: cannot read Parquet: {_printable(e)}") from e
     with pf:
         groups, row = [], 0
         for g in range(pf.metadata.num_row_groups):
@@ -196,12 +224,14 @@ def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
             else:
                 groups.append(g)
         skip -= row
-        batches = pf.iter_batches(batch_size=1024, row_groups=groups)
+        batches = pf.iter_batches(batch_size=_BATCH, row_groups=groups)
+        total = pf.metadata.num_rows
         while True:
             try:
                 batch = next(batches, None)
             except (pa.ArrowException, OSError) as e:
-                raise InputError(f"{path}: cannot read Parquet: {e}") from e
+                rows = f"rows {row + 1}-{min(row + _BATCH, total)}"
+                raise InputError(f"{path}: {rows}: cannot read Parquet: {_printable(e)}") from e
             if batch is None:
                 return
             if skip:
@@ -209,7 +239,13 @@ def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
                 batch, skip, row = batch.slice(cut), skip - cut, row + cut
             for record in batch.to_pylist():
                 row += 1
-                yield RawRow(record, f"{path}: row {row}")
+                yield RawRow(record, f"{path}: row {row}", typed=True)
+
+
+def _printable(e: BaseException) -> str:
+    """An exception's text on one line, control bytes escaped (a corrupt page's bytes)."""
+    text = " ".join(str(e).split())
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) -> Iterator[RawRow]:
@@ -235,8 +271,8 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) ->
                 skip -= n
                 continue
         if path == STDIN:
-            yield from _iter_lines(stdin if stdin is not None else sys.stdin.buffer, "<stdin>", skip)
-        elif _is_parquet(path):
+            yield from _iter_lines(stdin if stdin is not None else _stdin(), "<stdin>", skip)
+        elif is_parquet(path):
             yield from _iter_parquet(path, skip)
         else:
             yield from _iter_jsonl(path, skip)
@@ -244,7 +280,13 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) ->
 
 
 def _count_file(path: str) -> int:
-    return _count_parquet(path) if _is_parquet(path) else _count_lines(path)
+    return _count_parquet(path) if is_parquet(path) else _count_lines(path)
+
+
+def _stdin() -> BinaryIO:
+    if sys.stdin is None:  # started with stdin closed (`<&-`)
+        raise UsageError("cannot read - (stdin): it is closed")
+    return sys.stdin.buffer
 
 
 def _count_lines(path: str) -> int:
@@ -276,9 +318,10 @@ def count_rows(specs: list[str]) -> int | None:
         specs: input specs as accepted by `resolve_inputs`.
 
     Returns:
-        Parquet row counts plus non-blank JSONL lines; None if any input is stdin or gzip.
+        Parquet row counts plus non-blank JSONL lines; None if any input is stdin, gzip,
+        or not a regular file (a FIFO can be read only once).
     """
     paths = resolve_inputs(specs)
-    if any(p == STDIN or _is_gzip(p) for p in paths):
+    if any(not _is_regular(p) or _is_gzip(p) for p in paths):
         return None
-    return sum(_count_parquet(p) if _is_parquet(p) else _count_lines(p) for p in paths)
+    return sum(_count_parquet(p) if is_parquet(p) else _count_lines(p) for p in paths)

@@ -1,167 +1,40 @@
-"""Write scored Arrow tables to Parquet or JSON lines, atomically.
+"""Write scored Arrow tables to Parquet or JSON lines, window by window.
 
-Output goes to a hidden temporary file beside `out` and is renamed onto it only when the
-run succeeds, so a failed or interrupted run leaves nothing at `out`. Tables arrive in
-windows whose inferred types may differ (an `id` column that is all-null in one window and
-int in the next); the sink reconciles them into one schema or fails with `InputError`.
-This module knows nothing about models or scoring.
+Where the bytes go is `scorecli.io.output`'s decision (a `Target`):
+- a regular file: a hidden temporary file beside it (locked, so a later run can tell a
+  killed run's leftover from a live one), renamed onto it when the run succeeds; a failed
+  or interrupted run leaves nothing at `out`;
+- stdout, a device or a FIFO: JSON lines are streamed into it window by window (a window
+  is written only once all of it is scored); Parquet, unreadable before its footer anyway,
+  is spooled in an anonymous temporary file and copied in at the end.
+A reader that goes away (a closed pipe) raises `OutputClosed`. Tables whose schema widens
+later (a column all-null or absent at first) are handled by rewriting the Parquet written
+so far once, under the wider schema (`scorecli.io.schema`). Knows nothing about models.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import errno
+import gzip
 import json
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import InputError, UsageError
+from scorecli.errors import OutputClosed, ScorecliError
+from scorecli.io.output import Target, clean_stale_temps, lock, output_format, resolve_output, temp_path
+from scorecli.io.schema import conform, merge_schema, null_nonfinite
 
-STDOUT = "-"
-JSONL_SUFFIXES = (".jsonl", ".json")
-# Tables with still-unknown (null) column types are held back until a concrete type shows
-# up; past this many bytes we stop waiting so memory stays bounded.
-MAX_PENDING_BYTES = 256 << 20
-
-
-def output_format(out: str) -> str:
-    """Return 'jsonl' for `-` or a .jsonl/.json path, else 'parquet'."""
-    if out == STDOUT or out.lower().endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    return "parquet"
-
-
-def check_output(out: str) -> None:
-    """Fail early, before any work, if `out` cannot be written.
-
-    Raises:
-        UsageError: `out` is a directory, or its parent is missing or not writable.
-    """
-    if out == STDOUT:
-        return
-    parent = os.path.dirname(os.path.abspath(out))
-    reason = None
-    if os.path.isdir(out):
-        reason = "is a directory"
-    elif not os.path.isdir(parent):
-        reason = f"directory {parent} does not exist"
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        reason = f"directory {parent} is not writable"
-    if reason:
-        raise UsageError(f"cannot write output {out}: {reason}")
-
-
-def temp_path(out: str) -> str:
-    """The temporary file beside `out` that is renamed onto it at commit."""
-    head, base = os.path.split(os.path.abspath(out))
-    return os.path.join(head, f".{base}.{os.getpid()}.tmp")
-
-
-# ---- schema reconciliation -------------------------------------------------------------
-
-
-def _has_null(t: pa.DataType) -> bool:
-    if pa.types.is_null(t):
-        return True
-    return any(_has_null(t.field(i).type) for i in range(t.num_fields))
-
-
-def _same_kind(a: pa.DataType, b: pa.DataType) -> str | None:
-    """The family both types belong to, if a value of one may become the other."""
-    for kind, test in (
-        ("number", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)),
-        ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
-        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
-        ("list", lambda t: pa.types.is_list(t) or pa.types.is_large_list(t)),
-        ("struct", pa.types.is_struct),
-    ):
-        if test(a) and test(b):
-            return kind
-    return None
-
-
-def _merge_type(a: pa.DataType, b: pa.DataType, name: str) -> pa.DataType:
-    """One type that holds values of both `a` and `b` without changing them."""
-    if a.equals(b) or pa.types.is_null(b):
-        return a
-    if pa.types.is_null(a):
-        return b
-    kind = _same_kind(a, b)
-    if kind == "number":
-        both_int = pa.types.is_integer(a) and pa.types.is_integer(b)
-        return pa.int64() if both_int else pa.float64()
-    if kind in ("string", "binary"):
-        large = pa.types.is_large_string(a) or pa.types.is_large_binary(a)
-        return a if large else b  # the large variant holds both
-    if kind == "list":
-        value = _merge_type(a.value_type, b.value_type, name)
-        return pa.large_list(value) if pa.types.is_large_list(a) else pa.list_(value)
-    if kind == "struct":
-        return pa.struct(_merge_fields(list(a), list(b)))
-    raise InputError(f"{name} column changes type between rows: {a} vs {b}")
-
-
-def _merge_fields(a: list[pa.Field], b: list[pa.Field]) -> list[pa.Field]:
-    merged = {f.name: f for f in a}
-    for f in b:
-        old = merged.get(f.name)
-        if old is not None:
-            f = pa.field(f.name, _merge_type(old.type, f.type, f.name))
-        merged[f.name] = f
-    return list(merged.values())
-
-
-def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
-    """Whether a (safe) cast keeps values as they are: no string <-> number parsing."""
-    if src.equals(dst) or pa.types.is_null(src):
-        return True
-    kind = _same_kind(src, dst)
-    if kind == "list":
-        return _castable(src.value_type, dst.value_type)
-    if kind == "struct":
-        names = {f.name: f.type for f in dst}
-        return all(f.name in names and _castable(f.type, names[f.name]) for f in src)
-    return kind is not None
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Reorder, null-fill and cast `table` to `schema` (metadata ignored).
-
-    Raises:
-        InputError: a column has an extra name or a type that cannot hold its values.
-    """
-    extra = [n for n in table.column_names if n not in schema.names]
-    if extra:
-        raise InputError(
-            f"column {extra[0]} first appears after the first window was written; "
-            f"give it to every row or none (or raise --window-rows)"
-        )
-    columns = []
-    for field in schema:
-        if field.name not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, field.type))
-            continue
-        col = table.column(field.name)
-        if not col.type.equals(field.type):
-            col = _cast(col, field)
-        columns.append(col)
-    return pa.Table.from_arrays(columns, schema=schema.remove_metadata())
-
-
-def _cast(col: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
-    msg = f"{field.name} column changes type between rows: {col.type} vs {field.type}"
-    if not _castable(col.type, field.type):
-        raise InputError(msg)
-    try:
-        return col.cast(field.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InputError(f"{msg} ({e})") from e
+__all__ = ["OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
 
 
 # ---- JSON lines ------------------------------------------------------------------------
@@ -180,40 +53,57 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_default).encode
+
+
 def to_jsonl(table: pa.Table) -> str:
-    """One JSON object per row, each followed by a newline."""
-    dumps = json.JSONEncoder(ensure_ascii=False, default=_json_default).encode
-    return "".join(dumps(row) + "\n" for row in table.to_pylist())
+    """One JSON object per row, each followed by a newline (NaN/inf must be null already)."""
+    return "".join(_ENCODE(row) + "\n" for row in table.to_pylist())
 
 
 # ---- the sink --------------------------------------------------------------------------
 
 
 class Sink:
-    """Atomic output: `with Sink(out, metadata) as sink: sink.write(table)`.
+    """Output for one run: `with Sink(target, metadata) as sink: sink.write(table)`.
 
-    Commits (fsync, rename onto `out`) when the block succeeds; on any exception,
-    including KeyboardInterrupt, removes the temporary file and re-raises. `-` writes
-    JSON lines to stdout, spooled in an anonymous temporary file and copied out only at
-    commit, so a failed run prints nothing (SPEC §8: errors come before any output).
+    Args:
+        target: a `Target` from `resolve_output`, or an `--out` string resolved here.
+        metadata: Parquet key-value metadata (provenance).
+
+    Commits when the block succeeds; on any exception, including KeyboardInterrupt,
+    discards what it can (the temporary file) and re-raises. `nulled` counts, per column,
+    the NaN/infinite values written as null.
     """
 
-    def __init__(self, out: str, metadata: dict[str, str]):
-        self.out = out
-        self.format = output_format(out)
+    def __init__(self, target: Target | str, metadata: dict[str, str]):
+        self.target = target if isinstance(target, Target) else resolve_output(target)
+        self.out = self.target.out
+        self.format = self.target.format
+        self.nulled: dict[str, int] = {}
         self._metadata = {k.encode(): v.encode() for k, v in metadata.items()}
-        self._tmp = None if out == STDOUT else temp_path(out)
-        self._file: IO[Any] | None
+        self._tmp: str | None = None
+        self._dest: IO[bytes] | None = None  # stdout or the special file, written through
+        self._file: IO[bytes]  # where this format's bytes go first
+        self._text: IO[bytes] | None = None  # the gzip layer, for .jsonl.gz
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
-        self._pending: list[pa.Table] = []
         self._done = False
-        if self._tmp is None:
-            self._file = tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n")
-        elif self.format == "parquet":
-            self._file = open(self._tmp, "wb")
+        self._open()
+
+    def _open(self) -> None:
+        t = self.target
+        if t.kind == "file":
+            clean_stale_temps(t.path)
+            self._tmp = temp_path(t.path)
+            self._file = open(self._tmp, "w+b")
+            lock(self._file.fileno())
         else:
-            self._file = open(self._tmp, "w", encoding="utf-8", newline="\n")
+            self._dest = sys.stdout.buffer if t.kind == "stdout" else _open_special(t)
+            # Parquet cannot be read before its footer: spool it, copy it in at the end
+            self._file = tempfile.TemporaryFile() if self.format == "parquet" else self._dest
+        if self.format == "jsonl.gz":
+            self._text = gzip.GzipFile(filename="", mode="wb", fileobj=self._file, mtime=0)
 
     def __enter__(self) -> Sink:
         return self
@@ -228,30 +118,48 @@ class Sink:
         """Append one window's rows."""
         if self._done:
             raise RuntimeError("write to a closed Sink")
-        if self.format == "jsonl":
-            self._file.write(to_jsonl(table))
-        elif self._writer is not None:
-            self._writer.write_table(conform(table, self._schema))
-        else:
-            self._hold(table)
+        table, nulled = null_nonfinite(table)
+        for name, n in nulled.items():
+            self.nulled[name] = self.nulled.get(name, 0) + n
+        if self.format == "parquet":
+            self._write_parquet(table)
+            return
+        data = to_jsonl(table).encode("utf-8")
+        with _closed_pipe(self):
+            (self._text or self._file).write(data)
+            if self._dest is not None:  # streamed: the reader sees whole windows as they finish
+                if self._text is not None:
+                    self._text.flush()
+                self._file.flush()
 
-    def _hold(self, table: pa.Table) -> None:
-        """Buffer tables until every column has a concrete type, then open the writer."""
-        self._pending.append(table)
-        schema = _merged_schema(self._pending)
-        waiting = any(_has_null(f.type) for f in schema)
-        if not waiting or sum(t.nbytes for t in self._pending) > MAX_PENDING_BYTES:
-            self._open(schema)
+    def _write_parquet(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self._start(table.schema.with_metadata(self._metadata))
+        schema = merge_schema(self._schema, table.schema)
+        if not schema.equals(self._schema):
+            self._rewrite(schema)
+        self._writer.write_table(conform(table, self._schema))
 
-    def _open(self, schema: pa.Schema) -> None:
-        self._schema = schema.with_metadata(self._metadata)
-        self._writer = pq.ParquetWriter(self._file, self._schema, compression="zstd")
-        pending, self._pending = self._pending, []
-        for t in pending:
-            self._writer.write_table(conform(t, self._schema))
+    def _start(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self._writer = pq.ParquetWriter(self._file, schema, compression="zstd")
+
+    def _rewrite(self, schema: pa.Schema) -> None:
+        """Start the file again under a wider schema, copying what was written (once per widening)."""
+        self._writer.close()
+        with tempfile.TemporaryFile(dir=os.path.dirname(self._tmp) if self._tmp else None) as copy:
+            self._file.seek(0)
+            shutil.copyfileobj(self._file, copy)
+            copy.seek(0)
+            self._file.seek(0)
+            self._file.truncate()
+            self._start(schema)
+            old = pq.ParquetFile(copy)
+            for i in range(old.num_row_groups):
+                self._writer.write_table(conform(old.read_row_group(i), schema))
 
     def close(self) -> None:
-        """Commit: finish the file, fsync it and rename it onto `out`.
+        """Commit: finish the output; a regular file is fsync'ed and renamed onto its path.
 
         Raises:
             RuntimeError: Parquet output with no table ever written.
@@ -266,22 +174,28 @@ class Sink:
         self._done = True
 
     def _commit(self) -> None:
-        if self._tmp is None:  # stdout: copy the spooled lines out, then drop the spool
-            self._file.seek(0)
-            shutil.copyfileobj(self._file, sys.stdout)
-            sys.stdout.flush()
-            self._file.close()
-            return
         if self.format == "parquet":
-            if self._writer is None and not self._pending:
-                raise RuntimeError("Sink closed before any table was written")
             if self._writer is None:
-                self._open(_merged_schema(self._pending))
+                raise RuntimeError("Sink closed before any table was written")
             self._writer.close()
+        if self._text is not None:
+            self._text.close()
+        if self._tmp is None:
+            with _closed_pipe(self):
+                if self.format == "parquet":  # the spool, copied into the special file
+                    self._file.seek(0)
+                    shutil.copyfileobj(self._file, self._dest)
+                    self._file.close()
+                self._dest.flush()
+            if self._dest is not sys.stdout.buffer:
+                self._dest.close()
+            return
         self._file.flush()
         os.fsync(self._file.fileno())
+        if os.path.exists(self.target.path):  # a replaced file keeps its permissions
+            shutil.copymode(self.target.path, self._tmp)
         self._file.close()
-        os.replace(self._tmp, self.out)
+        os.replace(self._tmp, self.target.path)
         _fsync_dir(os.path.dirname(self._tmp))
 
     def abort(self) -> None:
@@ -289,11 +203,12 @@ class Sink:
         if self._done:
             return
         self._done = True
-        self._pending = []
-        for closer in (self._writer, self._file):
+        closers = {id(c): c for c in (self._writer, self._text, self._file, self._dest) if c is not None}
+        if self.target.kind == "stdout":
+            closers.pop(id(self._dest))
+        for closer in closers.values():
             try:
-                if closer is not None:
-                    closer.close()
+                closer.close()
             except Exception:  # already failing; the file is about to go anyway
                 pass
         if self._tmp is not None:
@@ -303,11 +218,23 @@ class Sink:
                 pass
 
 
-def _merged_schema(tables: list[pa.Table]) -> pa.Schema:
-    fields: list[pa.Field] = []
-    for t in tables:
-        fields = _merge_fields(fields, list(t.schema))
-    return pa.schema(fields)
+def _open_special(target: Target) -> IO[bytes]:
+    """A device or FIFO opened for writing as it is (a FIFO waits here for its reader)."""
+    try:
+        return open(target.path, "wb")
+    except OSError as e:
+        raise ScorecliError(f"cannot write output {target.out}: {e.strerror or e}") from e
+
+
+@contextmanager
+def _closed_pipe(sink: Sink) -> Iterator[None]:
+    """Turn a vanished reader (EPIPE) into `OutputClosed`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.EPIPE:
+            raise
+        raise OutputClosed(f"{sink.out}: the reader closed the output") from e
 
 
 def _fsync_dir(path: str) -> None:
@@ -322,3 +249,4 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
+

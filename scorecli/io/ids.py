@@ -1,0 +1,128 @@
+"""The id column: copied unchanged (SPEC §1), with one type whatever the windows.
+
+The rule, decided in input order and never by where windows happen to start:
+- Parquet inputs: the id column has the type of the files' own schema (all Parquet inputs
+  must agree); values are copied as they are.
+- JSON inputs: an id is a string, an integer (64-bit signed), a number with a fraction or
+  exponent, a boolean, or null. The first non-null id fixes the kind (string, int64,
+  float64, bool); every later id must be of the same kind, or the row is bad (named by its
+  line, like any bad row). An id is never converted: `1` never becomes `1.0`.
+  Objects, arrays, lone surrogates and integers beyond 64 bits are bad rows too.
+- JSON rows mixed with Parquet inputs: each JSON id must fit the Parquet type as it is.
+JSON lines output writes ids back as the same JSON values. Knows nothing about models.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scorecli.errors import InputError, UsageError
+from scorecli.io.readers import RawRow, is_parquet
+
+INT64 = (-(2**63), 2**63)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# (Python class, Arrow type, one id of the kind, ids of the kind); bool before int (a subclass)
+_KINDS = ((bool, pa.bool_(), "a boolean", "booleans"), (int, pa.int64(), "an integer", "integers"),
+          (float, pa.float64(), "a number with a fraction or exponent", "numbers with a fraction or exponent"),
+          (str, pa.string(), "a string", "strings"))  # fmt: skip
+_PLURAL = {str(t): plural for _, t, _, plural in _KINDS}
+
+
+def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
+    """The id column's type in the Parquet inputs' schemas; None when none has the field.
+
+    Raises:
+        UsageError: two Parquet inputs give the id column different types.
+        InputError: a Parquet input's schema cannot be read.
+    """
+    found: tuple[str, pa.DataType] | None = None
+    for path in paths:
+        if not is_parquet(path):
+            continue
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{path}: cannot read Parquet: {e}") from e
+        if field not in schema.names:
+            continue
+        t = schema.field(field).type
+        if found is not None and not found[1].equals(t):
+            raise UsageError(f"field '{field}' has type {found[1]} in {found[0]} but {t} in {path}: give the inputs one id type")
+        found = found or (path, t)
+    return None if found is None else found[1]
+
+
+class IdCheck:
+    """Checks ids in input order; a bad id turns its row into a bad row (`RawRow.error`).
+
+    Args:
+        field: the id field's name.
+        schema_type: the Parquet inputs' id type (`schema_id_type`), or None.
+    """
+
+    def __init__(self, field: str, schema_type: pa.DataType | None = None):
+        self.field = field
+        self.type = schema_type
+        self.from_schema = schema_type is not None
+        self.first: str | None = None  # where the first JSON id fixed `type`
+
+    def __call__(self, rows: Iterable[RawRow]) -> Iterator[RawRow]:
+        for raw in rows:
+            if raw.error is None and not raw.typed and raw.data is not None:
+                error = self.check(raw.data.get(self.field), raw.where)
+                if error:
+                    raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
+            yield raw
+
+    def check(self, value: Any, where: str) -> str | None:
+        """Why `value` cannot be this run's id (None if it can); fixes the kind at the first id."""
+        if value is None:
+            return None
+        kind = next(((t, one) for cls, t, one, _ in _KINDS if isinstance(value, cls)), None)
+        if kind is None:
+            what = "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else type(value).__name__
+            return f"expected a string, number or boolean, got {what}"
+        if isinstance(value, str) and _SURROGATE.search(value):
+            return f"{_show(value)} holds a lone surrogate (not valid Unicode)"
+        if kind[0] == pa.int64() and not INT64[0] <= value < INT64[1]:
+            return f"{_show(value)} does not fit a 64-bit integer (write it as a string)"
+        if self.type is None:
+            self.type, self.first = kind[0], where
+            return None
+        if self.from_schema:
+            return None if _fits(value, self.type) else f"{_show(value)} does not fit the Parquet inputs' id type {self.type}"
+        if not kind[0].equals(self.type):
+            return (f"{_show(value)} is {kind[1]}, but the ids before it are {_PLURAL[str(self.type)]} "
+                    f"(first at {self.first}); give every row the same kind of id")  # fmt: skip
+        return None
+
+
+def _fits(value: Any, t: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return False
+    return True
+
+
+def _show(value: Any) -> str:
+    text = repr(value).encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def id_array(ids: list[Any], name: str, t: pa.DataType | None = None) -> pa.Array:
+    """The id column of a window: `t` when given (Parquet), else inferred (one kind: `IdCheck`).
+
+    Raises:
+        InputError: the ids do not make one column (ids that skipped `IdCheck`).
+    """
+    try:
+        return pa.array(ids, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        kinds = sorted({type(i).__name__ for i in ids if i is not None})
+        raise InputError(f"{name} field mixes types ({', '.join(kinds)}): give every row the same kind of id") from e
