@@ -74,6 +74,7 @@ def score(
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
     cache_dir: CacheDir = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary (for cron).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the job whose finished rows <out>.partial/ (or a directory --out) keeps; without one, start it.")] = False,
     engine: Annotated[str, typer.Option(help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", show_envvar=True, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
     num_workers: Annotated[Optional[int], typer.Option(min=1, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
@@ -103,15 +104,22 @@ def score(
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     _check_template(cfg.template)
     console = None if quiet else err
+    from scorecli.checkpoint import Checkpoint
+
+    checkpoint = Checkpoint.open(target, cfg, paths, resume)
+    if checkpoint is not None and checkpoint.note and not quiet:
+        _say(f"warning: {checkpoint.note}")
     if engine == "ray":
         from scorecli.ray import run_score_ray
 
-        run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console)
+        run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
+                      checkpoint=checkpoint)  # fmt: skip
         return
     from scorecli.run import open_rows, preflight, run_score
 
-    rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None))
-    run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows)
+    rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
+    run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
+              checkpoint=checkpoint)  # fmt: skip
 
 
 def _check_template(name: str) -> None:
@@ -232,8 +240,8 @@ def main() -> None:
         _pipe_closed()
     except ScorecliError as exc:
         _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _interrupted()
+    except KeyboardInterrupt as exc:
+        _interrupted(str(exc))
     except typer.Exit as exc:
         _finish(exc.exit_code)
     except _usage_errors() as exc:  # every parsing error of typer / click is a usage error
@@ -276,8 +284,8 @@ def _fail(message: str, code: int) -> None:
     _finish(code)
 
 
-def _interrupted() -> None:
-    _say("interrupted: no output written")
+def _interrupted(message: str = "") -> None:
+    _say(message or "interrupted: no output written")
     _finish(128 + _signals[0] if _signals else 130)
 
 

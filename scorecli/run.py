@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from itertools import chain
 from typing import BinaryIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from scorecli.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError
 from scorecli.io.ids import IdCheck, schema_id_type
@@ -24,9 +26,17 @@ from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
 
 
-def open_rows(cfg: ScoreConfig, paths: list[str], stdin: BinaryIO | None) -> Iterator[RawRow]:
-    """The run's rows in input order, ids checked (`IdCheck`)."""
-    return IdCheck(cfg.id_field, schema_id_type(paths, cfg.id_field))(iter_rows(paths, stdin=stdin))
+def open_rows(
+    cfg: ScoreConfig, paths: list[str], stdin: BinaryIO | None, checkpoint: Checkpoint | None = None
+) -> Iterator[RawRow]:
+    """The run's rows in input order, ids checked (`IdCheck`); after the rows an earlier run
+    of the job kept (`checkpoint`), whose ids count as seen."""
+    check = IdCheck(cfg.id_field, schema_id_type(paths, cfg.id_field))
+    skip = 0
+    if checkpoint is not None and checkpoint.rows_done:
+        skip = checkpoint.rows_done
+        check.seen(checkpoint.id_type(cfg.id_field), f"the rows kept in {checkpoint.shown}")
+    return check(iter_rows(paths, stdin=stdin, skip=skip))
 
 
 def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Iterator[RawRow]:
@@ -62,11 +72,13 @@ def _is_stream(path: str) -> bool:
 
 def run_score(
     cfg: ScoreConfig, paths: list[str], out: str | Target, total_rows: int | None, console: Console | None,
-    stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None,
+    stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None, checkpoint: Checkpoint | None = None,
 ) -> None:  # fmt: skip
     """Score `paths` into `out`; progress and summary go to `console` (None: silent).
 
     `rows` (from `open_rows`, maybe through `preflight`) replaces reading `paths` afresh.
+    `checkpoint` (`Checkpoint.open`): windows are kept as parts and become `out` at the end;
+    the rows it already holds are not read again. None: written straight through a `Sink`.
     """
     from transformers.utils import logging as hf_logging
 
@@ -76,33 +88,38 @@ def run_score(
     # --quiet and the one-line error contract
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
+    done = checkpoint.rows_done if checkpoint else 0
     if rows is None:
-        rows = open_rows(cfg, paths, stdin)
-    scorer = Scorer(cfg.model, cfg)
-    scorer.id_type = schema_id_type(paths, cfg.id_field)
-    counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0}
-    with Sink(out, scorer.metadata) as sink, _progress(console, total_rows) as progress:
-        task = progress.add_task("scoring", total=total_rows, items=0, tps=0.0)
-        scoring_start = time.perf_counter()
+        rows = open_rows(cfg, paths, stdin, checkpoint)
+    with checkpoint.keeping() if checkpoint else nullcontext():
+        scorer = Scorer(cfg.model, cfg)
+        scorer.id_type = schema_id_type(paths, cfg.id_field)
+        counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0, "resumed": done}
+        with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
+                _progress(console, total_rows) as progress:  # fmt: skip
+            task = progress.add_task("scoring", total=total_rows, completed=done, items=0, tps=0.0)
+            scoring_start = time.perf_counter()
 
-        def on_batch(items: int, tokens: int) -> None:
-            counts["items"] += items
-            counts["tokens"] += tokens
-            tps = counts["tokens"] / max(time.perf_counter() - scoring_start, 1e-9)
-            progress.update(task, items=counts["items"], tps=tps)
+            def on_batch(items: int, tokens: int) -> None:
+                counts["items"] += items
+                counts["tokens"] += tokens
+                tps = counts["tokens"] / max(time.perf_counter() - scoring_start, 1e-9)
+                progress.update(task, items=counts["items"], tps=tps)
 
-        wrote = False
-        for prepared, table in score_stream(scorer, rows, on_batch):
-            sink.write(table)
-            wrote = True
-            counts["rows"] += prepared.num_rows
-            counts["skipped"] += sum(e is not None for e in prepared.errors)
-            progress.update(task, advance=prepared.num_rows)
-        if not wrote:
-            sink.write(scorer.empty_table())
+            wrote = done > 0
+            for prepared, table in score_stream(scorer, rows, on_batch):
+                sink.write(table)
+                wrote = True
+                counts["rows"] += prepared.num_rows
+                counts["skipped"] += sum(e is not None for e in prepared.errors)
+                progress.update(task, advance=prepared.num_rows)
+            if not wrote:
+                sink.write(scorer.empty_table())
+        if checkpoint is not None:
+            checkpoint.finish(scorer.metadata)
         counts["nan"] = sink.nulled.get("score", 0)
     if console is not None:
-        _summary(console, counts, time.perf_counter() - start, sink.out)
+        _summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out)
 
 
 def _progress(console: Console | None, total: int | None) -> Progress:
@@ -127,6 +144,8 @@ def _summary(console: Console, counts: dict[str, int], seconds: float, out: str)
     scored = counts["rows"] - counts.get("skipped", 0)
     line = (f"scored {scored:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
             f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    if counts.get("resumed"):
+        line = f"resumed after {counts['resumed']:,} rows; " + line
     if counts.get("skipped"):
         line += f"; skipped {counts['skipped']:,} bad rows"
     if counts.get("nan"):

@@ -189,8 +189,11 @@ def test_output_format():
 def test_check_output(tmp_path):
     resolve_output("-")
     resolve_output(str(tmp_path / "out.parquet"))
-    with pytest.raises(UsageError, match="cannot write output .*: is a directory"):
-        resolve_output(str(tmp_path))
+    assert resolve_output(str(tmp_path)).kind == "dataset"  # an existing directory: a Parquet dataset
+    assert resolve_output(str(tmp_path / "new") + "/").kind == "dataset"
+    (tmp_path / "file").touch()
+    with pytest.raises(UsageError, match="cannot write output .*: not a directory"):
+        resolve_output(str(tmp_path / "file") + "/")
     with pytest.raises(UsageError, match="cannot write output .*does not exist"):
         resolve_output(str(tmp_path / "missing" / "out.parquet"))
 

@@ -96,14 +96,20 @@ def test_fingerprint_mismatch_names_what_differs_and_changes_nothing(tmp_path):
 def test_without_resume_a_leftover_folder_is_replaced_with_a_note(tmp_path):
     folder = tmp_path / "p"
     store_with(folder, [3])
+    before = sorted(os.listdir(folder))
     store, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False)
-    assert store.rows_done == 0 and "replaced" in note and "--resume" in note
-    assert sorted(os.listdir(folder)) == [JOB]
+    assert store.rows_done == 0 and "replacing" in note and "--resume" in note
+    assert sorted(os.listdir(folder)) == before  # nothing changes until the first part
+    store.discard()  # a run that fails before its first part leaves the earlier run's files
+    assert sorted(os.listdir(folder)) == before
+    store.add(table(0, 1))
+    assert sorted(os.listdir(folder)) == [JOB, JOURNAL, "part-00000.parquet"]
+    assert json.loads((folder / JOB).read_text())["fingerprint"]["--template"] == "x"
 
 
 def test_resume_without_a_folder_starts_the_job(tmp_path):
     store, note = open_store(str(tmp_path / "new"), FP, "parquet", resume=True)
-    assert store.rows_done == 0 and note is None
+    assert store.rows_done == 0 and note is None and not (tmp_path / "new").exists()
 
 
 def test_dataset_folder_with_foreign_files_is_refused(tmp_path):

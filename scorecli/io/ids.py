@@ -79,6 +79,11 @@ class IdCheck:
                     raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
             yield raw
 
+    def seen(self, t: pa.DataType | None, where: str) -> None:
+        """Ids of type `t` came before (the rows a resumed run's earlier runs kept, at `where`)."""
+        if self.type is None and t is not None:
+            self.type, self.first = t, where
+
     def check(self, value: Any, where: str) -> str | None:
         """Why `value` cannot be this run's id (None if it can); fixes the kind at the first id."""
         if value is None:

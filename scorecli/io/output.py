@@ -2,6 +2,7 @@
 
 - `-` and `/dev/stdout`: JSON lines on standard output, streamed window by window.
 - A device or FIFO (after following symlinks): written through, never replaced.
+- A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.checkpoint`).
 - Anything else: a regular file, written under a temporary name beside its real path (a
   symlink's target: the link stays) and renamed onto it at the end.
 The format comes from the name as given: `.parquet` or no suffix: Parquet; `.jsonl`,
@@ -32,7 +33,8 @@ class Target:
     Attributes:
         out: the path as the user gave it (for messages).
         format: "parquet", "jsonl" or "jsonl.gz".
-        kind: "stdout", "special" (a device or FIFO: written through) or "file".
+        kind: "stdout", "special" (a device or FIFO: written through), "file", or "dataset"
+            (a directory of Parquet parts, `scorecli.checkpoint`).
         path: the file written (symlinks resolved); None for stdout.
     """
 
@@ -69,6 +71,8 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
     """
     if not out:
         raise UsageError("--out: empty path (give a .parquet or .jsonl path, or - for stdout)")
+    if out not in STDOUT_PATHS and (out.endswith(("/", os.sep)) or os.path.isdir(out)):
+        return _dataset(out)
     fmt = output_format(out)
     if out in STDOUT_PATHS:
         return Target(out, fmt, "stdout", None)
@@ -86,6 +90,19 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
         raise UsageError(f"cannot write output {out}: {reason}")
     kind = "file" if st is None or stat.S_ISREG(st.st_mode) else "special"
     return Target(out, fmt, kind, real)
+
+
+def _dataset(out: str) -> Target:
+    """A directory `--out`: a Parquet dataset of part files (`scorecli.checkpoint`)."""
+    real = os.path.realpath(out)
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise UsageError(f"cannot write output {out}: not a directory")
+    parent = real if os.path.isdir(real) else os.path.dirname(real)
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write output {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write output {out}: directory {parent} is not writable")
+    return Target(out, "parquet", "dataset", real)
 
 
 def _unwritable(real: str, st: os.stat_result | None) -> str | None:

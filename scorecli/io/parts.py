@@ -76,10 +76,12 @@ def ours(name: str) -> bool:
 class PartStore:
     """The parts of one job in `folder`; `fmt` is the part files' format (parquet or jsonl)."""
 
-    def __init__(self, folder: str, fmt: str, parts: list[Part]):
+    def __init__(self, folder: str, fmt: str, parts: list[Part], dataset: bool = False, job: dict | None = None):
         self.folder = folder
         self.fmt = fmt
         self.parts = parts
+        self.dataset = dataset  # the folder is the output directory (only our files are ours)
+        self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
 
     @property
     def rows_done(self) -> int:
@@ -93,6 +95,9 @@ class PartStore:
 
     def add(self, table: pa.Table) -> Part:
         """Write `table` (the next rows of the output, one per input row) as a durable part."""
+        if self._job is not None:
+            _start(self.folder, self._job, self.dataset)
+            self._job = None
         name = f"part-{len(self.parts):05d}.{self.fmt}"
         tmp = self.path(f".{name}.tmp")
         try:
@@ -142,12 +147,31 @@ class PartStore:
         """Delete the folder and everything in it (the output is in place)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def discard(self) -> None:
+        """Undo a store that holds no part: its bookkeeping goes, and the folder if then empty."""
+        if self._job is not None or not os.path.isdir(self.folder):
+            return  # never started: an earlier run's files stay as they were
+        if not self.dataset:
+            self.remove()
+            return
+        for name in os.listdir(self.folder):
+            if ours(name) and name != SUCCESS:
+                _unlink(self.path(name))
+        try:
+            os.rmdir(self.folder)
+        except OSError:  # not empty: the user's, or an earlier output's
+            pass
+
 
 def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False) -> tuple[PartStore, str | None]:
     """The store for a job: continued (`resume` and a folder of the same job) or new.
 
+    Nothing on disk changes here: a new job's folder is made (and an earlier run's files in it
+    removed) when its first part is written, so a run that fails before that leaves the disk as
+    it was.
+
     Args:
-        folder: the store's folder (created if missing).
+        folder: the store's folder.
         fingerprint: what identifies the job (JSON-able); `resume` needs an equal one on disk.
         fmt: part format, `parquet` or `jsonl`.
         resume: continue the job the folder holds, if any.
@@ -155,27 +179,40 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
             unfinished output of ours; files that are not ours are never touched.
 
     Returns:
-        (store, note): note is a one-line warning when an earlier run's parts were replaced.
+        (store, note): note is a one-line warning when an earlier run's parts will be replaced.
 
     Raises:
         FingerprintMismatch: `resume` and the folder holds a different job (nothing changed).
         UsageError: a dataset folder holds files that are not ours.
     """
+    job = {"format": fmt, "fingerprint": fingerprint}
+    note = None
     if os.path.isdir(folder):
-        foreign = sorted(n for n in os.listdir(folder) if not ours(n))
+        names = os.listdir(folder)
+        foreign = sorted(n for n in names if not ours(n))
         if foreign and dataset:
             raise UsageError(f"cannot write a dataset into {folder}: it holds other files ({foreign[0]}, ...)")
         if resume and os.path.exists(os.path.join(folder, JOB)):
             saved = _read_job(folder)
             if saved.get("format") == fmt and saved.get("fingerprint") is not None:
                 _compare(saved["fingerprint"], fingerprint, folder)
-                return PartStore(folder, fmt, _recover(folder, fmt)), None
-        note = _clear(folder, dataset)
-    else:
-        note = None
+                return PartStore(folder, fmt, _recover(folder, fmt), dataset), None
+        if not dataset and any(ours(n) for n in names):
+            note = f"replacing {folder} left by an earlier run (pass --resume to continue such a run)"
+    return PartStore(folder, fmt, [], dataset, job), note
+
+
+def _start(folder: str, job: dict, dataset: bool) -> None:
+    """A new job's folder: an earlier run's files (only ours) removed, the job file written."""
+    if os.path.isdir(folder):
+        if dataset:
+            for name in os.listdir(folder):
+                if ours(name):
+                    _unlink(os.path.join(folder, name))
+        else:
+            shutil.rmtree(folder)
     os.makedirs(folder, exist_ok=True)
-    _write_job(folder, {"format": fmt, "fingerprint": fingerprint})
-    return PartStore(folder, fmt, []), note
+    _write_job(folder, job)
 
 
 def _read_job(folder: str) -> dict:
@@ -256,18 +293,6 @@ def _rewrite_journal(journal: str, parts: list[Part]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, journal)
-
-
-def _clear(folder: str, dataset: bool) -> str | None:
-    """Remove an earlier run's files (only ours, in a dataset folder); a note when there were any."""
-    names = [n for n in os.listdir(folder) if ours(n)]
-    if dataset:
-        for name in names:
-            _unlink(os.path.join(folder, name))
-        fsync_dir(folder)
-        return None  # replacing an earlier output, as a file --out is replaced
-    shutil.rmtree(folder)
-    return f"replaced {folder} left by an earlier run (pass --resume to continue such a run)" if names else None
 
 
 def _unlink(path: str) -> None:

@@ -1,0 +1,142 @@
+"""Checkpointed output for long runs (SPEC §11): finished windows are kept as durable parts.
+
+A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
+(`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
+into `<out>` (atomically) and the folder is removed. A directory `--out` is a Parquet dataset:
+the parts are the output, and `_SUCCESS` is written last. A failed, interrupted or killed run
+leaves the parts; `--resume` continues after them when the job's fingerprint (`job`) matches.
+stdout, devices and FIFOs are streamed through the `Sink` directly: nothing to resume.
+
+`Checkpoint.open` decides all that before the model loads, so a refused `--resume` changes
+nothing and costs nothing. Knows nothing about models or scoring: it gets tables.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import ScorecliError, UsageError
+from scorecli.io.output import Target
+from scorecli.io.parts import COMPRESSION, PartStore, open_store
+from scorecli.io.schema import conform, merge_schema, null_nonfinite
+from scorecli.io.writers import Sink
+from scorecli.job import fingerprint
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM during a checkpointed run; the message says what is kept."""
+
+
+class Checkpoint:
+    """The part store of one run, and how its parts become the output.
+
+    Attributes:
+        rows_done: input rows an earlier run of this job finished (0 for a new job).
+        note: a one-line warning for the user (an earlier run's parts replaced), or None.
+    """
+
+    def __init__(self, target: Target, store: PartStore, note: str | None, shown: str):
+        self.target = target
+        self.store = store
+        self.note = note
+        self.shown = shown  # the folder as the user names it
+        self.rows_done = store.rows_done
+        self.nulled: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, target: Target, cfg: ScoreConfig, paths: list[str], resume: bool) -> Checkpoint | None:
+        """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO).
+
+        Raises:
+            UsageError: `--resume` for a streamed output or stdin input, or a folder of a
+                different job (`FingerprintMismatch`: nothing changed).
+        """
+        if target.kind not in ("file", "dataset"):
+            if resume:
+                raise UsageError(f"--resume: {target.out} is not a file or directory, there is nothing to resume into")
+            return None
+        if "-" in paths:
+            if resume:
+                raise UsageError("--resume: stdin (-) cannot be read again; give the input as files")
+            return None  # a run from stdin cannot continue: no parts to keep
+        dataset = target.kind == "dataset"
+        folder = target.path if dataset else target.path + ".partial"
+        shown = target.out if dataset else target.out + ".partial"
+        if os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target
+            shown = folder
+        job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
+        store, note = open_store(folder, job, "parquet", resume, dataset)
+        return cls(target, store, note, shown.rstrip("/") + "/")
+
+    @contextmanager
+    def keeping(self) -> Iterator[None]:
+        """Around the whole run: on failure the parts stay and the error's message says how
+        many rows are kept and that `--resume` continues (SPEC §11)."""
+        try:
+            yield
+        except BaseException as exc:
+            if not self.store.parts:
+                self.store.discard()  # nothing kept: no folder to explain
+                raise
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(f"interrupted: no output written; {self.kept()}") from exc
+            if isinstance(exc, ScorecliError):
+                raise type(exc)(f"{exc} ({self.kept()})") from exc
+            if isinstance(exc, Exception):
+                raise ScorecliError(f"{type(exc).__name__}: {_first_line(exc)} ({self.kept()})") from exc
+            raise
+
+    def kept(self) -> str:
+        """What a failed run leaves, and how to go on."""
+        return f"{self.store.rows_done:,} rows kept in {self.shown}; run the same command with --resume to continue"
+
+    def write(self, table: pa.Table) -> None:
+        """Keep one window's output as a durable part (non-finite values as null, as `Sink`)."""
+        table, nulled = null_nonfinite(table)
+        for name, n in nulled.items():
+            self.nulled[name] = self.nulled.get(name, 0) + n
+        self.store.add(table)
+
+    def id_type(self, field: str) -> pa.DataType | None:
+        """The id column's type in the kept parts (None: no part has a typed id column)."""
+        for path in self.store.files():
+            schema = pq.read_schema(path)
+            if field in schema.names and not pa.types.is_null(schema.field(field).type):
+                return schema.field(field).type
+        return None
+
+    def finish(self, metadata: dict[str, str]) -> None:
+        """Make the output from the parts: one file through the `Sink`, or the finished dataset."""
+        if self.target.kind == "dataset":
+            self._unify_parts()
+            self.store.finish_dataset()
+        else:
+            with Sink(self.target, metadata) as sink:
+                for table in self.store.tables():
+                    sink.write(table)
+            self.store.remove()
+
+    def _unify_parts(self) -> None:
+        """Give every part the dataset's one schema: a part written before a column's type was
+        known (all null in its window) is rewritten under the final schema."""
+        schemas = [pq.read_schema(f) for f in self.store.files()]
+        final = schemas[0]
+        for schema in schemas[1:]:
+            final = merge_schema(final, schema)
+        final = final.with_metadata(schemas[-1].metadata)
+        for path, schema in zip(self.store.files(), schemas):
+            if not schema.equals(final, check_metadata=True):
+                table = conform(pq.read_table(path), final).replace_schema_metadata(final.metadata)
+                tmp = path + ".tmp"
+                pq.write_table(table, tmp, compression=COMPRESSION)
+                os.replace(tmp, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]

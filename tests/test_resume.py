@@ -1,0 +1,259 @@
+"""Long runs survive (SPEC §11), through the real console script: a run killed with SIGKILL at
+several points, or stopped by SIGINT/SIGTERM or a full disk, continues with `--resume` to the
+output an uninterrupted run writes; a changed input, flag or model is refused; directory
+outputs are Parquet datasets that pyarrow, DuckDB and polars read in input order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
+
+ROWS = 24
+WINDOW = 2  # rows per part: 12 parts
+PARTS = ROWS // WINDOW
+JOURNAL = "_scorecli_journal.jsonl"
+
+
+@pytest.fixture(scope="module")
+def job_input(tmp_path_factory) -> str:
+    """Rows whose items grow longer row by row, so later parts take longer than the first."""
+    rows = []
+    for i in range(ROWS):
+        n = 4 + 3 * i
+        items = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(n)) for j in range(3)]
+        rows.append({"id": i, "query": " ".join(WORDS[i % 5 : i % 5 + 4]), "items": items})
+    return write(tmp_path_factory.mktemp("job") / "rows.jsonl", jsonl(rows))
+
+
+def score_args(inp: str, model: str, out: Path, *extra: str) -> list[str]:
+    return ["score", inp, "--model", model, "--out", str(out), "--window-rows", str(WINDOW),
+            "--max-batch-tokens", "96", "--pooled-hidden-states", *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, job_input, qwen3_seq_cls) -> pa.Table:
+    out = tmp_path_factory.mktemp("whole") / "scores.parquet"
+    result = run_cli(Case(score_args(job_input, qwen3_seq_cls, out)))
+    assert result.rc == 0, result.stderr
+    assert not Path(str(out) + ".partial").exists()
+    return pq.read_table(out)
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    # SIGINT at its default, as under a terminal (a background shell hands children SIGINT ignored)
+    return subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+
+
+def journaled(folder: Path) -> int:
+    try:
+        return (folder / JOURNAL).read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def stop_after(proc: subprocess.Popen, folder: Path, parts: int, signum: int = signal.SIGKILL) -> tuple[int, str]:
+    """Send `signum` once `parts` parts are journaled; (parts journaled then, the run's stderr)."""
+    deadline = time.monotonic() + 120
+    try:
+        while (done := journaled(folder)) < parts:
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "the run never got that far"
+            time.sleep(0.005)
+        assert proc.poll() is None, "the run finished before it could be stopped"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return done, stderr.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("parts", [1, 3, PARTS - 1], ids=["after-1", "after-3", "all-but-one"])
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path, job_input, qwen3_seq_cls, uninterrupted, parts):
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    kept, _ = stop_after(start(args), folder, parts)
+    assert parts <= kept < PARTS
+    assert not out.exists() and folder.is_dir()
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    assert f"resumed after {journaled_rows(kept):,} rows" in result.stderr
+    got = pq.read_table(out)
+    assert got.equals(uninterrupted)
+    assert got.schema.metadata == uninterrupted.schema.metadata
+    assert not folder.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]
+
+
+def journaled_rows(parts: int) -> int:
+    return parts * WINDOW
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_signal_keeps_parts_and_says_resume(tmp_path, job_input, qwen3_seq_cls, uninterrupted, signum, code):
+    out = tmp_path / "scores.jsonl"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    proc = start(args)
+    _, stderr = stop_after(proc, folder, 2, signum)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    assert not out.exists() and journaled(folder) >= 2
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == list(range(ROWS))
+    assert [r["score"] for r in rows] == uninterrupted.column("score").to_pylist()
+
+
+def test_interrupted_message_names_rows_kept_and_resume(tmp_path, job_input, qwen3_seq_cls):
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    proc = start(score_args(job_input, qwen3_seq_cls, out))
+    deadline = time.monotonic() + 120
+    while journaled(folder) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert proc.returncode == 143 and "Traceback" not in err.decode()
+    kept = journaled(folder) * WINDOW
+    assert f"{kept:,} rows kept in {folder}" in lines[-1] and "--resume" in lines[-1]
+
+
+def test_changed_flag_input_or_model_is_refused(tmp_path, job_input, qwen3_seq_cls):
+    model = tmp_path / "model"
+    shutil.copytree(qwen3_seq_cls, model)
+    inp = tmp_path / "rows.jsonl"
+    shutil.copy(job_input, inp)
+    stat = os.stat(inp)
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(str(inp), str(model), out)
+    stop_after(start(args), folder, 1)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def refused(case_args: list[str], what: str) -> None:
+        result = run_cli(Case(case_args + ["--resume"]))
+        assert result.rc == 2, result.stderr
+        assert len(result.lines()) == 1 and what in result.stderr and "Traceback" not in result.stderr
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+        assert not out.exists()
+
+    refused(args + ["--activation", "sigmoid"], "--activation")
+    os.utime(inp, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: maybe edited
+    refused(args, "input files")
+    os.utime(inp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with open(model / "model.safetensors", "ab") as f:  # other weights
+        f.write(b"\0")
+    refused(args, "model")
+
+
+def test_changed_engine_settings_are_not_a_different_job(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    stop_after(start(args), folder, 2)
+    resumed = [a if a != str(WINDOW) else "5" for a in args] + ["--resume", "--quiet"]
+    result = run_cli(Case(resumed))
+    assert result.rc == 0 and result.lines() == [], result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+
+
+def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
+    stdin = run_cli(Case(["score", "-", "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.parquet"), "--resume"],
+                         stdin=Path(job_input).read_bytes()))  # fmt: skip
+    stdout = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", "-", "--resume"]))
+    for result in (stdin, stdout):
+        assert result.rc == 2 and len(result.lines()) == 1 and "--resume" in result.stderr, result.stderr
+        assert result.stdout == b""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    stop_after(start(args + ["--activation", "sigmoid"]), folder, 1)
+    result = run_cli(Case(args))  # not --resume: the other job's parts go, with a warning
+    assert result.rc == 0, result.stderr
+    assert "replacing" in result.stderr and str(folder) in result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+    out.unlink()
+    result = run_cli(Case(args + ["--resume"]))  # nothing to resume: just runs
+    assert result.rc == 0, result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+
+
+def test_directory_output_is_a_dataset_readers_agree_on(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    out = tmp_path / "ds"
+    args = score_args(job_input, qwen3_seq_cls, Path(str(out) + "/"))
+    args[args.index("--out") + 1] = str(out) + "/"
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["_SUCCESS"] + [f"part-{k:05d}.parquet" for k in range(PARTS)]
+    import pyarrow.dataset as ds
+
+    got = ds.dataset(str(out), format="parquet").to_table()
+    assert got.replace_schema_metadata(None).equals(uninterrupted.replace_schema_metadata(None))
+    for name in names[1:]:
+        assert pq.read_schema(out / name).metadata == uninterrupted.schema.metadata
+    duckdb = pytest.importorskip("duckdb")
+    query = f"select id from read_parquet('{out}/*.parquet', filename=true, file_row_number=true) order by filename, file_row_number"
+    assert [r[0] for r in duckdb.sql(query).fetchall()] == list(range(ROWS))
+    polars = pytest.importorskip("polars")
+    assert polars.read_parquet(f"{out}/*.parquet")["id"].to_list() == list(range(ROWS))
+
+
+def test_directory_output_resumes(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    out = str(tmp_path / "ds") + "/"
+    args = score_args(job_input, qwen3_seq_cls, Path(out))
+    args[args.index("--out") + 1] = out
+    kept, _ = stop_after(start(args), Path(out), 3)
+    assert not (Path(out) / "_SUCCESS").exists() and kept >= 3
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    import pyarrow.dataset as ds
+
+    got = ds.dataset(out, format="parquet").to_table()
+    assert got.replace_schema_metadata(None).equals(uninterrupted.replace_schema_metadata(None))
+    assert sorted(os.listdir(out))[0] == "_SUCCESS" and len(os.listdir(out)) == PARTS + 1
+
+
+def test_full_disk_fails_clearly_and_resumes_when_there_is_room(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out = mnt / "scores.parquet"
+        args = score_args(job_input, qwen3_seq_cls, out)
+        result = run_cli(Case(args))
+        assert result.rc == 1, result.stderr
+        assert "No space left on device" in result.lines()[-1] and "--resume" in result.lines()[-1]
+        assert "Traceback" not in result.stderr and not out.exists()
+        kept = journaled(Path(str(out) + ".partial"))
+        assert 0 < kept < PARTS
+        subprocess.run(["mount", "-o", "remount,size=4m", str(mnt)], check=True)
+        result = run_cli(Case(args + ["--resume"]))
+        assert result.rc == 0, result.stderr
+        assert f"resumed after {kept * WINDOW:,} rows" in result.stderr
+        assert pq.read_table(out).equals(uninterrupted)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
