@@ -81,7 +81,7 @@ class Checkpoint:
         try:
             yield
         except BaseException as exc:
-            if not self.store.parts:
+            if not self.store.durable_rows() and not self.store.parts:
                 self.store.discard()  # nothing kept: no folder to explain
                 raise
             if isinstance(exc, KeyboardInterrupt):
@@ -94,7 +94,7 @@ class Checkpoint:
 
     def kept(self) -> str:
         """What a failed run leaves, and how to go on."""
-        return f"{self.store.rows_done:,} rows kept in {self.shown}; run the same command with --resume to continue"
+        return f"{self.store.durable_rows():,} rows kept in {self.shown}; run the same command with --resume to continue"
 
     def write(self, table: pa.Table) -> None:
         """Keep one window's output as a durable part (non-finite values as null, as `Sink`)."""

@@ -11,6 +11,8 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -109,17 +111,31 @@ def score(
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
         _say(f"warning: {checkpoint.note}")
-    if engine == "ray":
-        from scorecli.ray import run_score_ray
+    with _noting_interrupts():
+        if engine == "ray":
+            from scorecli.ray import run_score_ray
 
-        run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
-                      checkpoint=checkpoint)  # fmt: skip
-        return
-    from scorecli.run import open_rows, preflight, run_score
+            run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
+                          checkpoint=checkpoint)  # fmt: skip
+            return
+        from scorecli.run import open_rows, preflight, run_score
 
-    rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
-    run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
-              checkpoint=checkpoint)  # fmt: skip
+        rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
+        run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
+                  checkpoint=checkpoint)  # fmt: skip
+
+
+_interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
+
+
+@contextmanager
+def _noting_interrupts() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if str(exc):
+            _interrupt_notes.append(str(exc))
+        raise
 
 
 def _check_template(name: str) -> None:
@@ -285,7 +301,7 @@ def _fail(message: str, code: int) -> None:
 
 
 def _interrupted(message: str = "") -> None:
-    _say(message or "interrupted: no output written")
+    _say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
     _finish(128 + _signals[0] if _signals else 130)
 
 

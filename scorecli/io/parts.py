@@ -88,6 +88,21 @@ class PartStore:
         """Input rows the durable parts hold (they are the first rows of the input)."""
         return sum(p.rows for p in self.parts)
 
+    def durable_rows(self) -> int:
+        """Input rows the journal on disk holds: what a resumed run continues after, even when
+        an interrupt came between a journal line and `add` returning."""
+        rows = 0
+        try:
+            with open(self.path(JOURNAL), "rb") as f:
+                for line in f.read().split(b"\n"):
+                    part = _parse_part(line)
+                    if part is None or part.first_row != rows:
+                        break
+                    rows += part.rows
+        except FileNotFoundError:
+            pass
+        return rows
+
     def path(self, name: str) -> str:
         return os.path.join(self.folder, name)
 
