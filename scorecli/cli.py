@@ -104,13 +104,14 @@ def score(
     _check_template(cfg.template)
     _one_line_warnings(quiet)
     console = None if quiet else err
+    from scorecli.run import open_rows, preflight, run_score
+
     if engine == "ray":
         from scorecli.ray import run_score_ray
 
+        preflight(cfg, paths, iter(()))  # the driver reads the inputs itself
         run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console)
         return
-    from scorecli.run import open_rows, preflight, run_score
-
     rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None))
     run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows)
 
