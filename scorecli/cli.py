@@ -105,8 +105,10 @@ def score(
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     _check_template(cfg.template)
+    _one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.checkpoint import Checkpoint
+    from scorecli.run import open_rows, preflight, run_score
 
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
@@ -115,11 +117,10 @@ def score(
         if engine == "ray":
             from scorecli.ray import run_score_ray
 
+            preflight(cfg, paths, iter(()))  # the driver reads the inputs itself
             run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
                           checkpoint=checkpoint)  # fmt: skip
             return
-        from scorecli.run import open_rows, preflight, run_score
-
         rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
         run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
                   checkpoint=checkpoint)  # fmt: skip
@@ -265,7 +266,7 @@ def main() -> None:
     except typer.Abort:
         _interrupted()
     except Exception as exc:  # anything unexpected: one line, exit 1
-        _fail(f"{type(exc).__name__}: {exc}", 1)
+        _fail(f"{type(exc).__name__}: {_first_line(exc)}", 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
     # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.
     if code == 130:
@@ -295,9 +296,30 @@ def _one_line(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
 
 
+def _first_line(text: str) -> str:
+    return (str(text).strip().splitlines() or [""])[0]
+
+
 def _fail(message: str, code: int) -> None:
     _say(f"error: {message}")
     _finish(code)
+
+
+def _one_line_warnings(quiet: bool) -> None:
+    """Warnings as one line each (`warning: ...`); under --quiet only scorecli's own.
+    torch's note that flex attention runs uncompiled (as documented on CPU) is not shown."""
+    import warnings
+
+    import scorecli
+
+    ours = os.path.dirname(os.path.abspath(scorecli.__file__))
+    warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not quiet or os.path.abspath(filename).startswith(ours):
+            _say(f"warning: {_first_line(message)}")
+
+    warnings.showwarning = show
 
 
 def _interrupted(message: str = "") -> None:

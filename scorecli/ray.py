@@ -31,6 +31,7 @@ import math
 import os
 import pickle
 import time
+import warnings
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import replace
 from itertools import islice
@@ -326,14 +327,19 @@ def _decode(batch: pa.Table) -> list[RawRow]:
 
 def _score_blocks(ray, refs: list, cfg: ScoreConfig, workers: int, resources: dict, id_type) -> Iterator[pa.Table]:
     """Scored blocks as Ray Data returns them (in order, as asked; the caller checks)."""
-    ds = ray.data.from_arrow_refs(refs).map_batches(
-        _EnginePredictor,
-        fn_constructor_kwargs={"model": cfg.model, "config": cfg, "id_type": id_type},
-        batch_size=None,  # one block = one call = one window
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        **resources,
-    )
+    with warnings.catch_warnings():  # Ray Data takes actor options only as `ray_remote_args` (deprecated)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ray.data.from_arrow_refs(refs).map_batches(
+            _EnginePredictor,
+            fn_constructor_kwargs={"model": cfg.model, "config": cfg, "id_type": id_type},
+            batch_size=None,  # one block = one call = one window
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            # a lost worker fails the run; restartable actors make Ray log a warning about
+            # their arguments on stderr, even under --quiet
+            max_restarts=0,
+            **resources,
+        )
     try:
         yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
     except ray.exceptions.RayError as exc:

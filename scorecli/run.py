@@ -149,5 +149,5 @@ def _summary(console: Console, counts: dict[str, int], seconds: float, out: str)
     if counts.get("skipped"):
         line += f"; skipped {counts['skipped']:,} bad rows"
     if counts.get("nan"):
-        line += f"; {counts['nan']:,} items scored NaN (written as null)"
+        line += f"; {counts['nan']:,} items scored NaN or infinite (written as null)"
     console.print(line, markup=False, emoji=False, soft_wrap=True)

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import stat
 import sys
 
 import pyarrow as pa
@@ -14,7 +15,9 @@ import pytest
 
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
-from scorecli.io.output import output_format, resolve_output, temp_path
+from scorecli.errors import OutputClosed
+from scorecli.io.ids import IdCheck, schema_id_type
+from scorecli.io.output import Target, clean_stale_temps, output_format, resolve_output, temp_path
 from scorecli.io.writers import Sink
 
 
@@ -372,3 +375,212 @@ def test_failed_run_keeps_stdout_open_and_adds_nothing(capsys):
             raise ValueError("bad row later on")
     assert capsys.readouterr().out == '{"id": 1, "score": [0.5]}\n'  # whole windows only
     assert not sys.stdout.closed
+
+
+# ---- output targets (scorecli.io.output) -----------------------------------------------
+
+
+def test_output_format_by_suffix():
+    assert output_format("/dev/stdout") == "jsonl"
+    assert output_format("x.jsonl.gz") == "jsonl.gz" and output_format("X.JSONL") == "jsonl"
+    assert output_format(".parquet") == "parquet"  # a hidden file without suffix
+    for bad in ("x.csv", "x.gz", "scores.parquet.bak"):
+        with pytest.raises(UsageError, match=f"unsupported output format: {bad}"):
+            output_format(bad)
+
+
+def test_resolve_output_kinds(tmp_path):
+    assert resolve_output("-").kind == resolve_output("/dev/stdout").kind == "stdout"
+    assert resolve_output(os.devnull) == Target(os.devnull, "parquet", "special", os.devnull)
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    assert resolve_output(str(fifo)).kind == "special"
+    (tmp_path / "d").mkdir()
+    link = tmp_path / "link.parquet"
+    link.symlink_to("d/target.parquet")  # dangling: the target is created, the link kept
+    assert resolve_output(str(link)) == Target(str(link), "parquet", "file", str(tmp_path / "d" / "target.parquet"))
+
+
+def test_resolve_output_refusals(tmp_path):
+    import socket
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("{}\n")
+    (tmp_path / "alias.jsonl").symlink_to(inp)
+    os.link(inp, tmp_path / "hard.jsonl")
+    ro = tmp_path / "ro.parquet"
+    ro.write_bytes(b"x")
+    ro.chmod(0o444)  # read-only for root too: no write bit
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s.jsonl"))
+    try:
+        for out, reason in [("", "empty path"), (str(tmp_path / "alias.jsonl"), "is the input"),
+                            (str(tmp_path / "hard.jsonl"), "is the input"), (str(ro), "read-only"),
+                            (str(tmp_path / "s.jsonl"), "is a socket")]:  # fmt: skip
+            with pytest.raises(UsageError, match=reason):
+                resolve_output(out, [str(inp), "-"])
+    finally:
+        sock.close()
+
+
+def test_stale_temps_of_dead_unlocked_runs_are_removed(tmp_path):
+    import fcntl
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    out = str(tmp_path / "s.parquet")
+    dead, locked, live = (tmp_path / f".s.parquet.{pid}.tmp" for pid in (proc.pid, proc.pid + 100000, os.getppid()))
+    for p in (dead, locked, live):
+        p.write_bytes(b"x")
+    (tmp_path / ".other.parquet.1.tmp").write_bytes(b"x")  # another output's
+    with open(locked, "rb") as f:  # a live run in another PID namespace: its lock is held
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        assert clean_stale_temps(out) == [str(dead)]
+    assert sorted(os.listdir(tmp_path)) == sorted([".other.parquet.1.tmp", locked.name, live.name])
+
+
+def test_sink_writes_through_a_fifo_and_devices(tmp_path):
+    import threading
+
+    fifo = tmp_path / "out.parquet"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with Sink(str(fifo), {"model": "m"}) as sink:  # Parquet: spooled, copied in at the end
+        sink.write(pa.table({"id": [1, 2]}))
+    reader.join(10)
+    assert pq.read_table(pa.BufferReader(got[0]))["id"].to_pylist() == [1, 2]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with Sink(os.devnull, {}) as sink:
+        sink.write(pa.table({"id": [1]}))
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_closed_fifo_raises_output_closed(tmp_path):
+    import threading
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    reader = threading.Thread(target=lambda: open(fifo, "rb").close())  # opens, then goes away
+    reader.start()
+    with pytest.raises(OutputClosed, match="the reader closed the output"):
+        with Sink(str(fifo), {}) as sink:
+            reader.join(10)
+            for _ in range(100):
+                sink.write(pa.table({"id": list(range(1000))}))
+
+
+def test_replaced_file_keeps_its_mode_and_jsonl_gz(tmp_path):
+    out = tmp_path / "out.jsonl.gz"
+    out.write_bytes(b"old")
+    out.chmod(0o640)
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": [1]}))
+        sink.write(pa.table({"id": [2]}))
+    assert gzip.decompress(out.read_bytes()) == b'{"id": 1}\n{"id": 2}\n'
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+
+
+def test_late_and_null_columns_rewrite_the_file_once(tmp_path):
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {"model": "m"}) as sink:
+        sink.write(pa.table({"s": [1.0, 2.0]}))  # no id yet
+        sink.write(pa.table({"id": pa.nulls(1), "s": [3.0]}))  # the column, all null
+        sink.write(pa.table({"id": ["x"], "s": [4.0]}))  # its type
+    t = pq.read_table(out)
+    assert t.column_names == ["id", "s"] and t.schema.field("id").type == pa.string()
+    assert t["id"].to_pylist() == [None, None, None, "x"] and t["s"].to_pylist() == [1.0, 2.0, 3.0, 4.0]
+    assert t.schema.metadata[b"model"] == b"m"
+
+
+def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
+    out = tmp_path / "out.jsonl"
+    scores = pa.array([[0.5, float("nan")], None, [float("inf")]], pa.list_(pa.float32()))
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": [1, 2, 3], "score": scores, "n": [1, 2, 3]}))
+    assert out.read_text() == '{"id": 1, "score": [0.5, null], "n": 1}\n{"id": 2, "score": null, "n": 2}\n' \
+        '{"id": 3, "score": [null], "n": 3}\n'
+    assert sink.nulled == {"score": 2}
+
+
+# ---- ids (scorecli.io.ids) -------------------------------------------------------------
+
+
+def check_ids(values, schema_type=None):
+    rows = [RawRow({"id": v}, f"f:{k + 1}") for k, v in enumerate(values)]
+    return [r.error for r in IdCheck("id", schema_type)(rows)]
+
+
+def test_json_ids_keep_the_first_ids_kind():
+    assert check_ids([None, 1, None, -(2**63), 2**63 - 1]) == [None] * 5
+    assert check_ids(["a", "b"]) == [None, None] and check_ids([2.5, 1e3]) == [None, None]
+    errors = check_ids([1, 2.5, "x", True, 3])
+    assert errors[0] is None and errors[4] is None
+    assert errors[1] == "field 'id': 2.5 is a number with a fraction or exponent, but the ids before it are integers " \
+        "(first at f:1); give every row the same kind of id"
+    assert "'x' is a string" in errors[2] and "True is a boolean" in errors[3]
+    assert "1 is an integer, but the ids before it are numbers" in check_ids([0.5, 1])[1]
+
+
+def test_bad_json_ids_are_bad_rows():
+    errors = check_ids([{"a": 1}, [1], "\ud800", 2**63, -(2**63) - 1])
+    assert "got an object" in errors[0] and "got an array" in errors[1]
+    assert "'\\ud800' holds a lone surrogate" in errors[2]
+    assert all("does not fit a 64-bit integer" in e for e in errors[3:])
+
+
+def test_ids_against_the_parquet_schema_type():
+    errors = check_ids([5, 2**40, "x", 2.5, None], pa.int32())
+    assert errors[0] is None and errors[4] is None
+    assert all("does not fit the Parquet inputs' id type int32" in e for e in errors[1:4])
+    typed = RawRow({"id": 2**40}, "p: row 1", typed=True)  # Parquet rows: their schema decides
+    assert list(IdCheck("id", pa.int32())([typed])) == [typed]
+
+
+def test_schema_id_type(tmp_path):
+    a, b, c = (str(tmp_path / n) for n in ("a.parquet", "b.parquet", "c.parquet"))
+    pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), a)
+    pq.write_table(pa.table({"x": [1]}), b)
+    pq.write_table(pa.table({"id": ["s"]}), c)
+    assert schema_id_type([a, b, "-"], "id") == pa.int32() and schema_id_type([b], "id") is None
+    with pytest.raises(UsageError, match=f"field 'id' has type int32 in {a} but string in {c}"):
+        schema_id_type([a, c], "id")
+
+
+# ---- readers: shells and messages ------------------------------------------------------
+
+
+def test_json_array_file_is_named(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'\n  [{"id": 1},\n {"id": 2}]\n')
+    with pytest.raises(InputError, match=rf"^{p}:2: a JSON array; expected JSON lines"):
+        list(iter_rows([str(p)]))
+
+
+def test_nan_literal_and_unterminated_string(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"id": NaN}\n{"id": "x\n')
+    errors = [r.error for r in iter_rows([str(p)])]
+    assert errors == ["malformed JSON: NaN is not valid JSON (write null or a string)",
+                      "malformed JSON: Unterminated string starting at column 8"]  # fmt: skip
+
+
+def test_pipes_are_read_as_jsonl_and_never_counted(tmp_path, monkeypatch):
+    import threading
+
+    fifo = tmp_path / "rows"  # no suffix, like <(zcat x.gz) = /dev/fd/63
+    os.mkfifo(fifo)
+    assert resolve_inputs([str(fifo), "/dev/stdin"]) == [str(fifo), "-"]
+    counted = []
+    t = threading.Thread(target=lambda: counted.append(count_rows([str(fifo)])), daemon=True)
+    t.start()
+    t.join(5)
+    assert counted == [None]  # it did not open (and drain) the FIFO
+    os.mkfifo(tmp_path / "p.parquet")
+    with pytest.raises(UsageError, match="Parquet input must be a regular file"):
+        resolve_inputs([str(tmp_path / "p.parquet")])
+    monkeypatch.setattr(sys, "stdin", None)  # started with `<&-`
+    with pytest.raises(UsageError, match=r"cannot read - \(stdin\): it is closed"):
+        list(iter_rows(["-"]))

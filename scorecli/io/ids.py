@@ -108,11 +108,12 @@ class IdCheck:
 
 
 def _fits(value: Any, t: pa.DataType) -> bool:
+    """Whether `value` is stored in type `t` as it is (Arrow would truncate 2.5 to 2)."""
     try:
-        pa.array([value], type=t)
+        back = pa.array([value], type=t)[0].as_py()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
         return False
-    return True
+    return type(back) is type(value) and back == value
 
 
 def _show(value: Any) -> str:
