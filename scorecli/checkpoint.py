@@ -103,6 +103,11 @@ class Checkpoint:
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)
 
+    def metadata(self) -> dict[str, str]:
+        """The output metadata the last kept part was written with (for a job whose rows are all kept)."""
+        schema = pq.read_schema(self.store.files()[-1])
+        return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+
     def id_type(self, field: str) -> pa.DataType | None:
         """The id column's type in the kept parts (None: no part has a typed id column)."""
         for path in self.store.files():

@@ -32,7 +32,7 @@ import os
 import pickle
 import time
 import warnings
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager, nullcontext
 from dataclasses import replace
 from itertools import islice
 from typing import Any, Iterable, Iterator
@@ -40,11 +40,13 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from scorecli.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError
-from scorecli.io.ids import IdCheck, schema_id_type
+from scorecli.io.ids import schema_id_type
 from scorecli.io.output import Target, resolve_output
-from scorecli.io.readers import STDIN, RawRow, count_rows, iter_rows
+from scorecli.io.readers import STDIN, RawRow, count_rows
+from scorecli.run import open_rows
 
 ROW_INDEX = "__row_index"
 INSTALL_HINT = "pip install 'scorecli[ray]'"
@@ -176,7 +178,8 @@ def _raise_failure(type_name: str, message: str) -> None:
 
 
 def run_score_ray(
-    cfg: ScoreConfig, paths: list[str], out: str | Target, *, address: str | None, num_workers: int | None, console
+    cfg: ScoreConfig, paths: list[str], out: str | Target, *, address: str | None, num_workers: int | None, console,
+    checkpoint: Checkpoint | None = None,
 ) -> None:
     """Score `paths` into `out` on Ray workers; same output, order and errors as `run_score`.
 
@@ -190,6 +193,8 @@ def run_score_ray(
             instance and shuts it down at the end. An already-connected process is reused.
         num_workers: scoring actors; None: one per GPU in the cluster, else one.
         console: progress and the summary line (None: silent).
+        checkpoint: as for `run_score`: blocks are kept as parts (a block is a part), and the
+            rows an earlier run of the job kept are not read again.
     """
     if STDIN in paths:
         raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
@@ -197,22 +202,32 @@ def run_score_ray(
     start = time.perf_counter()
     target = out if isinstance(out, Target) else resolve_output(out, paths)
     id_type = schema_id_type(paths, cfg.id_field)
-    with _connected(ray, address, num_workers), _quiet_ray_data(ray):
+    done = checkpoint.rows_done if checkpoint else 0
+    with checkpoint.keeping() if checkpoint else nullcontext(), _connected(ray, address, num_workers), \
+            _quiet_ray_data(ray):  # fmt: skip
         workers, resources, device = _plan_workers(ray, cfg, num_workers)
-        block_rows = _block_rows(cfg.window_rows, count_rows(paths), workers)
-        refs, total = _stage(ray, paths, block_rows, cfg, id_type)
+        block_rows = _block_rows(cfg.window_rows, _remaining(count_rows(paths), done), workers)
+        refs, total = _stage(ray, block_rows, cfg, open_rows(cfg, paths, None, checkpoint))
         worker_cfg = replace(cfg, device=device, skip_bad_rows=True)
-        if total == 0:
-            counts = _write_empty(ray, worker_cfg, resources, target, cfg, id_type)
+        if total == 0 and done:
+            counts = {"rows": 0, "items": 0, "tokens": 0}
+            checkpoint.finish(checkpoint.metadata())
+        elif total == 0:
+            counts = _write_empty(ray, worker_cfg, resources, checkpoint or target, cfg, id_type)
         else:
             workers = min(workers, len(refs))
             blocks = _score_blocks(ray, refs, worker_cfg, workers, resources, id_type)
             label = f"scoring on {workers} Ray worker{'s' * (workers > 1)}"
-            counts = _write_in_order(blocks, target, cfg, total, console, label)
+            counts = _write_in_order(blocks, checkpoint or target, cfg, (done, total), console, label)
+    counts["resumed"] = done
     if console is not None:
         from scorecli.run import _summary
 
         _summary(console, counts, time.perf_counter() - start, target.out)
+
+
+def _remaining(total: int | None, done: int) -> int | None:
+    return None if total is None else max(total - done, 0)
 
 
 @contextmanager
@@ -284,8 +299,9 @@ def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
     return max(1, min(window_rows, math.ceil(total / (workers * _BLOCKS_PER_WORKER))))
 
 
-def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig, id_type: pa.DataType | None) -> tuple[list, int]:
-    """Read the inputs into the object store, one block per `block_rows` rows.
+def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow]) -> tuple[list, int]:
+    """Read the inputs' `rows` (`run.open_rows`) into the object store, one block per
+    `block_rows` rows.
 
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
@@ -294,7 +310,6 @@ def _stage(ray, paths: list[str], block_rows: int, cfg: ScoreConfig, id_type: pa
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     refs, total = [], 0
-    rows = IdCheck(cfg.id_field, id_type)(iter_rows(paths))  # in input order, as the local engine
     while window := list(islice(rows, block_rows)):
         if not cfg.skip_bad_rows:
             for raw in window:
@@ -368,25 +383,33 @@ def _in_order(blocks: Iterable[pa.Table], total: int) -> Iterator[pa.Table]:
         raise RuntimeError(f"Ray returned {expected} of {total} rows in order")
 
 
-def _write_in_order(blocks: Iterator[pa.Table], out: Target, cfg: ScoreConfig, total: int, console, label: str) -> dict:
-    """Write scored blocks to one output in input order; stop at the first bad row unless skipping."""
+def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: ScoreConfig, rows: tuple[int, int],
+                    console, label: str) -> dict:  # fmt: skip
+    """Write scored blocks to one output in input order (a `Checkpoint` keeps each as a part and
+    makes the output at the end); stop at the first bad row unless skipping. `rows`: (rows an
+    earlier run kept, rows to score now)."""
     from scorecli.io.writers import Sink
     from scorecli.run import _progress
 
+    done, total = rows
     counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0}
     started = time.perf_counter()
-    with closing(blocks), ExitStack() as stack, _progress(console, total) as progress:
-        task = progress.add_task(label, total=total, items=0, tps=0.0)
-        sink = None
+    metadata = None
+    with closing(blocks), ExitStack() as stack, _progress(console, done + total) as progress:
+        task = progress.add_task(label, total=done + total, completed=done, items=0, tps=0.0)
+        sink = out if isinstance(out, Checkpoint) else None
         for table in _in_order(blocks, total):
+            metadata = metadata or json.loads(table[_METADATA][0].as_py())
             if sink is None:
-                sink = stack.enter_context(Sink(out, json.loads(table[_METADATA][0].as_py())))
+                sink = stack.enter_context(Sink(out, metadata))
             table = _public(table, cfg)
             sink.write(table)
             _count(counts, table)
             tps = counts["tokens"] / max(time.perf_counter() - started, 1e-9)
             progress.update(task, advance=table.num_rows, items=counts["items"], tps=tps)
-        counts["nan"] = sink.nulled.get("score", 0) if sink is not None else 0
+    if isinstance(out, Checkpoint):
+        out.finish(metadata)
+    counts["nan"] = sink.nulled.get("score", 0) if sink is not None else 0
     return counts
 
 
@@ -408,13 +431,18 @@ def _count(counts: dict, table: pa.Table) -> None:
     counts["tokens"] += pc.sum(table["num_tokens"]).as_py() or 0
 
 
-def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target, cfg: ScoreConfig, id_type) -> dict:
+def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target | Checkpoint, cfg: ScoreConfig,
+                 id_type) -> dict:  # fmt: skip
     """No input rows: one worker builds the Scorer for the output's columns and metadata."""
     from scorecli.io.writers import Sink
 
     status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg, id_type))
     if status != "ok":
         _raise_failure(first, second)
-    with Sink(out, second) as sink:
-        sink.write(_public(first, cfg))
+    if isinstance(out, Checkpoint):
+        out.write(_public(first, cfg))
+        out.finish(second)
+    else:
+        with Sink(out, second) as sink:
+            sink.write(_public(first, cfg))
     return {"rows": 0, "items": 0, "tokens": 0}

@@ -257,3 +257,16 @@ def test_full_disk_fails_clearly_and_resumes_when_there_is_room(tmp_path, job_in
         assert pq.read_table(out).equals(uninterrupted)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_ray_engine_resumes_a_job_and_keeps_its_blocks_as_parts(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    pytest.importorskip("ray")
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    kept, _ = stop_after(start(args), folder, 2)
+    result = run_cli(Case(args + ["--resume", "--engine", "ray"]))  # the engine is not part of the job
+    assert result.rc == 0, result.stderr
+    assert f"resumed after {kept * WINDOW:,} rows" in result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+    assert not folder.exists()
