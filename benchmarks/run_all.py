@@ -26,6 +26,7 @@ BENCHMARKS = {
     "memory": ("bench_memory.py", ["--large", "10000", "--repeats", "1"]),
     "blocks": ("bench_block_groups.py", ["--repeats", "1", "--calls", "3"]),
     "streams": ("bench_cpu_streams.py", ["--rows", "10", "--repeats", "1"]),
+    "checkpoint": ("bench_checkpoint.py", ["--rows", "3000", "--repeats", "1", "--tiny"]),
 }
 
 
