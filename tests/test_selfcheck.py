@@ -48,14 +48,15 @@ def test_self_check_stops_an_ignored_attention_argument(gemma2_seq_cls, monkeypa
         Scorer(gemma2_seq_cls, attention="sdpa")
 
 
-def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls):
+@pytest.mark.parametrize("max_seq_len", [2, 8, 40])
+def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls, max_seq_len):
     from transformers import AutoTokenizer
 
-    from scorecli.selfcheck import PROBE_QUERY
+    from scorecli.selfcheck import probe_rows
 
-    n = len(AutoTokenizer.from_pretrained(qwen3_seq_cls)(PROBE_QUERY).input_ids)
-    assert Scorer(qwen3_seq_cls, max_seq_len=n + 2).self_check_error < 1e-5  # items cut to 2 tokens
-    assert Scorer(qwen3_seq_cls, max_seq_len=n).self_check_error is None  # no room: skipped
+    rows = probe_rows(AutoTokenizer.from_pretrained(qwen3_seq_cls), max_seq_len)
+    assert all(len(q) + len(item) <= max_seq_len and item for q, items in rows for item in items)
+    assert Scorer(qwen3_seq_cls, max_seq_len=max_seq_len).self_check_error < 1e-5  # query and items cut to fit
 
 
 @pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
