@@ -13,7 +13,9 @@ layers never see the padding. `--mode auto` then runs single-item; `--mode mis`,
 backend and the shared prefix are refused or not used (`Support`).
 Refused outright (`UsageError`): a probe forward that fails under scorecli's attention (a
 layer that reads a mask we do not build, e.g. a sparse-attention indexer), attention that
-builds its own mask or bias (`attention._dispatch`), and a classifier that is more than one
+builds its own mask or bias (`attention._dispatch`), a model that is not causal (bidirectional
+attention modules, or early states that move when later tokens change: an encoder, which
+`--kind cross-encoder` runs with its own forward), and a classifier that is more than one
 linear layer on the last token. This module knows nothing about rows, batches or output.
 """
 
@@ -60,9 +62,9 @@ def support(model: torch.nn.Module, kind: str) -> Support:
 def _support(model: torch.nn.Module) -> Support:
     layers = decoder_layers(model)
     silent = _layers_without_dispatch(model, layers)  # first: refuses a model that fails under our attention
-    stateful = _stateful_layer(model, layers)
+    stateful = stateful_reason(model)
     if stateful:
-        return Support(False, f"{stateful} carries state from token to token, across packed sequences")
+        return Support(False, stateful)
     if silent:
         return Support(False, f"the attention of {silent} does not go through scorecli's attention backend, "
                               "which applies the masks that keep packed sequences apart")  # fmt: skip
@@ -74,6 +76,13 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     base = model.base_model
     lists = [m for m in base.modules() if isinstance(m, torch.nn.ModuleList)]
     return list(max(lists, key=len)) if lists else [base]
+
+
+def stateful_reason(model: torch.nn.Module) -> str:
+    """Why the model is single-item only, as far as its config and module types tell (no forward;
+    works on a model built on the meta device), else ''."""
+    stateful = _stateful_layer(model, decoder_layers(model))
+    return f"{stateful} carries state from token to token, across packed sequences" if stateful else ""
 
 
 def _stateful_layer(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
@@ -115,21 +124,34 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
 
     counter = _Counter()
     device = next(model.parameters()).device
-    ids = torch.arange(8, device=device)[None] % model.get_input_embeddings().num_embeddings
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab  # [1, 8]
+    later = ids.clone()
+    later[0, 4:] = (later[0, 4:] + 1) % vocab  # the same first 4 tokens, other later ones
     try:
         with bound(counter):
-            model.base_model(input_ids=ids, position_ids=torch.arange(8, device=device)[None], use_cache=False)
+            early = [_states(model, x)[:, :4] for x in (ids, later)]
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure here means the model does not run under our attention
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise UsageError(f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
                          f"({type(exc).__name__}: {first}); scorecli cannot score this model") from exc  # fmt: skip
+    bidirectional = [m for m in model.modules() if id(m) in counter.callers and getattr(m, "is_causal", True) is False]
+    if bidirectional or not torch.allclose(*early, atol=1e-5, rtol=1e-4):
+        raise UsageError(f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
+                         "encoder classifier, pass --kind cross-encoder to score (query, item) pairs")  # fmt: skip
     for i, layer in enumerate(layers):
         if not any(id(m) in counter.callers for m in layer.modules()):
             attn = next((m for m in layer.modules() if "Attention" in type(m).__name__), layer)
             return f"layer {i} ({type(attn).__name__})"
     return ""
+
+
+def _states(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The base model's last hidden states [1, L, H] for `ids` [1, L]."""
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    return model.base_model(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
 
 
 def _check_head(model: torch.nn.Module) -> None:

@@ -47,7 +47,7 @@ def run_score(
         if not wrote:
             sink.write(scorer.empty_table())
     if console is not None:
-        _summary(console, counts, time.perf_counter() - start, out)
+        _summary(console, counts, time.perf_counter() - start, out, scorer.metadata.get("mode_reason", ""))
 
 
 def _progress(console: Console | None, total: int | None) -> Progress:
@@ -64,11 +64,12 @@ def _progress(console: Console | None, total: int | None) -> Progress:
     return Progress(*columns, console=console or Console(quiet=True), disable=console is None, transient=True)
 
 
-def _summary(console: Console, counts: dict[str, int], seconds: float, out: str) -> None:
+def _summary(console: Console, counts: dict[str, int], seconds: float, out: str, note: str = "") -> None:
+    """The one-line summary; `note`: how the run's mode was chosen, when it was not the default."""
     items_s = counts["items"] / seconds if seconds > 0 else 0.0
     console.print(
         f"scored {counts['rows']:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
-        f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}",
+        f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}" + (f" ({note})" if note else ""),
         markup=False,
         soft_wrap=True,
     )
