@@ -120,17 +120,9 @@ class _Counter:
 @torch.inference_mode()
 def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
     """'layer i (Class)' of the first decoder layer that ran without calling the backend, else ''."""
-    from scorecli.attention import bound
-
     counter = _Counter()
-    device = next(model.parameters()).device
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab  # [1, 8]
-    later = ids.clone()
-    later[0, 4:] = (later[0, 4:] + 1) % vocab  # the same first 4 tokens, other later ones
     try:
-        with bound(counter):
-            early = [_states(model, x)[:, :4] for x in (ids, later)]
+        early = _probe(model, counter)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure here means the model does not run under our attention
@@ -146,6 +138,27 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
             attn = next((m for m in layer.modules() if "Attention" in type(m).__name__), layer)
             return f"layer {i} ({type(attn).__name__})"
     return ""
+
+
+def _probe(model: torch.nn.Module, counter: _Counter) -> list[torch.Tensor]:
+    """The first 4 hidden states of two 8-token inputs that differ after them, under `counter`
+    (transformers' notes about fallback kernels stay quiet: our output is one line)."""
+    from transformers.utils import logging as hf_logging
+
+    from scorecli.attention import bound
+
+    device = next(model.parameters()).device
+    vocab = getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings
+    ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab  # [1, 8]
+    later = ids.clone()
+    later[0, 4:] = (later[0, 4:] + 1) % vocab  # the same first 4 tokens, other later ones
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with bound(counter):
+            return [_states(model, x)[:, :4] for x in (ids, later)]
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def _states(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

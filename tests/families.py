@@ -82,6 +82,7 @@ def tiny_config(model_type: str, vocab_size: int, pad_token_id: int, variant: di
     n, lists = _per_layer(default)
     kw.update(lists, num_hidden_layers=n, **OVERRIDES.get(model_type, {}))
     kw.update(vocab_size=vocab_size, pad_token_id=pad_token_id, num_labels=1, tie_word_embeddings=False)
+    kw.update({k: pad_token_id for k in ("bos_token_id", "eos_token_id") if hasattr(default, k)})  # inside the vocabulary
     for _ in range(len(kw)):
         try:
             return cls(**kw)
@@ -137,7 +138,7 @@ def _tiny_model(model_type: str, variant: dict):
     try:
         model = cls(config).eval()
         with torch.inference_mode():
-            for attn in ("eager", "sdpa"):  # transformers' own forward runs (eager: the tests' reference)
+            for attn in ("eager",):  # transformers' own forward runs (eager: the tests' reference)
                 model.set_attn_implementation(attn)
                 model(input_ids=torch.arange(5, 13)[None], use_cache=False)
     except Exception as exc:  # noqa: BLE001
