@@ -115,6 +115,15 @@ def _family_path(tmp_path_factory, model_type: str) -> str:
         pytest.fail(f"{model_type} no longer builds small: {exc}")
 
 
+@pytest.mark.parametrize("model_type", ["stablelm", "nemotron"])
+def test_layers_that_do_not_hand_kwargs_down_are_exact(tmp_path_factory, model_type):
+    """StableLM's and Nemotron's decoder layers call attention without `**kwargs`: the backend
+    bound to the forward call (a context variable) still reaches it, in every mode and backend."""
+    path = _family_path(tmp_path_factory, model_type)
+    for mode, attention in COMBOS:
+        assert outcome(path, mode=mode, attention=attention) == "exact", (mode, attention)
+
+
 def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory):
     """Linear attention (state across tokens) and attention outside the backend: auto runs
     single-item; MIS and a ragged backend are refused in one line that says why."""
