@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from scorecli.attention import AttentionBackend, pad_ragged, to_device
+from scorecli.attention import AttentionBackend, bound, pad_ragged, to_device
 from scorecli.attention.shared import Recorder, SharedKV, records_layers
 from scorecli.batching import Batch
 
@@ -114,15 +114,18 @@ class DecoderForward:
         self.backend.shared = None
         recorder = Recorder()
         (t,) = to_device([ids.astype(np.int64)], self.device)
-        self.base(input_ids=t[None], position_ids=torch.arange(len(ids), device=self.device)[None], use_cache=False,
-                  scorecli_backend=recorder)  # fmt: skip
+        with bound(recorder):
+            self.base(input_ids=t[None], position_ids=torch.arange(len(ids), device=self.device)[None], use_cache=False)
         self.backend.shared = SharedKV(ids.copy(), recorder.keys, recorder.values)
 
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
         inputs = self.backend.plan(batch, self.device, self.dtype)
-        kwargs = dict(input_ids=inputs.input_ids, position_ids=inputs.position_ids, use_cache=False,
-                      scorecli_backend=self.backend)  # fmt: skip
+        kwargs = dict(input_ids=inputs.input_ids, position_ids=inputs.position_ids, use_cache=False)
+        with bound(self.backend):
+            return self._pooled(inputs, kwargs, pooling)
+
+    def _pooled(self, inputs, kwargs: dict, pooling: str | None) -> Pooled:
         if self.last is None:
             hidden = self.base(**kwargs).last_hidden_state.flatten(0, 1)  # [B * L, H]
             states = hidden[inputs.pool_index]  # [N, H]

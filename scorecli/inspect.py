@@ -37,18 +37,29 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
     ]
     if kind != "causal-lm":
         lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
+    skeleton = _skeleton(config, trust_remote_code)
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
-        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(_skeleton(config, trust_remote_code))})",
+        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(skeleton)})",
         f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
-        "multi-item:     " + ("yes (MIS by default)" if kind != "cross-encoder" else "no (bidirectional encoder: single-item)"),
+        "multi-item:     " + _multi_item(kind, skeleton),
     ]
     for token in label_tokens or ():
         ids = tokenizer.encode(token, add_special_tokens=False)
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
         lines.append(f"label token:    {token!r} -> {ids} {verdict}")
     return lines
+
+
+def _multi_item(kind: str, skeleton) -> str:
+    """Whether MIS applies, as far as the config and module types tell (`--check` runs the rest)."""
+    from scorecli.compat import stateful_reason
+
+    if kind == "cross-encoder":
+        return "no (bidirectional encoder: single-item)"
+    reason = stateful_reason(skeleton)
+    return f"no: single-item only ({reason})" if reason else "yes (MIS by default)"
 
 
 def _skeleton(config, trust_remote_code: bool):
@@ -78,8 +89,15 @@ def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: b
     if loaded.kind == "causal-lm":
         labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
         cfg = dataclasses.replace(cfg, **labels)
-    lines, ok = [], True
-    for mode in ("mis", "single") if loaded.kind != "cross-encoder" else ("single",):
+    lines, ok, modes = [], True, ("single",)
+    if loaded.kind != "cross-encoder":
+        from scorecli.compat import support
+
+        allowed = support(loaded.model, loaded.kind)  # a model no mode reproduces: UsageError, one line
+        modes = ("mis", "single") if allowed.packed else ("single",)
+        lines.append("mode:           " + ("mis (--mode auto)" if allowed.packed
+                                           else f"single-item only (--mode auto): {allowed.reason}"))  # fmt: skip
+    for mode in modes:
         try:
             scorer = Scorer(loaded, dataclasses.replace(cfg, mode=mode))
             outcome = scorer.metadata["self_check"]

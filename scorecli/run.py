@@ -119,7 +119,8 @@ def run_score(
             checkpoint.finish(scorer.metadata)
         counts["nan"] = sink.nulled.get("score", 0)
     if console is not None:
-        _summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out)
+        _summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out,
+                 scorer.metadata.get("mode_reason", ""))
 
 
 def _progress(console: Console | None, total: int | None) -> Progress:
@@ -138,12 +139,15 @@ def _progress(console: Console | None, total: int | None) -> Progress:
     return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
 
 
-def _summary(console: Console, counts: dict[str, int], seconds: float, out: str) -> None:
-    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores."""
+def _summary(console: Console, counts: dict[str, int], seconds: float, out: str, note: str = "") -> None:
+    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores; `note`:
+    how the run's mode was chosen, when it was not the default."""
     items_s = counts["items"] / seconds if seconds > 0 else 0.0
     scored = counts["rows"] - counts.get("skipped", 0)
     line = (f"scored {scored:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
             f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    if note:
+        line += f" ({note})"
     if counts.get("resumed"):
         line = f"resumed after {counts['resumed']:,} rows; " + line
     if counts.get("skipped"):

@@ -78,7 +78,12 @@ class Scorer:
         self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         self.template = load_template(cfg.template, loaded.tokenizer)
-        self.spec: RunSpec = resolve_spec(cfg, loaded, self.template)
+        support = None
+        if loaded.kind != "cross-encoder":
+            from scorecli.compat import support as decoder_support
+
+            support = decoder_support(loaded.model, loaded.kind)  # refuses what no mode reproduces
+        self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
@@ -101,14 +106,20 @@ class Scorer:
 
             vocab = loaded.model.get_input_embeddings().num_embeddings
             self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
-            backend = make_backend(cfg.attention, loaded.device, loaded.dtype)
+            from scorecli.compat import check_backend
+
+            # a single-item-only model (`compat`) runs padded: `auto` never picks a ragged backend for it
+            attention = "sdpa" if cfg.attention == "auto" and support.reason else cfg.attention
+            check_backend(support, attention, self.spec.mis)
+            backend = make_backend(attention, loaded.device, loaded.dtype)
             self.backend_name = backend.name
             if cfg.attention == "auto" and backend.name == "flashinfer":
                 self.fallback = "sdpa"  # flashinfer JIT-compiles its kernels: a missing toolchain fails late
             self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
             self.padded = backend.is_padded
             # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
-            self.shares_prefix = cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
+            self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
+                                  and support.packed)  # fmt: skip
             self.head = self._make_head()
         self.self_check_error: float | None = None
         self.self_check_note = self._self_check()  # recorded in the metadata
@@ -349,6 +360,7 @@ class Scorer:
             "architecture": self.loaded.architecture,
             "template": self.template.name,
             "mode": "mis" if spec.mis else "single",
+            "mode_reason": f"single-item only: {spec.single_reason}" if spec.single_reason else "",
             "label_tokens": ",".join(spec.label_names) if spec.kind == "causal-lm" else "",
             "label_token_ids": ",".join(map(str, spec.label_ids or ())),
             "labels": ",".join(spec.label_names),

@@ -1,12 +1,16 @@
-"""Start-up self-check: scorecli's scores of a probe row against the model's own forward.
+"""Start-up self-check: scorecli's scores of probe rows against the model's own forward.
 
 A decoder runs under scorecli's attention backends, packing and heads. A feature of a new
 architecture that they do not reproduce (an attention argument, a logit transform, a layer
-that is not what it seems) would make every score of the run silently wrong. So before
-scoring, a Scorer scores one probe row (a short query and two items) in its own mode and
-backend, and compares every item with the model's own forward over query + item, run by
-transformers with its eager attention. A difference beyond the dtype's tolerance stops the
-run (`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders are checked when they
+that is not what it seems) would make every score of the run silently wrong; `compat` refuses
+what it can recognise at load, and this check is the net behind it. Before scoring, a Scorer
+scores two probe rows that look like real work, in its own mode and backend: one batch holding
+at least two sequences (so leakage between packed or ragged sequences shows), items of very
+different lengths, packed rows of up to ~140 tokens (longer than the sliding windows of small
+models: a window counted in packed positions shows). Every item's score and its last hidden
+state are compared with the model's own forward over query + item, run by transformers with
+its eager attention. A difference beyond the dtype's tolerance stops the run
+(`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders are checked when they
 run scorecli's fused encoder (BERT family), against the loaded model's own forward of each
 (query, item) pair; otherwise they run the model's own forward and need no check. This module
 knows nothing about files or the CLI.
@@ -23,9 +27,20 @@ from scorecli.io.readers import RawRow
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")
-# largest difference allowed, relative to the largest reference score of the probe: float32
-# attention agrees with the model's to ~1e-6; 16-bit attention (and flashinfer's kernels, which
-# run float32 models in float16) only to its rounding, so there only gross errors are caught
+# text the decoder probe's token ids are cut from
+PROBE_TEXT = (
+    " Mars is the fourth planet from the Sun and is called the red planet because of the iron oxide on its"
+    " surface. Bananas grow in clusters and are rich in potassium; they ripen after they are picked. The"
+    " library opens at nine on weekdays, and the museum next to it keeps a collection of old maps, coins and"
+    " paintings. A train leaves the station every twenty minutes, except on Sundays, when the schedule changes."
+    " Rice is cooked in twice its volume of water until the water is absorbed, then left to rest for ten minutes."
+)
+# decoder probe rows: (query tokens, item tokens...), cut to fit the run's --max-seq-len
+PROBE_ROWS = ((16, (3, 24, 9, 70)), (6, (40, 1, 90)))
+# largest difference allowed, relative to the largest reference value of the probe (scores and
+# hidden states apart): float32 attention agrees with the model's to ~1e-6; 16-bit attention (and
+# flashinfer's kernels, which run float32 models in float16) only to its rounding, so there only
+# gross errors are caught
 TOLERANCE_FP32 = 1e-3
 TOLERANCE_16BIT = 0.1
 
@@ -34,43 +49,73 @@ class SelfCheckError(ScorecliError):
     """scorecli's scores differ from the model's own forward."""
 
 
-def self_check(scorer) -> float | None:
-    """Score the probe row with `scorer` and with the model's own forward.
+def self_check(scorer) -> float:
+    """Score the probe rows with `scorer` and with the model's own forward.
 
     Returns:
-        the largest difference, relative to the largest reference score (None: the model's
-        longest sequence cannot hold the probe's query and an item token).
+        the largest difference, relative to the largest reference value (scores and hidden
+        states apart).
     Raises:
         SelfCheckError: it exceeds the tolerance.
     """
-    tok, loaded = scorer.loaded.tokenizer, scorer.loaded
+    loaded = scorer.loaded
     if scorer.spec.kind == "cross-encoder":
-        items = [item.strip() for item in PROBE_ITEMS]
-        row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
-        theirs_of = lambda item: _pair_reference(scorer, item)  # noqa: E731
+        errors = _pair_errors(scorer)
     else:
-        query = tok(PROBE_QUERY).input_ids
-        room = scorer.spec.max_seq_len - len(query)  # items cut to fit beside the query, never truncated by the run
-        if room < 1:
-            return None
-        items = [tok(item, add_special_tokens=False).input_ids[:room] for item in PROBE_ITEMS]
-        row = {"query_ids": query, "item_ids": items}
-        theirs_of = lambda item: _reference(scorer, query + item)  # noqa: E731
-    table = scorer.score_rows([RawRow(row, "self-check probe")])
-    n_labels = len(scorer.spec.label_names)
-    ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
-    theirs = np.stack([theirs_of(item) for item in items])
-    scale = max(float(np.abs(theirs).max()), 1e-30)
-    error = float(np.abs(ours - theirs).max()) / scale
+        errors = _decoder_errors(scorer, probe_rows(loaded.tokenizer, scorer.spec.max_seq_len))
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
     tolerance = TOLERANCE_FP32 if exact else TOLERANCE_16BIT
+    what, error = max(errors.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else np.inf)
     if not error <= tolerance:  # NaN fails too
         raise SelfCheckError(
-            f"self-check: scorecli's scores for {loaded.path} differ from the model's own forward by "
+            f"self-check: scorecli's {what} for {loaded.path} differ from the model's own forward by "
             f"{error:.2g} (relative; tolerance {tolerance:g}): this architecture needs something scorecli does not "
             "reproduce; please report it. --no-self-check scores anyway"
         )
     return error
+
+
+def probe_rows(tok, max_seq_len: int) -> list[tuple[list[int], list[list[int]]]]:
+    """The decoder probe: [(query ids, [item ids])], cut to fit `max_seq_len` (at least 2)."""
+    query = tok(PROBE_QUERY + PROBE_TEXT).input_ids  # with the tokenizer's special tokens, as a run's prefix
+    text = tok(PROBE_TEXT, add_special_tokens=False).input_ids
+    text = text * (1 + max(n for _, items in PROBE_ROWS for n in items) // max(len(text), 1))
+    rows = []
+    for k, (q, items) in enumerate(PROBE_ROWS):
+        ids = query[: min(q, max_seq_len - 1)]
+        room = max_seq_len - len(ids)
+        rows.append((ids, [text[7 * k + j : 7 * k + j + min(n, room)] for j, n in enumerate(items)]))
+    return rows
+
+
+def _decoder_errors(scorer, rows) -> dict[str, float]:
+    """Relative differences of the probe's scores and last hidden states (run in the scorer's
+    own mode and backend, in one window) from the model's own forward."""
+    raw = [RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)]
+    pooling, scorer.hidden_pooling = scorer.hidden_pooling, "last"
+    try:
+        table = scorer.score_rows(raw)
+    finally:
+        scorer.hidden_pooling = pooling
+    n_labels = len(scorer.spec.label_names)
+    ours_s = np.array([x for row in table["scores"].to_pylist() for x in row], dtype=np.float64).reshape(-1, n_labels)
+    ours_h = np.array([x for row in table["pooled_hidden_states"].to_pylist() for x in row], dtype=np.float64)
+    theirs = [_reference(scorer, q + item) for q, items in rows for item in items]
+    theirs_s, theirs_h = np.stack([t[0] for t in theirs]), np.stack([t[1] for t in theirs])
+    return {"scores": _relative(ours_s, theirs_s), "hidden states": _relative(ours_h.reshape(theirs_h.shape), theirs_h)}
+
+
+def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
+    return float(np.abs(ours - theirs).max()) / max(float(np.abs(theirs).max()), 1e-30)
+
+
+def _pair_errors(scorer) -> dict[str, float]:
+    items = [item.strip() for item in PROBE_ITEMS]
+    row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
+    table = scorer.score_rows([RawRow(row, "self-check probe")])
+    n_labels = len(scorer.spec.label_names)
+    ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
+    return {"scores": _relative(ours, np.stack([_pair_reference(scorer, item) for item in items]))}
 
 
 @torch.inference_mode()
@@ -84,20 +129,22 @@ def _pair_reference(scorer, item: str) -> np.ndarray:
 
 
 @torch.inference_mode()
-def _reference(scorer, ids: list[int]) -> np.ndarray:
-    """The model's own scores [labels] for one sequence, under transformers' eager attention."""
+def _reference(scorer, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own scores [labels] and last hidden state [H] for one sequence, under
+    transformers' eager attention."""
     from scorecli.attention import ATTN_NAME
 
     model, spec = scorer.loaded.model, scorer.spec
     model.set_attn_implementation("eager")
     try:
-        out = model(input_ids=torch.tensor([ids], device=scorer.loaded.device), use_cache=False)
+        out = model(input_ids=torch.tensor([ids], device=scorer.loaded.device), use_cache=False, output_hidden_states=True)
     finally:
         model.set_attn_implementation(ATTN_NAME)
+    hidden = out.hidden_states[-1][0, -1].double().cpu().numpy()
     if spec.kind != "causal-lm":
-        return activate(out.logits[0], spec.activation).double().cpu().numpy()
+        return activate(out.logits[0], spec.activation).double().cpu().numpy(), hidden
     logits = out.logits[0, -1].float()  # [vocab]
     labels = torch.tensor(spec.label_ids, device=logits.device)
     if spec.activation == "none":
-        return torch.exp(torch.log_softmax(logits, dim=-1))[labels].double().cpu().numpy()
-    return activate(logits[labels], spec.activation).double().cpu().numpy()
+        return torch.exp(torch.log_softmax(logits, dim=-1))[labels].double().cpu().numpy(), hidden
+    return activate(logits[labels], spec.activation).double().cpu().numpy(), hidden

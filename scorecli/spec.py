@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scorecli.compat import Support
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError
 from scorecli.model import Loaded
@@ -33,11 +34,18 @@ class RunSpec:
     positive_index: int
     pooling: str
     max_seq_len: int
+    single_reason: str = ""  # why a decoder runs single-item only (`compat.Support`); "" otherwise
 
 
-def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
+def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: Support | None = None) -> RunSpec:
+    """`support`: what the decoder allows (`compat.support`; None: everything)."""
     kind = loaded.kind
-    mis = _resolve_mode(cfg.mode, kind)
+    support = support or Support(True)
+    mis = _resolve_mode(cfg.mode, kind) and support.packed
+    if cfg.mode == "mis" and not support.packed:
+        from scorecli.compat import check_backend
+
+        check_backend(support, cfg.attention, mis=True)
     if kind == "cross-encoder" and template.name != "plain":
         raise UsageError(f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs")
     if kind == "causal-lm":
@@ -57,6 +65,7 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpe
         positive_index=_positive_index(cfg.positive_label, names, kind),
         pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
         max_seq_len=_max_seq_len(cfg.max_seq_len, loaded),
+        single_reason=support.reason,
     )
 
 

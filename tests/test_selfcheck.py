@@ -48,14 +48,15 @@ def test_self_check_stops_an_ignored_attention_argument(gemma2_seq_cls, monkeypa
         Scorer(gemma2_seq_cls, attention="sdpa")
 
 
-def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls):
+@pytest.mark.parametrize("max_seq_len", [2, 8, 40])
+def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls, max_seq_len):
     from transformers import AutoTokenizer
 
-    from scorecli.selfcheck import PROBE_QUERY
+    from scorecli.selfcheck import probe_rows
 
-    n = len(AutoTokenizer.from_pretrained(qwen3_seq_cls)(PROBE_QUERY).input_ids)
-    assert Scorer(qwen3_seq_cls, max_seq_len=n + 2).self_check_error < 1e-5  # items cut to 2 tokens
-    assert Scorer(qwen3_seq_cls, max_seq_len=n).self_check_error is None  # no room: skipped
+    rows = probe_rows(AutoTokenizer.from_pretrained(qwen3_seq_cls), max_seq_len)
+    assert all(len(q) + len(item) <= max_seq_len and item for q, items in rows for item in items)
+    assert Scorer(qwen3_seq_cls, max_seq_len=max_seq_len).self_check_error < 1e-5  # query and items cut to fit
 
 
 @pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
@@ -86,11 +87,58 @@ def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch)
 def test_inspect_check_reports_each_mode(qwen3_causal_lm, monkeypatch):
     from scorecli.inspect import check
 
-    lines, ok = check(qwen3_causal_lm, ("yes", "no"), False)
-    assert ok and len(lines) == 2 and all(line.startswith("self-check:     passed (max relative") for line in lines)
+    mode, *lines = check(qwen3_causal_lm, ("yes", "no"), False)[0]
+    assert mode == "mode:           mis (--mode auto)"
+    assert len(lines) == 2 and all(line.startswith("self-check:     passed (max relative") for line in lines)
     assert "(mis, sdpa, float32 on cpu)" in lines[0] and "(single, sdpa, float32 on cpu)" in lines[1]
     import scorecli.scorer
 
     monkeypatch.setattr(scorecli.scorer, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
-    lines, ok = check(qwen3_causal_lm, None, False)  # no label tokens: any two
-    assert not ok and all("FAILED: scorecli's scores" in line for line in lines)
+    (mode, *lines), ok = check(qwen3_causal_lm, None, False)  # no label tokens: any two
+    assert not ok and len(lines) == 2 and all("FAILED: scorecli's scores" in line for line in lines)
+
+
+def test_the_probe_looks_like_real_work(qwen3_seq_cls):
+    """Two rows (two sequences in one batch in either mode), items of very different lengths,
+    packed rows longer than small models' sliding windows."""
+    from scorecli.io.readers import RawRow
+    from scorecli.selfcheck import probe_rows
+
+    scorer = Scorer(qwen3_seq_cls, mode="mis")
+    rows = probe_rows(scorer.loaded.tokenizer, scorer.spec.max_seq_len)
+    lengths = [len(item) for _, items in rows for item in items]
+    assert len(rows) >= 2 and min(lengths) <= 3 and max(lengths) >= 60
+    assert max(len(q) + sum(len(i) for i in items) for q, items in rows) > 128
+    prepared = scorer.prepare([RawRow({"query_ids": q, "item_ids": items}, "probe") for q, items in rows])
+    assert len(prepared.batches) == 1 and len(prepared.batches[0]) >= 2
+
+
+def test_self_check_compares_hidden_states(qwen3_seq_cls, monkeypatch):
+    """Simulated: the pooled hidden states go wrong while the scores stay right."""
+    from scorecli import forward
+
+    real = forward.DecoderForward._pooled
+
+    def wrong(self, inputs, kwargs, pooling):
+        pooled = real(self, inputs, kwargs, pooling)
+        return forward.Pooled(pooled.score_states, pooled.logits, None if pooled.hidden is None else pooled.hidden * 1.01)
+
+    monkeypatch.setattr(forward.DecoderForward, "_pooled", wrong)
+    with pytest.raises(SelfCheckError, match="hidden states"):
+        Scorer(qwen3_seq_cls)
+
+
+def test_self_check_catches_leakage_between_sequences_of_a_batch(qwen3_seq_cls, monkeypatch):
+    """Simulated: flex's mask forgets which sequence of the ragged row a key belongs to."""
+    from scorecli.attention import flex
+
+    def leaky(doc, segment):
+        def mask_mod(b, h, q_idx, kv_idx):
+            seg_kv = segment[kv_idx]
+            return (kv_idx <= q_idx) & ((seg_kv == 0) | (seg_kv == segment[q_idx]))
+
+        return mask_mod
+
+    monkeypatch.setattr(flex, "mis_mask_mod", leaky)
+    with pytest.raises(SelfCheckError):
+        Scorer(qwen3_seq_cls, attention="flex", mode="mis")

@@ -2,14 +2,18 @@
 
 A backend turns a ragged `Batch` into model inputs once per batch (`plan`) and computes
 attention per layer (`attend`). transformers calls our registered attention function
-("scorecli") in every layer; it forwards to the backend object passed in the model's
-forward kwargs, so tests and callers pick any backend without touching globals.
+("scorecli") in every layer; it forwards to the backend bound to the current forward call
+(`bound`, a context variable: decoder layers that do not hand `**kwargs` down to attention,
+StableLM's and Nemotron's, still reach it), or to one passed as the `scorecli_backend`
+forward kwarg. Tests and callers pick any backend without touching globals.
 This package knows nothing about tokenization, heads or output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,13 +61,30 @@ class AttentionBackend(Protocol):
 UNSUPPORTED = {"sinks": "attention sinks given as `sinks`", "position_bias": "a position bias (ALiBi, T5)"}
 
 
+# the backend of the forward call running in this thread (`bound`)
+_BACKEND: ContextVar["AttentionBackend | None"] = ContextVar("scorecli_backend", default=None)
+
+
+@contextlib.contextmanager
+def bound(backend: "AttentionBackend"):
+    """Run the enclosed model call with every attention layer dispatching to `backend`."""
+    token = _BACKEND.set(backend)
+    try:
+        yield backend
+    finally:
+        _BACKEND.reset(token)
+
+
 def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    backend = kwargs.get("scorecli_backend")
+    backend = kwargs.get("scorecli_backend") or _BACKEND.get()
     if backend is None:
-        raise RuntimeError("scorecli attention called without a backend (pass scorecli_backend=...)")
+        raise RuntimeError("scorecli attention called without a backend (bind one with attention.bound)")
     for name, what in UNSUPPORTED.items():
         if kwargs.get(name) is not None:
             raise UsageError(f"{type(module).__name__}: this model's attention uses {what}, which scorecli does not implement")
+    if attention_mask is not None:  # we register no mask function: a mask here is one the layer made itself
+        raise UsageError(f"{type(module).__name__}: this model's attention builds its own mask or bias (e.g. a dynamic "
+                         "or sparse-attention mask), which scorecli's backends do not apply")  # fmt: skip
     return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 

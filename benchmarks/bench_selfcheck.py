@@ -1,0 +1,46 @@
+"""What the start-up self-check costs: `selfcheck.self_check` on an already loaded model.
+
+Loads the model once, builds one Scorer with the self-check off, then times the check
+itself (`--repeats` times, median and best) in the given mode and backend, and prints the
+difference it measured. Run it against another checkout (PYTHONPATH) to compare versions.
+
+    python benchmarks/bench_selfcheck.py --model PATH [--template qwen3-reranker] [--mode mis] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--template", default="plain")
+    ap.add_argument("--mode", default="auto")
+    ap.add_argument("--attention", default="auto")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    from scorecli import Scorer
+    from scorecli.config import ScoreConfig
+    from scorecli.model import load_model
+    from scorecli.selfcheck import self_check
+
+    cfg = ScoreConfig(model=args.model, template=args.template, mode=args.mode, attention=args.attention,
+                      self_check=False)  # fmt: skip
+    loaded = load_model(cfg)
+    scorer = Scorer(loaded, cfg)
+    self_check(scorer)  # warm-up
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        error = self_check(scorer)
+        times.append(time.perf_counter() - start)
+    print(f"self-check on {args.model} ({scorer.metadata['mode']}, {scorer.backend_name}): median "
+          f"{statistics.median(times):.3f} s, best {min(times):.3f} s over {args.repeats}; difference {error:.2g}")
+
+
+if __name__ == "__main__":
+    main()

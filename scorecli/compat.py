@@ -1,0 +1,190 @@
+"""Which execution paths reproduce a loaded decoder exactly, decided once at load.
+
+Packing (MIS rows, the ragged one-row layout of flex and flashinfer, the shared-prefix pass)
+is exact only when tokens of one sequence reach another solely through attention, and all of
+that attention runs in scorecli's backend, which applies the MIS and sequence masks. So:
+  - a layer that carries state from token to token outside attention (state-space / Mamba
+    mixers, linear or lightning attention, recurrent or convolutional token mixers: named by
+    the config's `layer_types` or found by module type), or
+  - a layer whose attention never dispatches to the backend (its own attention code, found
+    by counting dispatches per layer in one probe forward: GPT-1, BLOOM, MPT, Falcon, GPT-Neo)
+makes the model *single-item only*: one padded sequence per item, right-padded, where causal
+layers never see the padding. `--mode auto` then runs single-item; `--mode mis`, a ragged
+backend and the shared prefix are refused or not used (`Support`).
+Refused outright (`UsageError`): a probe forward that fails under scorecli's attention (a
+layer that reads a mask we do not build, e.g. a sparse-attention indexer), attention that
+builds its own mask or bias (`attention._dispatch`), a model that is not causal (bidirectional
+attention modules, or early states that move when later tokens change: an encoder, which
+`--kind cross-encoder` runs with its own forward), and a classifier that is more than one
+linear layer on the last token. This module knows nothing about rows, batches or output.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from scorecli.errors import UsageError
+
+# layer kinds (config `layer_types` values) that are attention computed by the backend
+ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", "global", "local"}
+# substrings of module class names that mix tokens outside attention (state carried across tokens)
+STATEFUL_MODULES = ("Mamba", "SSM", "GatedDeltaNet", "LinearAttention", "Lightning", "Recurrent", "RWKV", "ShortConv")
+
+
+@dataclass(frozen=True)
+class Support:
+    """What a decoder allows. `packed`: MIS rows, ragged backends and a shared prefix are exact;
+    otherwise `reason` says why only padded single-item runs are."""
+
+    packed: bool
+    reason: str = ""
+
+
+_CACHE: "weakref.WeakKeyDictionary[torch.nn.Module, Support]" = weakref.WeakKeyDictionary()
+
+
+def support(model: torch.nn.Module, kind: str) -> Support:
+    """The Support of a loaded decoder (`kind` seq-cls or causal-lm), computed once per model.
+
+    Raises:
+        UsageError: scorecli cannot reproduce the model in any mode.
+    """
+    if model not in _CACHE:
+        if kind == "seq-cls":
+            _check_head(model)
+        _CACHE[model] = _support(model)
+    return _CACHE[model]
+
+
+def _support(model: torch.nn.Module) -> Support:
+    layers = decoder_layers(model)
+    silent = _layers_without_dispatch(model, layers)  # first: refuses a model that fails under our attention
+    stateful = stateful_reason(model)
+    if stateful:
+        return Support(False, stateful)
+    if silent:
+        return Support(False, f"the attention of {silent} does not go through scorecli's attention backend, "
+                              "which applies the masks that keep packed sequences apart")  # fmt: skip
+    return Support(True)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The base model's stack of decoder layers (its longest ModuleList)."""
+    base = model.base_model
+    lists = [m for m in base.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else [base]
+
+
+def stateful_reason(model: torch.nn.Module) -> str:
+    """Why the model is single-item only, as far as its config and module types tell (no forward;
+    works on a model built on the meta device), else ''."""
+    stateful = _stateful_layer(model, decoder_layers(model))
+    return f"{stateful} carries state from token to token, across packed sequences" if stateful else ""
+
+
+def _stateful_layer(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
+    """'layer i (what)' of the first layer that mixes tokens outside attention, else ''."""
+    kinds = getattr(model.config, "layer_types", None) or []
+    for i, kind in enumerate(kinds):
+        if isinstance(kind, str) and kind not in ATTENTION_LAYER_TYPES:
+            return f"layer {i} ({kind})"
+    for i, layer in enumerate(layers):
+        for module in layer.modules():
+            name = type(module).__name__
+            if any(marker in name for marker in STATEFUL_MODULES):
+                return f"layer {i} ({name})"
+    return ""
+
+
+class _Counter:
+    """A backend for the probe forward: plain causal attention; records who called it."""
+
+    name = "probe"
+    is_padded = True
+    shares_prefix = False
+    shared = None
+
+    def __init__(self) -> None:
+        self.callers: set[int] = set()
+
+    def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
+        from scorecli.attention.kernel import attention
+
+        self.callers.add(id(module))
+        return attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
+
+
+@torch.inference_mode()
+def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
+    """'layer i (Class)' of the first decoder layer that ran without calling the backend, else ''."""
+    counter = _Counter()
+    try:
+        early = _probe(model, counter)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here means the model does not run under our attention
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise UsageError(f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
+                         f"({type(exc).__name__}: {first}); scorecli cannot score this model") from exc  # fmt: skip
+    bidirectional = [m for m in model.modules() if id(m) in counter.callers and getattr(m, "is_causal", True) is False]
+    if bidirectional or not torch.allclose(*early, atol=1e-5, rtol=1e-4):
+        raise UsageError(f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
+                         "encoder classifier, pass --kind cross-encoder to score (query, item) pairs")  # fmt: skip
+    for i, layer in enumerate(layers):
+        if not any(id(m) in counter.callers for m in layer.modules()):
+            attn = next((m for m in layer.modules() if "Attention" in type(m).__name__), layer)
+            return f"layer {i} ({type(attn).__name__})"
+    return ""
+
+
+def _probe(model: torch.nn.Module, counter: _Counter) -> list[torch.Tensor]:
+    """The first 4 hidden states of two 8-token inputs that differ after them, under `counter`
+    (transformers' notes about fallback kernels stay quiet: our output is one line)."""
+    from transformers.utils import logging as hf_logging
+
+    from scorecli.attention import bound
+
+    device = next(model.parameters()).device
+    vocab = getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings
+    ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab  # [1, 8]
+    later = ids.clone()
+    later[0, 4:] = (later[0, 4:] + 1) % vocab  # the same first 4 tokens, other later ones
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with bound(counter):
+            return [_states(model, x)[:, :4] for x in (ids, later)]
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _states(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The base model's last hidden states [1, L, H] for `ids` [1, L]."""
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    return model.base_model(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+
+
+def _check_head(model: torch.nn.Module) -> None:
+    """A classifier must be one linear layer (`score` or `classifier`) on the base model's output."""
+    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    base = model.base_model
+    extra = [name for name, child in model.named_children()
+             if child is not base and child is not head and any(True for _ in child.parameters())]  # fmt: skip
+    if extra or not isinstance(head, torch.nn.Linear):
+        what = f"has `{extra[0]}` besides its linear classifier" if extra else "has no linear classifier (`score`)"
+        raise UsageError(f"{type(model).__name__}: its head {what}; scorecli applies one linear layer at the "
+                         "item's last token and cannot reproduce this head")  # fmt: skip
+
+
+def check_backend(support: Support, backend: str, mis: bool) -> None:
+    """Refuse a packed mode or a ragged backend for a single-item-only model (one line, why)."""
+    if support.packed:
+        return
+    if mis:
+        raise UsageError(f"--mode mis: {support.reason}; this model runs single-item only (--mode single or auto)")
+    if backend in ("flex", "flashinfer"):
+        raise UsageError(f"--attention {backend}: {support.reason}, and this backend concatenates a batch's sequences "
+                         "into one row; use --attention sdpa or eager")  # fmt: skip
