@@ -97,7 +97,7 @@ class Scorer:
             from scorecli.attention import make_backend
 
             vocab = loaded.model.get_input_embeddings().num_embeddings
-            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
+            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab, self.spec.max_seq_len)
             backend = make_backend(cfg.attention, loaded.device, loaded.dtype)
             self.backend_name = backend.name
             if cfg.attention == "auto" and backend.name == "flashinfer":

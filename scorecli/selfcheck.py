@@ -46,6 +46,8 @@ def self_check(scorer) -> float | None:
     tok, loaded = scorer.loaded.tokenizer, scorer.loaded
     if scorer.spec.kind == "cross-encoder":
         items = [item.strip() for item in PROBE_ITEMS]
+        if len(tok(PROBE_QUERY, items[0])["input_ids"]) > scorer.spec.max_seq_len:
+            return None  # the probe's pairs do not fit whole
         row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
         theirs_of = lambda item: _pair_reference(scorer, item)  # noqa: E731
     else:
@@ -60,6 +62,12 @@ def self_check(scorer) -> float | None:
     n_labels = len(scorer.spec.label_names)
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
     theirs = np.stack([theirs_of(item) for item in items])
+    if not np.isfinite(theirs).all():
+        raise SelfCheckError(
+            f"self-check: the model's own forward of {loaded.path} gives NaN or infinite scores on the probe "
+            f"({str(loaded.dtype).removeprefix('torch.')}): its weights or this dtype overflow, not scorecli; "
+            "try --dtype float32 or another checkpoint"
+        )
     scale = max(float(np.abs(theirs).max()), 1e-30)
     error = float(np.abs(ours - theirs).max()) / scale
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
