@@ -80,7 +80,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
     add("cross_encoder_no_room", m["cross"], ["--max-seq-len", "3"], ["--max-seq-len 3", "no room", "special tokens"])
-    add("template_no_room", m["causal"], ["--template", "qwen3-reranker", "--max-seq-len", "40"], ["--max-seq-len 40", "no room"])
+    add("template_no_room", m["causal"], ["--template", "qwen3-reranker", "--max-seq-len", "40"], ["--max-seq-len 40", "no room", "template qwen3-reranker"])
     long_query = json.dumps({"id": 2, "query": " ".join(["word"] * 600), "items": ["a b"]}).encode() + b"\n"
     add("decoder_query_no_room", m["seq_cls"], ["--max-seq-len", "16"], ["field 'query'", "no room"], [long_query])
     add("cross_encoder_query_over_limit", m["cross"], [], ["field 'query'", "no room", "--max-seq-len 512"], [long_query])
@@ -242,3 +242,56 @@ def test_parse_row_takes_the_columns_that_are_given():
     assert row.pretokenized and row.query == [1] and row.items == [[2]]
     row = parse_row({"query": "q", "items": ["a"], "query_ids": None, "item_ids": None}, "r", Fields())
     assert row.query == "q" and row.items == ["a"]
+
+
+class _Picky:
+    """A real tokenizer that raises, as tokenizers do on inputs they reject, on any text
+    containing BOOM (and on a batch holding one)."""
+
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+
+    def __call__(self, text, *args, **kwargs):
+        texts = [t for x in (text, *args) for t in (x if isinstance(x, list) else [x]) if isinstance(t, str)]
+        if any("BOOM" in t for t in texts):
+            raise Exception("Truncation error: Sequence to truncate too short")  # noqa: TRY002 - like tokenizers
+        return self._tok(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cross_encoder):
+    from transformers import AutoTokenizer
+
+    from scorecli.encode import DecoderEncoder, PairEncoder, Row
+    from scorecli.templates import load_template
+
+    rows = [Row("q", ["fine"], None, None), Row("q", ["fine", "x BOOM"], None, None), Row("BOOM", ["a"], None, None)]
+    where = ["f:1", "f:2", "f:3"]
+    tok = _Picky(AutoTokenizer.from_pretrained(qwen3_seq_cls))
+    encoded = DecoderEncoder(tok, load_template("plain"), None, len(tok._tok), 64).encode(rows, where)
+    assert encoded[0].error is None and len(encoded[0].items) == 1
+    assert encoded[1].error == "f:2: field 'items'[1]: the tokenizer failed: Truncation error: Sequence to truncate too short"
+    assert encoded[2].error.startswith("f:3: field 'query': the tokenizer failed")
+    pairs = PairEncoder(_Picky(AutoTokenizer.from_pretrained(bert_cross_encoder)), 64, "item").encode(rows, where)
+    assert pairs[0].error is None and len(pairs[0].items) == 1
+    assert pairs[1].error.startswith("f:2: field 'items'[1]: the tokenizer failed")
+    assert pairs[2].error.startswith("f:3: field 'query': the tokenizer failed")
+
+
+def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monkeypatch):
+    from scorecli.errors import UsageError
+    from scorecli.model import locate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    for name in ["models/reranker", "./reranker", "../reranker", "~/no/such/reranker", "a/b/c", "reranker.gguf",
+                 "reranker.safetensors", "with space/x"]:  # fmt: skip
+        with pytest.raises(UsageError, match="no such (model folder|file)"):
+            locate(name)
+    with pytest.raises(UsageError, match="a file, not a model folder"):
+        locate("weights.safetensors")
+    assert locate("Qwen/Qwen3-Reranker-0.6B") == ("Qwen/Qwen3-Reranker-0.6B", None)  # a Hub id: looked up
+    assert locate("gpt2") == ("gpt2", None)
