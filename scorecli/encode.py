@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from scorecli.errors import InputError
+from scorecli.longtext import Bounder
 from scorecli.pack import EncodedRow, Seq
-from scorecli.templates import Template
+from scorecli.templates import Template, text_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,42 +40,87 @@ class Fields:
 
 
 def parse_row(data: dict, where: str, fields: Fields) -> Row:
-    """Check one record's fields and types; raise InputError naming `where` and the field."""
-    if fields.query in data or fields.items in data:
+    """Check one record's fields and types; raise InputError naming `where` and the field.
+
+    Text fields must be valid Unicode (a lone surrogate such as JSON's "\\ud800" is not) and
+    token ids ints in 0 .. 2^63 - 1 (the vocabulary bound is checked by the encoder).
+    """
+    text_fields, id_fields = (fields.query, fields.items), ("query_ids", "item_ids")
+    given = lambda names: any(data.get(n) is not None for n in names)  # noqa: E731
+    if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
         query = _get(data, fields.query, where)
         items = _get(data, fields.items, where)
         if not isinstance(query, str):
             raise InputError(f"{where}: field '{fields.query}': expected a string, got {_type(query)}")
-        _check_list(items, where, fields.items, lambda x: isinstance(x, str), "a string")
-    elif "query_ids" in data or "item_ids" in data:
+        _check_text(query, where, f"'{fields.query}'")
+        _check_list(items, where, fields.items, _text_error)
+    elif given(id_fields) or any(n in data for n in id_fields):
         query = _get(data, "query_ids", where)
         items = _get(data, "item_ids", where)
-        _check_list(query, where, "query_ids", _is_token, "an int token id")
-        _check_list(items, where, "item_ids", lambda x: isinstance(x, list) and all(map(_is_token, x)), "a list of token ids")
+        _check_list(query, where, "query_ids", _token_error)
+        _check_list(items, where, "item_ids", _ids_error)
     else:
         raise InputError(f"{where}: missing field '{fields.query}' (or 'query_ids')")
     instruction = data.get("instruction")
-    if instruction is not None and not isinstance(instruction, str):
-        raise InputError(f"{where}: field 'instruction': expected a string, got {_type(instruction)}")
+    if instruction is not None:
+        if not isinstance(instruction, str):
+            raise InputError(f"{where}: field 'instruction': expected a string, got {_type(instruction)}")
+        _check_text(instruction, where, "'instruction'")
     return Row(query, items, instruction, data.get(fields.id))
 
 
 def _get(data: dict, name: str, where: str) -> Any:
-    if name not in data or data[name] is None:
+    if name not in data:
         raise InputError(f"{where}: missing field '{name}'")
+    if data[name] is None:
+        raise InputError(f"{where}: field '{name}' is null")
     return data[name]
 
 
-def _check_list(value: Any, where: str, name: str, ok, what: str) -> None:
+def _check_list(value: Any, where: str, name: str, error_of) -> None:
+    """`value` must be a list whose elements pass `error_of` (None: fine, else what is wrong)."""
     if not isinstance(value, list):
         raise InputError(f"{where}: field '{name}': expected a list, got {_type(value)}")
     for k, x in enumerate(value):
-        if not ok(x):
-            raise InputError(f"{where}: field '{name}'[{k}]: expected {what}, got {_type(x)}")
+        problem = error_of(x)
+        if problem is not None:
+            raise InputError(f"{where}: field '{name}'[{k}]{problem}")
 
 
-def _is_token(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+MAX_TOKEN_ID = 2**63 - 1  # int64, what token ids are stored as
+
+
+def _check_text(value: str, where: str, field: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InputError(f"{where}: field {field}: {problem}")
+
+
+def _text_error(x: Any) -> str | None:
+    if not isinstance(x, str):
+        return f": expected a string, got {_type(x)}"
+    problem = text_problem(x)
+    return None if problem is None else f": {problem}"
+
+
+def _token_error(x: Any) -> str | None:
+    """None for a valid token id, else what is wrong with `x` (starting with ': ')."""
+    if type(x) is int and 0 <= x <= MAX_TOKEN_ID:  # not bool: True is no token id
+        return None
+    if type(x) is not int:
+        return f": expected a token id (an int >= 0), got {_type(x)}"
+    if x < 0:
+        return f": token id {x} is negative"
+    return f": token id {x} is outside the vocabulary"
+
+
+def _ids_error(x: Any) -> str | None:
+    if not isinstance(x, list):
+        return f": expected a list of token ids, got {_type(x)}"
+    if all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in x):  # the fast path
+        return None
+    j, problem = next((j, p) for j, t in enumerate(x) if (p := _token_error(t)) is not None)
+    return f"[{j}]{problem}"
 
 
 def _type(x: Any) -> str:
@@ -82,51 +128,93 @@ def _type(x: Any) -> str:
 
 
 class DecoderEncoder:
-    """Tokenizes rows for decoder models through a template."""
+    """Tokenizes rows for decoder models through a template.
 
-    def __init__(self, tokenizer, template: Template, instruction: str | None, vocab_size: int):
+    Items far longer than `max_tokens` are cut before tokenizing where that provably keeps
+    every token a run can use (`longtext`), so one huge item costs no more than a long one.
+    """
+
+    def __init__(self, tokenizer, template: Template, instruction: str | None, vocab_size: int, max_tokens: int):
         self.tokenizer = tokenizer
         self.template = template
         self.instruction = instruction
         self.vocab_size = vocab_size
+        self.max_tokens = max_tokens
+        self.bounder = Bounder(tokenizer)
         self.lead = np.array(leading_special_ids(tokenizer), dtype=np.int64)
         suffix = template.item_suffix
         self.suffix_len = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+        self.item_before, self.item_after = template.item.split("{item}", 1)
 
     def encode(self, rows: list[Row], wheres: list[str]) -> list[EncodedRow]:
         """Encode a window of rows; pre-tokenized rows are used as-is (no template)."""
         text = [k for k, r in enumerate(rows) if not r.pretokenized]
-        prefixes = [self.template.render_prefix(rows[k].query, rows[k].instruction or self.instruction) for k in text]
-        items = [self.template.render_item(item) for k in text for item in rows[k].items]
-        prefix_ids = _tokenize(self.tokenizer, prefixes)
-        item_ids = _tokenize(self.tokenizer, items)
+        prefixes = [self._prefix_text(rows[k]) for k in text]
+        items = [self.template.render_item(self._bounded(item)) for k in text for item in rows[k].items]
+        fields = [(k, "'query'") for k in text] + [(k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))]
+        ids, failed = _tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
+        prefix_ids, item_ids = ids[: len(prefixes)], ids[len(prefixes) :]
         out: list[EncodedRow | None] = [None] * len(rows)
         start = 0
         for k, p in zip(text, prefix_ids):
             n = len(rows[k].items)
             out[k] = EncodedRow(np.concatenate([self.lead, p]), item_ids[start : start + n], self.suffix_len)
             start += n
+        for t, error in failed.items():  # the row's first failing text names it
+            k = fields[t][0]
+            if out[k].error is None:
+                out[k] = EncodedRow(out[k].prefix, [], 0, error)
         for k, r in enumerate(rows):
             if r.pretokenized:
                 out[k] = self._pretokenized(r, wheres[k])
         return out  # type: ignore[return-value]
 
+    def _prefix_text(self, row: Row) -> str:
+        """P's text; a huge one is cut where it still has more tokens than any sequence
+        holds (the row then fails as too long, without tokenizing all of it)."""
+        text = self.template.render_prefix(row.query, row.instruction or self.instruction)
+        return self.bounder.cut(text, self.max_tokens + 1) or text
+
+    def _bounded(self, item: str) -> str:
+        """`item`, or a cut of it that tokenizes (in the template) to the same first
+        `max_tokens` tokens: the only ones truncation can keep."""
+        return self.bounder.cut(item, self.max_tokens, self.item_before, self.item_after) or item
+
     def _pretokenized(self, row: Row, where: str) -> EncodedRow:
         query = np.array(row.query, dtype=np.int64)
         items = [np.array(i, dtype=np.int64) for i in row.items]
-        top = max([int(query.max(initial=0)), *(int(i.max(initial=0)) for i in items)])
-        if top >= self.vocab_size:
-            field = "query_ids" if int(query.max(initial=0)) == top else "item_ids"
-            error = f"{where}: field '{field}': token id {top} is outside the vocabulary (size {self.vocab_size})"
-            return EncodedRow(query, [], 0, error)
+        for field, ids in [("'query_ids'", query)] + [(f"'item_ids'[{k}]", i) for k, i in enumerate(items)]:
+            over = np.flatnonzero(ids >= self.vocab_size)
+            if len(over):
+                at = int(over[0])
+                error = f"{where}: field {field}[{at}]: token id {int(ids[at])} is outside the vocabulary (size {self.vocab_size})"
+                return EncodedRow(query, [], 0, error)
         return EncodedRow(query, items, 0)
 
 
-def _tokenize(tokenizer, texts: list[str]) -> list[np.ndarray]:
+def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[list[np.ndarray], dict[int, str]]:
+    """Token ids of every text (one batched call), and {index: error} for texts the tokenizer
+    rejects (found one by one when the batch fails; their ids are empty)."""
     if not texts:
-        return []
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [np.array(x, dtype=np.int64) for x in ids]
+        return [], {}
+    try:
+        ids = tokenizer(texts, add_special_tokens=False, **kwargs)["input_ids"]
+        return [np.array(x, dtype=np.int64) for x in ids], {}
+    except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried
+        pass
+    out, failed = [], {}
+    for t, text in enumerate(texts):
+        try:
+            out.append(np.array(tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"], dtype=np.int64))
+        except Exception as exc:  # noqa: BLE001
+            out.append(np.zeros(0, dtype=np.int64))
+            failed[t] = f"{names[t]}: the tokenizer failed: {_first_line(exc)}"
+    return out, failed
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def leading_special_ids(tokenizer) -> list[int]:
@@ -158,12 +246,18 @@ class EncodedPairs:
 
 
 class PairEncoder:
-    """Tokenizes (query, item) pairs the way cross-encoders were trained."""
+    """Tokenizes (query, item) pairs the way cross-encoders were trained.
+
+    A query that leaves no room for an item token in `max_seq_len` fails its row (the
+    tokenizer's own truncation would raise); huge items are cut first as in `DecoderEncoder`.
+    """
 
     def __init__(self, tokenizer, max_seq_len: int, truncate: str):
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.truncate = truncate
+        self.bounder = Bounder(tokenizer)
+        self.specials = tokenizer.num_special_tokens_to_add(pair=True)
 
     def encode(self, rows: list[Row], wheres: list[str]) -> list[EncodedPairs]:
         out = []
@@ -177,11 +271,29 @@ class PairEncoder:
     def _encode_row(self, row: Row, where: str) -> EncodedPairs:
         if not row.items:
             return EncodedPairs([], [])
+        room = self.max_seq_len - self.specials
+        query = self.bounder.cut(row.query, room) or row.query
+        (query_ids,), failed = _tokenize(self.tokenizer, [query], [f"{where}: field 'query'"])
+        if failed:
+            return EncodedPairs([], [], failed[0])
+        if len(query_ids) >= room:
+            return EncodedPairs([], [], f"{where}: field 'query': {'at least ' if query is not row.query else ''}{len(query_ids)} "
+                                f"tokens leave no room for an item within --max-seq-len {self.max_seq_len}")  # fmt: skip
         cut = self.truncate == "item"
-        enc = self.tokenizer(
-            [row.query] * len(row.items), row.items, truncation="only_second" if cut else False,
-            max_length=self.max_seq_len if cut else None,
-        )  # fmt: skip
+        bounded = [self.bounder.cut(item, room) for item in row.items]
+        if not cut and any(b is not None for b in bounded):  # over the limit: no need to tokenize it all
+            k = next(k for k, b in enumerate(bounded) if b is not None)
+            return EncodedPairs([], [], f"{where}: field 'items'[{k}]: the pair is over --max-seq-len {self.max_seq_len} tokens")
+        items = [b or item for b, item in zip(bounded, row.items)]
+        try:
+            enc = self.tokenizer(
+                [row.query] * len(items), items, truncation="only_second" if cut else False,
+                max_length=self.max_seq_len if cut else None,
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - name the item the tokenizer rejects
+            _, failed = _tokenize(self.tokenizer, items, [f"{where}: field 'items'[{k}]" for k in range(len(items))])
+            error = next(iter(failed.values()), f"{where}: field 'items': the tokenizer failed on the pairs")
+            return EncodedPairs([], [], error)
         ids = [np.array(x, dtype=np.int64) for x in enc["input_ids"]]
         too_long = [k for k, x in enumerate(ids) if len(x) > self.max_seq_len]
         if too_long:

@@ -55,12 +55,20 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from scorecli.model import first_line
+
+    where = os.path.join(folder, gguf_file)
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+        loaded, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
+                                                            output_loading_info=True)  # fmt: skip
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     except (OSError, ValueError, KeyError) as exc:
-        raise UsageError(f"cannot load GGUF model {os.path.join(folder, gguf_file)}: {exc}") from exc
+        raise UsageError(f"cannot load GGUF model {where}: {first_line(exc)}") from exc
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:  # tensors the file lacks (or transformers cannot map) would be random: never cache them
+        raise UsageError(f"cannot load GGUF model {where}: it has no tensors for {', '.join(missing[:3])}"
+                         f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''}, which would be randomly initialised")  # fmt: skip
     # a GGUF-loaded model cannot save itself: rebuild a plain one from a clean config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

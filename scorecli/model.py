@@ -7,6 +7,8 @@ code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -70,24 +72,26 @@ def detect_kind(config) -> str:
 
 
 def load_model(cfg: ScoreConfig) -> Loaded:
-    """Load the checkpoint named by `cfg.model` for scoring (eval mode, on the device)."""
-    from transformers import AutoConfig
+    """Load the checkpoint named by `cfg.model` for scoring (eval mode, on the device).
 
+    Refused with a UsageError: a checkpoint that lacks weights the model class needs (they
+    would be randomly initialised: `--kind` not fitting the checkpoint, a base model without
+    a head), one whose weights hold NaN or infinity, a corrupt safetensors file, a tokenizer
+    that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
+    """
     path, gguf_file = locate(cfg.model)
     if gguf_file:
         from scorecli.gguf import materialize
 
         path = materialize(path, gguf_file, cfg.cache_dir)
     common = {"trust_remote_code": cfg.trust_remote_code}
-    try:
-        hf_config = AutoConfig.from_pretrained(path, **common)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {cfg.model}: {first_line(exc)}") from exc
+    hf_config = _load_config(path, cfg)
     kind = cfg.kind or detect_kind(hf_config)
+    _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
-    tokenizer = _load_tokenizer(path, common)
+    tokenizer = _load_tokenizer(path, common, cfg.model)
     if kind != "cross-encoder":
         from scorecli.attention import ATTN_NAME, register
 
@@ -98,6 +102,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if kind == "cross-encoder" and dtype != torch.float32:
         float32_heads(model)
     model.to(device).eval()
+    check_finite(model, cfg.model)
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
 
 
@@ -126,45 +131,164 @@ def float32_heads(model: torch.nn.Module) -> None:
                 setattr(owner, name, Float32Head(module))
 
 
+# a name the Hub could hold ("org/name" or a legacy "name"); anything else is a local path
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".gguf")
+
+
 def locate(name: str) -> tuple[str, str | None]:
-    """(folder or hub id, gguf file name or None)."""
-    if name.endswith(".gguf"):
-        if not os.path.isfile(name):
+    """(folder or hub id, gguf file name or None); a name that can only be a local path and
+    names nothing is refused here, never looked up on the Hub."""
+    local = os.path.expanduser(name)
+    if os.path.isdir(local):
+        ggufs = sorted(f for f in os.listdir(local) if f.endswith(".gguf"))
+        has_config = os.path.isfile(os.path.join(local, "config.json"))
+        return local, (ggufs[0] if ggufs and not has_config else None)
+    if local.endswith(".gguf"):
+        if not os.path.isfile(local):
             raise UsageError(f"cannot load model {name}: no such file")
-        return os.path.dirname(os.path.abspath(name)), os.path.basename(name)
-    if os.path.isdir(name):
-        ggufs = sorted(f for f in os.listdir(name) if f.endswith(".gguf"))
-        has_config = os.path.isfile(os.path.join(name, "config.json"))
-        return name, (ggufs[0] if ggufs and not has_config else None)
-    if os.path.exists(name) or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise UsageError(f"cannot load model {name}: not a model folder, .gguf file or Hub id")
+        return os.path.dirname(os.path.abspath(local)), os.path.basename(local)
+    if os.path.exists(local):
+        raise UsageError(f"cannot load model {name}: a file, not a model folder or .gguf file")
+    head = name.split("/", 1)[0]
+    if not _HUB_ID.fullmatch(name) or name.endswith(_WEIGHT_SUFFIXES) or ("/" in name and os.path.isdir(head)):
+        raise UsageError(f"cannot load model {name}: no such model folder")
     return name, None
+
+
+def _load_config(path: str, cfg: ScoreConfig):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        msg = first_line(exc)
+        if "custom code" in msg or "trust_remote_code" in msg:
+            raise UsageError(f"cannot load model {cfg.model}: it needs its own Python code (auto_map in its config); "
+                             "pass --trust-remote-code if you trust it") from exc  # fmt: skip
+        if not os.path.isdir(path):
+            raise UsageError(f"cannot load model {cfg.model}: no such model folder, and not found on the Hub ({msg})") from exc
+        raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
+
+
+def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
+    """A config with `auto_map` names its own code, which runs only with --trust-remote-code:
+    refuse when transformers has no class of the architecture's name, else warn that the
+    built-in class scores it."""
+    auto_map = getattr(hf_config, "auto_map", None)
+    if not auto_map or cfg.trust_remote_code:
+        return
+    import transformers
+
+    archs = getattr(hf_config, "architectures", None) or []
+    arch = archs[0] if archs else hf_config.model_type
+    if not archs or not hasattr(transformers, arch):
+        raise UsageError(f"cannot load model {cfg.model}: its architecture {arch} is its own code (auto_map in its config), "
+                         "which runs only with --trust-remote-code; pass it if you trust the model")  # fmt: skip
+    warnings.warn(f"model {cfg.model} ships its own code (auto_map in its config), which runs only with "
+                  f"--trust-remote-code: scoring it as transformers' built-in {arch}", UserWarning, stacklevel=3)  # fmt: skip
 
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
 
     auto = AutoModelForCausalLM if kind == "causal-lm" else AutoModelForSequenceClassification
     kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report would break the one-line error; we say what matters
     try:
-        return auto.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, EnvironmentError) as exc:
+        model, info = auto.from_pretrained(path, output_loading_info=True, **kwargs)
+    except (OSError, ValueError, RuntimeError) as exc:
         msg = first_line(exc)
-        if "safetensors" in msg.lower() and not cfg.allow_pickle:
+        if "safetensors" in msg.lower() and not cfg.allow_pickle and "deserializ" not in msg.lower():
             raise UsageError(
                 f"cannot load model {cfg.model}: no safetensors weights; pickled .bin weights can run code, "
                 "pass --allow-pickle if you trust them"
             ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
+    except Exception as exc:  # safetensors' own error for a corrupt file
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise UsageError(f"cannot load model {cfg.model}: {corrupt_safetensors(path) or path}: "
+                         f"corrupt safetensors file ({first_line(exc)})") from exc  # fmt: skip
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = sorted(set(info.get("missing_keys") or ()) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
+    if missing:
+        raise UsageError(f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
+                         f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}")  # fmt: skip
+    unused = sorted(info.get("unexpected_keys") or ())
+    if unused and cfg.kind:
+        warnings.warn(f"model {cfg.model}: --kind {kind} leaves checkpoint weights unused ({_some(unused)}); "
+                      f"{_kind_hint(hf_config, kind, cfg.kind)}", UserWarning, stacklevel=4)  # fmt: skip
+    return model
 
 
-def _load_tokenizer(path, common):
+def _some(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _kind_hint(hf_config, kind: str, given: str | None) -> str:
+    archs = getattr(hf_config, "architectures", None) or [hf_config.model_type]
+    try:
+        detected = detect_kind(hf_config)
+    except UsageError:
+        detected = None
+    if given and detected and detected != given:
+        return f"the checkpoint is a {archs[0]}: use --kind {detected} (or leave --kind out)"
+    if given:
+        return f"the checkpoint is a {archs[0]}"
+    return f"the checkpoint is a {archs[0]} without trained weights for a {kind} head: use a model trained for scoring"
+
+
+def corrupt_safetensors(path: str) -> str | None:
+    """The first safetensors file in folder `path` whose header cannot be read, if any."""
+    from safetensors import safe_open
+
+    if not os.path.isdir(path):
+        return None
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".safetensors")):
+        try:
+            with safe_open(os.path.join(path, name), "pt"):
+                pass
+        except Exception:  # noqa: BLE001 - any failure to open names the file
+            return os.path.join(path, name)
+    return None
+
+
+def check_finite(model: torch.nn.Module, name: str) -> None:
+    """UsageError naming the first weight that holds NaN or infinity (one sum per tensor: NaN
+    and infinity propagate; finite weights cannot overflow a float32 sum)."""
+    params = list(model.named_parameters())
+    if not params:
+        return
+    sums = torch.stack([p.detach().sum(dtype=torch.float32) for _, p in params])
+    bad = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
+    if bad:
+        raise UsageError(f"cannot load model {name}: its weight {params[bad[0]][0]} holds NaN or infinite values "
+                         "(a corrupt or badly converted checkpoint)")  # fmt: skip
+
+
+# probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
+_TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
+
+
+def _load_tokenizer(path, common, name: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path, **common)
+        tokenizer = AutoTokenizer.from_pretrained(path, **common)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
+    ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    if not ids or all(i == tokenizer.unk_token_id for i in ids):
+        raise UsageError(f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
+                         "(are its tokenizer files, e.g. tokenizer.json, missing?)")  # fmt: skip
+    # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
+    tokenizer.model_max_length = int(1e30)
+    return tokenizer
 
 
 def first_line(exc: BaseException) -> str:

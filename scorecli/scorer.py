@@ -105,7 +105,7 @@ class Scorer:
             from scorecli.attention import make_backend
 
             vocab = loaded.model.get_input_embeddings().num_embeddings
-            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab)
+            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab, self.spec.max_seq_len)
             from scorecli.compat import check_backend
 
             # a single-item-only model (`compat`) runs padded: `auto` never picks a ragged backend for it

