@@ -127,6 +127,14 @@ def score(
 
 
 _interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
+_interrupt_said: list[bool] = []
+
+
+def _say_interrupted(message: str = "") -> None:
+    """The one line of an interrupted run, once (a second signal may come while it is said)."""
+    if not _interrupt_said:
+        _interrupt_said.append(True)
+        _say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
 
 
 @contextmanager
@@ -323,7 +331,7 @@ def _one_line_warnings(quiet: bool) -> None:
 
 
 def _interrupted(message: str = "") -> None:
-    _say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
+    _say_interrupted(message)
     _finish(128 + _signals[0] if _signals else 130)
 
 
@@ -365,7 +373,8 @@ def _watch_signals() -> None:
 
 
 def _on_signal(signum, frame) -> None:
-    if _signals:
+    if _signals:  # a second signal: say why (if the first has not yet), then go at once
+        _say_interrupted()
         os._exit(128 + _signals[0])
     _signals.append(signum)
     raise KeyboardInterrupt

@@ -260,11 +260,11 @@ def corrupt_safetensors(path: str) -> str | None:
 
 def check_finite(model: torch.nn.Module, name: str) -> None:
     """UsageError naming the first weight that holds NaN or infinity (one sum per tensor: NaN
-    and infinity propagate; finite weights cannot overflow a float32 sum)."""
+    and infinity propagate, and finite 16- or 32-bit weights cannot overflow a float64 sum)."""
     params = list(model.named_parameters())
     if not params:
         return
-    sums = torch.stack([p.detach().sum(dtype=torch.float32) for _, p in params])
+    sums = torch.stack([p.detach().sum(dtype=torch.float64) for _, p in params])
     bad = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
     if bad:
         raise UsageError(f"cannot load model {name}: its weight {params[bad[0]][0]} holds NaN or infinite values "
