@@ -176,3 +176,33 @@ def test_skip_does_not_parse_skipped_lines(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_text("not json\n" * 3 + '{"id": 1}\n')
     assert [r.data for r in iter_rows([str(p)], skip=3)] == [{"id": 1}]
+
+
+def test_dataset_parts_share_one_schema_when_a_column_type_appears_late(tmp_path):
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+
+    import pyarrow.dataset as ds
+
+    target = resolve_output(str(tmp_path / "ds") + "/")
+    model = tmp_path / "m"
+    model.mkdir()
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    cp = Checkpoint.open(target, ScoreConfig(model=str(model)), [str(data)], resume=False)
+    meta = {"scorecli_version": "x"}
+    first = pa.table({"id": pa.nulls(2), "score": [[1.0], [2.0]]}).replace_schema_metadata(meta)
+    second = pa.table({"id": [7, 8], "score": [[3.0], [float("nan")]]}).replace_schema_metadata(meta)
+    with cp.keeping():
+        cp.write(first)
+        cp.write(second)
+        cp.finish(meta)
+    names = sorted(os.listdir(tmp_path / "ds"))
+    assert names == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
+    schemas = [pq.read_schema(tmp_path / "ds" / n) for n in names[1:]]
+    assert schemas[0].equals(schemas[1], check_metadata=True)
+    assert schemas[0].field("id").type == pa.int64()
+    got = ds.dataset(str(tmp_path / "ds"), format="parquet").to_table()
+    assert got.column("id").to_pylist() == [None, None, 7, 8]
+    assert got.column("score").to_pylist() == [[1.0], [2.0], [3.0], [None]]  # NaN written as null
+    assert cp.nulled == {"score": 1}

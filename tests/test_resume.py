@@ -270,3 +270,34 @@ def test_ray_engine_resumes_a_job_and_keeps_its_blocks_as_parts(tmp_path, job_in
     assert f"resumed after {kept * WINDOW:,} rows" in result.stderr
     assert pq.read_table(out).equals(uninterrupted)
     assert not folder.exists()
+
+
+KILL_IN_MERGE = """import os, signal, sys
+import scorecli.io.writers as writers
+write = writers.Sink.write
+def write_then_die(self, table):  # the merge's first table reaches the temporary file, then SIGKILL
+    write(self, table)
+    self._file.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+writers.Sink.write = write_then_die
+from scorecli.cli import main
+sys.argv[0] = "scorecli"
+main()
+"""
+
+
+def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    import sys
+
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    proc = subprocess.run([sys.executable, "-c", KILL_IN_MERGE, *args], capture_output=True, env=_env(), timeout=180)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert not out.exists() and journaled(folder) == PARTS
+    assert any(p.name.startswith(".scores.parquet.") for p in tmp_path.iterdir())  # the merge's temporary file
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    assert f"resumed after {ROWS:,} rows; scored 0 rows" in result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]  # the stale temporary file is gone
