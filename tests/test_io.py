@@ -443,7 +443,7 @@ def test_sink_writes_through_a_fifo_and_devices(tmp_path):
     fifo = tmp_path / "out.parquet"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     with Sink(str(fifo), {"model": "m"}) as sink:  # Parquet: spooled, copied in at the end
         sink.write(pa.table({"id": [1, 2]}))
@@ -460,7 +460,7 @@ def test_closed_fifo_raises_output_closed(tmp_path):
 
     fifo = tmp_path / "out.jsonl"
     os.mkfifo(fifo)
-    reader = threading.Thread(target=lambda: open(fifo, "rb").close())  # opens, then goes away
+    reader = threading.Thread(target=lambda: open(fifo, "rb").close(), daemon=True)  # opens, then goes away
     reader.start()
     with pytest.raises(OutputClosed, match="the reader closed the output"):
         with Sink(str(fifo), {}) as sink:
