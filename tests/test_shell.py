@@ -321,7 +321,8 @@ def test_signal_with_a_stalled_stdin_producer(tmp_path, qwen3_seq_cls, signals):
             time.sleep(0.05)
         for signum in signals:
             proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=20)
+        proc.wait(timeout=20)  # with the producer's end still open: nothing may wait for it
+        stderr = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
