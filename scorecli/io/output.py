@@ -1,7 +1,8 @@
 """Where `--out` points, decided once before any work: format, kind of file, the path written.
 
 - `-` and `/dev/stdout`: JSON lines on standard output, streamed window by window.
-- A device or FIFO (after following symlinks): written through, never replaced.
+- A device or FIFO (after following symlinks), or an open descriptor (`/dev/stderr`,
+  `/dev/fd/3`, whatever it points to): written through, never replaced.
 - Anything else: a regular file, written under a temporary name beside its real path (a
   symlink's target: the link stays) and renamed onto it at the end.
 The format comes from the name as given: `.parquet` or no suffix: Parquet; `.jsonl`,
@@ -73,6 +74,9 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
     if out in STDOUT_PATHS:
         return Target(out, fmt, "stdout", None)
     real = os.path.realpath(out)
+    descriptor = real.startswith("/proc/")  # /dev/stderr, /dev/fd/3: an open descriptor
+    if descriptor:
+        real = out
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -84,7 +88,7 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
         reason = _same_as_input(real, st, inputs)
     if reason:
         raise UsageError(f"cannot write output {out}: {reason}")
-    kind = "file" if st is None or stat.S_ISREG(st.st_mode) else "special"
+    kind = "file" if not descriptor and (st is None or stat.S_ISREG(st.st_mode)) else "special"
     return Target(out, fmt, kind, real)
 
 
