@@ -388,6 +388,7 @@ def test_output_format_by_suffix():
 
 def test_resolve_output_kinds(tmp_path):
     assert resolve_output("-").kind == resolve_output("/dev/stdout").kind == "stdout"
+    assert resolve_output("/dev/stderr") == Target("/dev/stderr", "parquet", "special", "/dev/stderr")  # as given
     assert resolve_output(os.devnull) == Target(os.devnull, "parquet", "special", os.devnull)
     fifo = tmp_path / "f.jsonl"
     os.mkfifo(fifo)

@@ -21,6 +21,7 @@ from scorecli.errors import UsageError
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")
+DESCRIPTORS = ("/dev/stderr", "/dev/fd/", "/proc/self/fd/")
 # longest suffix first: `.jsonl.gz` before `.gz`
 FORMATS = ((".jsonl.gz", "jsonl.gz"), (".parquet", "parquet"), (".jsonl", "jsonl"), (".json", "jsonl"))
 SUPPORTED = "supported: .parquet (or no suffix), .jsonl, .json, .jsonl.gz, or - for JSON lines on stdout"
@@ -74,7 +75,8 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
     if out in STDOUT_PATHS:
         return Target(out, fmt, "stdout", None)
     real = os.path.realpath(out)
-    descriptor = real.startswith("/proc/")  # /dev/stderr, /dev/fd/3: an open descriptor
+    # /dev/stderr, /dev/fd/3: an open descriptor, whatever it points to (a file the shell holds open)
+    descriptor = real.startswith("/proc/") or os.path.abspath(out).startswith(DESCRIPTORS)
     if descriptor:
         real = out
     try:
