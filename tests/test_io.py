@@ -13,11 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scorecli.errors import InputError, UsageError
-from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
-from scorecli.errors import OutputClosed
+from scorecli.errors import InputError, OutputClosed, UsageError
 from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target, clean_stale_temps, output_format, resolve_output, temp_path
+from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
 from scorecli.io.writers import Sink
 
 
