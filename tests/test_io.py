@@ -500,6 +500,11 @@ def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
     assert out.read_text() == '{"id": 1, "score": [0.5, null], "n": 1}\n{"id": 2, "score": null, "n": 2}\n' \
         '{"id": 3, "score": [null], "n": 3}\n'
     assert sink.nulled == {"score": 2}
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:  # Parquet keeps a NaN id as it is; scores still null
+        sink.write(pa.table({"id": [float("nan")], "score": pa.array([[float("nan")]], pa.list_(pa.float32()))}))
+    row = pq.read_table(out).to_pylist()[0]
+    assert row["id"] != row["id"] and row["score"] == [None]
 
 
 # ---- ids (scorecli.io.ids) -------------------------------------------------------------

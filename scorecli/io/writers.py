@@ -118,7 +118,7 @@ class Sink:
         """Append one window's rows."""
         if self._done:
             raise RuntimeError("write to a closed Sink")
-        table, nulled = null_nonfinite(table)
+        table, nulled = null_nonfinite(table, scalars=self.format != "parquet")
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
         if self.format == "parquet":
