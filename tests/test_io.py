@@ -13,11 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scorecli.errors import InputError, UsageError
-from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
-from scorecli.errors import OutputClosed
+from scorecli.errors import InputError, OutputClosed, UsageError
 from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target, clean_stale_temps, output_format, resolve_output, temp_path
+from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
 from scorecli.io.writers import Sink
 
 
@@ -391,6 +390,7 @@ def test_output_format_by_suffix():
 
 def test_resolve_output_kinds(tmp_path):
     assert resolve_output("-").kind == resolve_output("/dev/stdout").kind == "stdout"
+    assert resolve_output("/dev/stderr") == Target("/dev/stderr", "parquet", "special", "/dev/stderr")  # as given
     assert resolve_output(os.devnull) == Target(os.devnull, "parquet", "special", os.devnull)
     fifo = tmp_path / "f.jsonl"
     os.mkfifo(fifo)
@@ -446,7 +446,7 @@ def test_sink_writes_through_a_fifo_and_devices(tmp_path):
     fifo = tmp_path / "out.parquet"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     with Sink(str(fifo), {"model": "m"}) as sink:  # Parquet: spooled, copied in at the end
         sink.write(pa.table({"id": [1, 2]}))
@@ -463,7 +463,7 @@ def test_closed_fifo_raises_output_closed(tmp_path):
 
     fifo = tmp_path / "out.jsonl"
     os.mkfifo(fifo)
-    reader = threading.Thread(target=lambda: open(fifo, "rb").close())  # opens, then goes away
+    reader = threading.Thread(target=lambda: open(fifo, "rb").close(), daemon=True)  # opens, then goes away
     reader.start()
     with pytest.raises(OutputClosed, match="the reader closed the output"):
         with Sink(str(fifo), {}) as sink:
@@ -503,6 +503,11 @@ def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
     assert out.read_text() == '{"id": 1, "score": [0.5, null], "n": 1}\n{"id": 2, "score": null, "n": 2}\n' \
         '{"id": 3, "score": [null], "n": 3}\n'
     assert sink.nulled == {"score": 2}
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:  # Parquet keeps a NaN id as it is; scores still null
+        sink.write(pa.table({"id": [float("nan")], "score": pa.array([[float("nan")]], pa.list_(pa.float32()))}))
+    row = pq.read_table(out).to_pylist()[0]
+    assert row["id"] != row["id"] and row["score"] == [None]
 
 
 # ---- ids (scorecli.io.ids) -------------------------------------------------------------

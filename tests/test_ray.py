@@ -197,6 +197,8 @@ def test_cli_engine_ray_joins_a_running_cluster(local_ray, qwen3_seq_cls, inputs
     # through the real command line: --engine ray joining this cluster by its address
     argv = [sys.executable, "-m", "scorecli", "score", *inputs[:2], "--out", str(out), "--model", qwen3_seq_cls,
             "--window-rows", "25", "--engine", "ray", "--ray-address", address, "--num-workers", "2", "--quiet"]  # fmt: skip
-    subprocess.run(argv, check=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(argv, cwd=REPO, timeout=300, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stderr == b""  # --quiet: no Ray logs or warnings either
     assert pq.read_table(out)["id"].to_pylist() == [f"r{k}" for k in range(220)]
     assert ray.cluster_resources().get("CPU") == 2  # the joined instance is still up

@@ -136,6 +136,8 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     unterminated = write(tmp / "unterminated.jsonl", GOOD_LINE % 1 + b'{"id": 2, "query": "q\n')
     add("at_column", [unterminated], str(tmp / "u.parquet"), [],
         Expect(2, [f"{unterminated}:2", "Unterminated string starting at column 20"]))  # fmt: skip
+    corrupt = _corrupt_parquet(tmp / "corrupt.parquet")
+    add("corrupt_page", [corrupt], str(tmp / "c.parquet"), [], Expect(2, [f"{corrupt}: rows ", "cannot read Parquet"]))
     add("skipped_counted", [bad], str(tmp / "skipped.parquet"), ["--skip-bad-rows"])
     add("nan_scores", [good], str(tmp / "nan.jsonl"), ["--no-self-check"], model_=_nan_model(tmp / "nan_model", model))
 
@@ -188,7 +190,7 @@ def ok(runs: Runs, name: str) -> Result:
 
 ERRORS = ["read_only", "out_is_input", "out_empty", "out_csv", "no_input", "unknown_option", "window_rows_abc",
           "id_int_float_one_window", "id_int_float_two_windows", "id_object", "stdin_closed_dash", "emoji_path",
-          "json_array", "at_column", "template_before_model", "first_row_before_model"]  # fmt: skip
+          "json_array", "at_column", "corrupt_page", "template_before_model", "first_row_before_model"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ERRORS)
@@ -196,6 +198,7 @@ def test_error_is_one_line_exit_2_and_writes_nothing(runs, name):
     result, exp = runs.results[name], runs.expect[name]
     assert result.rc == exp.rc == 2, result.stderr
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr  # one line, no blank
+    assert result.stderr[:-1].isprintable(), result.stderr  # no raw control bytes
     for fragment in exp.error:
         assert fragment in result.stderr, result.stderr
     assert result.stdout == b""
@@ -321,7 +324,8 @@ def test_signal_with_a_stalled_stdin_producer(tmp_path, qwen3_seq_cls, signals):
             time.sleep(0.05)
         for signum in signals:
             proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=20)
+        proc.wait(timeout=20)  # with the producer's end still open: nothing may wait for it
+        stderr = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -367,19 +371,25 @@ def test_nan_scores_are_null_and_counted(runs):
     assert "10 items scored NaN or infinite (written as null)" in result.lines()[-1]
 
 
-def test_corrupt_parquet_page_names_rows_without_control_bytes(tmp_path):
-    from scorecli.errors import InputError
-    from scorecli.io.readers import iter_rows
-
-    path = tmp_path / "c.parquet"
-    pq.write_table(pa.table({"id": list(range(3000)), "query": ["q" * 40] * 3000}), path, row_group_size=1000,
-                   compression="none")  # fmt: skip
+def _corrupt_parquet(path: Path) -> str:
+    """3000 good-looking rows whose middle pages are garbage (the first rows read fine)."""
+    n = 3000
+    table = pa.table({"id": list(range(n)), "query": ["q" * 40] * n, "items": [["an item"]] * n})
+    pq.write_table(table, path, row_group_size=1000, compression="none")
     data = bytearray(path.read_bytes())
     for i in range(len(data) // 2, len(data) // 2 + 3000):
         data[i] = (data[i] * 7 + 3) % 256
     path.write_bytes(bytes(data))
+    return str(path)
+
+
+def test_corrupt_parquet_page_names_rows_without_control_bytes(tmp_path):
+    from scorecli.errors import InputError
+    from scorecli.io.readers import iter_rows
+
+    path = _corrupt_parquet(tmp_path / "c.parquet")
     with pytest.raises(InputError) as err:
-        list(iter_rows([str(path)]))
+        list(iter_rows([path]))
     assert f"{path}: rows " in str(err.value) and str(err.value).isprintable()
 
 

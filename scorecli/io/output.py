@@ -1,7 +1,8 @@
 """Where `--out` points, decided once before any work: format, kind of file, the path written.
 
 - `-` and `/dev/stdout`: JSON lines on standard output, streamed window by window.
-- A device or FIFO (after following symlinks): written through, never replaced.
+- A device or FIFO (after following symlinks), or an open descriptor (`/dev/stderr`,
+  `/dev/fd/3`, whatever it points to): written through, never replaced.
 - A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.checkpoint`).
 - Anything else: a regular file, written under a temporary name beside its real path (a
   symlink's target: the link stays) and renamed onto it at the end.
@@ -21,6 +22,7 @@ from scorecli.errors import UsageError
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")
+DESCRIPTORS = ("/dev/stderr", "/dev/fd/", "/proc/self/fd/")
 # longest suffix first: `.jsonl.gz` before `.gz`
 FORMATS = ((".jsonl.gz", "jsonl.gz"), (".parquet", "parquet"), (".jsonl", "jsonl"), (".json", "jsonl"))
 SUPPORTED = "supported: .parquet (or no suffix), .jsonl, .json, .jsonl.gz, or - for JSON lines on stdout"
@@ -66,7 +68,7 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
         inputs: resolved input paths (`-` for stdin); `out` may not be one of them.
 
     Raises:
-        UsageError: empty, unsupported suffix, a directory, a missing or unwritable
+        UsageError: empty, unsupported suffix, a missing or unwritable
             directory, a read-only file, a socket, or one of the inputs.
     """
     if not out:
@@ -77,6 +79,10 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
     if out in STDOUT_PATHS:
         return Target(out, fmt, "stdout", None)
     real = os.path.realpath(out)
+    # /dev/stderr, /dev/fd/3: an open descriptor, whatever it points to (a file the shell holds open)
+    descriptor = real.startswith("/proc/") or os.path.abspath(out).startswith(DESCRIPTORS)
+    if descriptor:
+        real = out
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -88,7 +94,7 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
         reason = _same_as_input(real, st, inputs)
     if reason:
         raise UsageError(f"cannot write output {out}: {reason}")
-    kind = "file" if st is None or stat.S_ISREG(st.st_mode) else "special"
+    kind = "file" if not descriptor and (st is None or stat.S_ISREG(st.st_mode)) else "special"
     return Target(out, fmt, kind, real)
 
 

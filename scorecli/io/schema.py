@@ -58,16 +58,18 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def null_nonfinite(table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+def null_nonfinite(table: pa.Table, scalars: bool = True) -> tuple[pa.Table, dict[str, int]]:
     """Float values that are NaN or infinite (in floats or lists of them) become null.
 
-    JSON has no NaN, and a NaN score is no score; done for every format so that Parquet and
-    JSON lines hold the same values. Returns the table and, per column, how many changed.
+    A NaN score is no score: done for list columns (scores, hidden states) in every format,
+    so Parquet and JSON lines hold the same values; for scalar columns (a float id) only
+    with `scalars`, for JSON, which has no NaN. Returns the table and, per column, how
+    many values changed.
     """
     counts: dict[str, int] = {}
     columns = []
     for name, col in zip(table.column_names, table.columns):
-        if _has_float(col.type):
+        if _has_float(col.type) and (scalars or not pa.types.is_floating(col.type)):
             chunks = [_null_nonfinite(chunk) for chunk in col.chunks]
             changed = sum(n for _, n in chunks)
             if changed:

@@ -30,7 +30,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import OutputClosed, ScorecliError
+from scorecli.errors import OutputClosed, UsageError
 from scorecli.io.output import Target, clean_stale_temps, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 
@@ -118,7 +118,7 @@ class Sink:
         """Append one window's rows."""
         if self._done:
             raise RuntimeError("write to a closed Sink")
-        table, nulled = null_nonfinite(table)
+        table, nulled = null_nonfinite(table, scalars=self.format != "parquet")
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
         if self.format == "parquet":
@@ -223,7 +223,7 @@ def _open_special(target: Target) -> IO[bytes]:
     try:
         return open(target.path, "wb")
     except OSError as e:
-        raise ScorecliError(f"cannot write output {target.out}: {e.strerror or e}") from e
+        raise UsageError(f"cannot write output {target.out}: {e.strerror or e}") from e
 
 
 @contextmanager
