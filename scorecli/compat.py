@@ -53,9 +53,10 @@ def support(model: torch.nn.Module, kind: str) -> Support:
         UsageError: scorecli cannot reproduce the model in any mode.
     """
     if model not in _CACHE:
+        found = _support(model)  # first: an encoder is told to run as a cross-encoder, whatever its head
         if kind == "seq-cls":
             _check_head(model)
-        _CACHE[model] = _support(model)
+        _CACHE[model] = found
     return _CACHE[model]
 
 
