@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -162,9 +161,8 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,
     and one whose layers fail under scorecli's attention: exit 2 with one line; inspect --check
     says which mode runs and why."""
-    from concurrent.futures import ThreadPoolExecutor
-
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"id": k, **row}) + "\n" for k, row in enumerate(ROWS)))
