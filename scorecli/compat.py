@@ -141,7 +141,7 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
         raise UsageError(f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
                          f"({type(exc).__name__}: {first}); scorecli cannot score this model") from exc  # fmt: skip
     bidirectional = [m for m in model.modules() if id(m) in counter.callers and getattr(m, "is_causal", True) is False]
-    if bidirectional or not torch.allclose(*early, atol=1e-5, rtol=1e-4):
+    if bidirectional or not torch.allclose(*early, atol=1e-3, rtol=1e-3):  # 16-bit kernels may round differently
         raise UsageError(f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
                          "encoder classifier, pass --kind cross-encoder to score (query, item) pairs")  # fmt: skip
     for i, layer in enumerate(layers):
