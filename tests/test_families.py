@@ -185,3 +185,19 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
     assert not (tmp_path / "mis.parquet").exists()
     assert inspect.returncode == 0, inspect.stderr
     assert "single-item only" in inspect.stdout and "carries state from token to token" in inspect.stdout
+
+
+def test_backend_for_a_single_item_only_model():
+    """`--attention auto` picks a padded backend for it (never flashinfer's or flex's ragged
+    row); an explicit ragged backend or MIS is refused; a packed model keeps its choice."""
+    from scorecli.compat import Support, backend_for
+    from scorecli.errors import UsageError
+
+    single = Support(False, "layer 0 (mamba) carries state")
+    assert backend_for(single, "auto", mis=False) == "sdpa"
+    assert backend_for(single, "eager", mis=False) == "eager"
+    for attention, mis in (("flex", False), ("flashinfer", False), ("sdpa", True)):
+        with pytest.raises(UsageError, match="carries state"):
+            backend_for(single, attention, mis)
+    assert backend_for(Support(True), "auto", mis=True) == "auto"
+    assert backend_for(Support(True), "flex", mis=True) == "flex"
