@@ -138,14 +138,14 @@ def _takes(model: torch.nn.Module, name: str) -> bool:
 def _references(scorer, sequences: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The model's own scores [labels] and last hidden state [H] for each sequence, one forward
     each, under transformers' eager attention."""
-    from scorecli.attention import ATTN_NAME
+    from scorecli.attention import ATTN_NAME, set_implementation
 
     model = scorer.loaded.model
-    model.set_attn_implementation("eager")
+    set_implementation(model, "eager")
     try:
         return [_reference(scorer, ids) for ids in sequences]
     finally:
-        model.set_attn_implementation(ATTN_NAME)
+        set_implementation(model, ATTN_NAME)
 
 
 def _reference(scorer, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -159,27 +159,29 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_console_script_on_families(tmp_path_factory, tmp_path):
     """Through the real console script: a single-item-only family scores (exit 0, mode and why
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,
-    and one whose layers fail under scorecli's attention: exit 2 with one line; inspect --check
-    says which mode runs and why."""
+    one whose layers fail under scorecli's attention, and a ragged backend on one whose attention
+    bypasses the backend: exit 2 with one line; inspect --check says which mode runs and why."""
     import json
     from concurrent.futures import ThreadPoolExecutor
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"id": k, **row}) + "\n" for k, row in enumerate(ROWS)))
-    linear, doge, axk2 = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2"))
+    linear, doge, axk2, bloom = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2", "bloom"))
     out = tmp_path / "out.parquet"
     runs = [["score", str(rows), "--out", str(out), "--model", linear],
             ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis"],
             ["score", str(rows), "--out", str(tmp_path / "doge.parquet"), "--model", doge],
             ["score", str(rows), "--out", str(tmp_path / "axk2.parquet"), "--model", axk2],
+            ["score", str(rows), "--out", str(tmp_path / "bloom.parquet"), "--model", bloom, "--attention", "flex"],
             ["inspect", linear, "--check"]]  # fmt: skip
     with ThreadPoolExecutor(len(runs)) as pool:
-        ok, mis, own_mask, fails, inspect = pool.map(lambda a: _cli(*a), runs)
+        ok, mis, own_mask, fails, bypass, inspect = pool.map(lambda a: _cli(*a), runs)
     assert ok.returncode == 0, ok.stderr
     meta = pq.read_metadata(out).metadata
     assert meta[b"mode"] == b"single" and b"carries state from token to token" in meta[b"mode_reason"]
     assert "single-item only" in ok.stderr
-    for proc, what in ((mis, "--mode mis"), (own_mask, "builds its own mask"), (fails, "do not run under")):
+    for proc, what in ((mis, "--mode mis"), (own_mask, "builds its own mask"), (fails, "do not run under"),
+                       (bypass, "(BloomAttention) does not go through")):  # fmt: skip
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and what in lines[0], proc.stderr
     assert not (tmp_path / "mis.parquet").exists()
