@@ -67,18 +67,23 @@ def _reference(path: str) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def outcome(path: str, **kw) -> str:
     """'exact', 'refused: <one line>' or 'WRONG ...' for one scorecli run over ROWS."""
+    return run(path, **kw)[0]
+
+
+def run(path: str, **kw) -> tuple[str, Scorer | None]:
+    """(outcome, the Scorer: None when refused) of one scorecli run over ROWS."""
     try:
         scorer = Scorer(path, pooled_hidden_states=True, **kw)
         _, scores, hidden = table_outputs(scorer.score_rows(raw_rows(ROWS)))
     except ScorecliError as exc:
         assert "\n" not in str(exc).strip(), f"a refusal must be one line: {exc}"
-        return f"refused: {exc}"
+        return f"refused: {exc}", None
     ref = _reference(path)
     score_err = max(float(np.abs(s - r).max()) for s, (r, _) in zip(scores, ref))
     hidden_err = max(float(np.abs(h.reshape(r.shape) - r).max()) for h, (_, r) in zip(hidden, ref))
     if score_err <= 1e-4 and hidden_err <= 1e-3:
-        return "exact"
-    return f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})"
+        return "exact", scorer
+    return f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})", scorer
 
 
 @pytest.mark.parametrize("family", candidate_types(), indirect=True)
@@ -96,10 +101,9 @@ def test_family_default_run_is_exact_or_refused(family):
     """A default run (mode auto, backend auto, self-check on): exact, or one refusal line; a model
     refused in MIS is run single-item, with the reason in the metadata."""
     model_type, path = family
-    result = outcome(path)
+    result, scorer = run(path)
     assert result == "exact" or result.startswith("refused"), f"{model_type}: {result}"
     if result == "exact":
-        scorer = Scorer(path, self_check=False)
         single_only = scorer.spec.single_reason != ""
         assert scorer.metadata["mode"] == ("single" if single_only else "mis")
         assert scorer.metadata["mode_reason"].startswith("single-item only: ") == single_only
