@@ -93,10 +93,10 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
     tokenizer = _load_tokenizer(path, common, cfg.model)
     if kind != "cross-encoder":
-        from scorecli.attention import ATTN_NAME, register
+        from scorecli.attention import ATTN_NAME, register, set_implementation
 
         register()
-        model.set_attn_implementation(ATTN_NAME)
+        set_implementation(model, ATTN_NAME)
     elif cfg.attention in ("sdpa", "eager"):
         model.set_attn_implementation(cfg.attention)
     if kind == "cross-encoder" and dtype != torch.float32:

@@ -78,11 +78,9 @@ class Scorer:
         self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         self.template = load_template(cfg.template, loaded.tokenizer)
-        support = None
-        if loaded.kind != "cross-encoder":
-            from scorecli.compat import support as decoder_support
+        from scorecli.compat import backend_for, support_of
 
-            support = decoder_support(loaded.model, loaded.kind)  # refuses what no mode reproduces
+        support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
@@ -106,12 +104,7 @@ class Scorer:
 
             vocab = loaded.model.get_input_embeddings().num_embeddings
             self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab, self.spec.max_seq_len)
-            from scorecli.compat import check_backend
-
-            # a single-item-only model (`compat`) runs padded: `auto` never picks a ragged backend for it
-            attention = "sdpa" if cfg.attention == "auto" and support.reason else cfg.attention
-            check_backend(support, attention, self.spec.mis)
-            backend = make_backend(attention, loaded.device, loaded.dtype)
+            backend = make_backend(backend_for(support, cfg.attention, self.spec.mis), loaded.device, loaded.dtype)
             self.backend_name = backend.name
             if cfg.attention == "auto" and backend.name == "flashinfer":
                 self.fallback = "sdpa"  # flashinfer JIT-compiles its kernels: a missing toolchain fails late

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -68,18 +67,23 @@ def _reference(path: str) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def outcome(path: str, **kw) -> str:
     """'exact', 'refused: <one line>' or 'WRONG ...' for one scorecli run over ROWS."""
+    return run(path, **kw)[0]
+
+
+def run(path: str, **kw) -> tuple[str, Scorer | None]:
+    """(outcome, the Scorer: None when refused) of one scorecli run over ROWS."""
     try:
         scorer = Scorer(path, pooled_hidden_states=True, **kw)
         _, scores, hidden = table_outputs(scorer.score_rows(raw_rows(ROWS)))
     except ScorecliError as exc:
         assert "\n" not in str(exc).strip(), f"a refusal must be one line: {exc}"
-        return f"refused: {exc}"
+        return f"refused: {exc}", None
     ref = _reference(path)
     score_err = max(float(np.abs(s - r).max()) for s, (r, _) in zip(scores, ref))
     hidden_err = max(float(np.abs(h.reshape(r.shape) - r).max()) for h, (_, r) in zip(hidden, ref))
     if score_err <= 1e-4 and hidden_err <= 1e-3:
-        return "exact"
-    return f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})"
+        return "exact", scorer
+    return f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})", scorer
 
 
 @pytest.mark.parametrize("family", candidate_types(), indirect=True)
@@ -97,10 +101,9 @@ def test_family_default_run_is_exact_or_refused(family):
     """A default run (mode auto, backend auto, self-check on): exact, or one refusal line; a model
     refused in MIS is run single-item, with the reason in the metadata."""
     model_type, path = family
-    result = outcome(path)
+    result, scorer = run(path)
     assert result == "exact" or result.startswith("refused"), f"{model_type}: {result}"
     if result == "exact":
-        scorer = Scorer(path, self_check=False)
         single_only = scorer.spec.single_reason != ""
         assert scorer.metadata["mode"] == ("single" if single_only else "mis")
         assert scorer.metadata["mode_reason"].startswith("single-item only: ") == single_only
@@ -160,30 +163,47 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_console_script_on_families(tmp_path_factory, tmp_path):
     """Through the real console script: a single-item-only family scores (exit 0, mode and why
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,
-    and one whose layers fail under scorecli's attention: exit 2 with one line; inspect --check
-    says which mode runs and why."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    one whose layers fail under scorecli's attention, and a ragged backend on one whose attention
+    bypasses the backend: exit 2 with one line; inspect --check says which mode runs and why."""
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"id": k, **row}) + "\n" for k, row in enumerate(ROWS)))
-    linear, doge, axk2 = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2"))
+    linear, doge, axk2, bloom = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2", "bloom"))
     out = tmp_path / "out.parquet"
     runs = [["score", str(rows), "--out", str(out), "--model", linear],
             ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis"],
             ["score", str(rows), "--out", str(tmp_path / "doge.parquet"), "--model", doge],
             ["score", str(rows), "--out", str(tmp_path / "axk2.parquet"), "--model", axk2],
+            ["score", str(rows), "--out", str(tmp_path / "bloom.parquet"), "--model", bloom, "--attention", "flex"],
             ["inspect", linear, "--check"]]  # fmt: skip
     with ThreadPoolExecutor(len(runs)) as pool:
-        ok, mis, own_mask, fails, inspect = pool.map(lambda a: _cli(*a), runs)
+        ok, mis, own_mask, fails, bypass, inspect = pool.map(lambda a: _cli(*a), runs)
     assert ok.returncode == 0, ok.stderr
     meta = pq.read_metadata(out).metadata
     assert meta[b"mode"] == b"single" and b"carries state from token to token" in meta[b"mode_reason"]
     assert "single-item only" in ok.stderr
-    for proc, what in ((mis, "--mode mis"), (own_mask, "builds its own mask"), (fails, "do not run under")):
+    for proc, what in ((mis, "--mode mis"), (own_mask, "builds its own mask"), (fails, "do not run under"),
+                       (bypass, "(BloomAttention) does not go through")):  # fmt: skip
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and what in lines[0], proc.stderr
     assert not (tmp_path / "mis.parquet").exists()
     assert inspect.returncode == 0, inspect.stderr
     assert "single-item only" in inspect.stdout and "carries state from token to token" in inspect.stdout
+
+
+def test_backend_for_a_single_item_only_model():
+    """`--attention auto` picks a padded backend for it (never flashinfer's or flex's ragged
+    row); an explicit ragged backend or MIS is refused; a packed model keeps its choice."""
+    from scorecli.compat import Support, backend_for
+    from scorecli.errors import UsageError
+
+    single = Support(False, "layer 0 (mamba) carries state")
+    assert backend_for(single, "auto", mis=False) == "sdpa"
+    assert backend_for(single, "eager", mis=False) == "eager"
+    for attention, mis in (("flex", False), ("flashinfer", False), ("sdpa", True)):
+        with pytest.raises(UsageError, match="carries state"):
+            backend_for(single, attention, mis)
+    assert backend_for(Support(True), "auto", mis=True) == "auto"
+    assert backend_for(Support(True), "flex", mis=True) == "flex"

@@ -88,6 +88,20 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 
+def set_implementation(model: torch.nn.Module, name: str) -> None:
+    """`model.set_attn_implementation(name)` without transformers' note that a model whose
+    attention ignores the interface cannot switch (`scorecli.compat` finds such layers itself,
+    and a refusal stays one line)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.set_attn_implementation(name)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def register() -> None:
     """Make the "scorecli" attention name known to transformers (idempotent)."""
     from transformers import AttentionInterface
