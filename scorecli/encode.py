@@ -46,7 +46,10 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
     token ids ints in 0 .. 2^63 - 1 (the vocabulary bound is checked by the encoder).
     """
     text_fields, id_fields = (fields.query, fields.items), ("query_ids", "item_ids")
-    given = lambda names: any(data.get(n) is not None for n in names)  # noqa: E731
+
+    def given(names: tuple[str, ...]) -> bool:
+        return any(data.get(n) is not None for n in names)
+
     if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
         query = _get(data, fields.query, where)
         items = _get(data, fields.items, where)
@@ -199,9 +202,10 @@ def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[
         return [], {}
     try:
         ids = tokenizer(texts, add_special_tokens=False, **kwargs)["input_ids"]
+    except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried below
+        ids = None
+    if ids is not None:
         return [np.array(x, dtype=np.int64) for x in ids], {}
-    except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried
-        pass
     out, failed = [], {}
     for t, text in enumerate(texts):
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_cli import GOOD_LINE, Case, _env, run_cli, write
+from tests.test_cli import GOOD_LINE, Case, run_cli, write
 
 BIG = 2**63
 

@@ -36,7 +36,8 @@ def long_items(seed: int = 0) -> list[str]:
 
 def metaspace_tokenizer():
     """A Unigram tokenizer behind a Metaspace pre-tokenizer (SentencePiece style)."""
-    from tokenizers import Tokenizer, models as tmodels, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
+    from tokenizers import models as tmodels
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(tmodels.Unigram())
