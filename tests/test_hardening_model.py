@@ -76,6 +76,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
         ["model " + m["causal"], "score.weight", "randomly initialised", "--kind causal-lm"])
     add("causal_lm_on_seq_cls", m["seq_cls"], ["--kind", "causal-lm", "--label-tokens", "yes,no"],
         ["lm_head.weight", "randomly initialised", "--kind seq-cls"])
+    add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "--kind cross-encoder"])
     add("base_model_without_head", m["minilm_base"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
@@ -148,7 +149,7 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_causal_lm, bert_cross_encoder) -
 
 
 BAD_NAMES = [
-    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "base_model_without_head", "no_tokenizer_files",
+    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "seq_cls_on_cross_encoder", "base_model_without_head", "no_tokenizer_files",
     "no_tokenizer_files_cross_encoder", "cross_encoder_no_room", "template_no_room", "decoder_query_no_room",
     "cross_encoder_query_over_limit", "surrogate_item", "token_id_2_63", "token_id_negative", "token_id_over_vocab",
     "null_query", "surrogate_item_cross_encoder", "missing_relative_path", "missing_path_under_a_folder",
