@@ -296,3 +296,26 @@ def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monke
         locate("weights.safetensors")
     assert locate("Qwen/Qwen3-Reranker-0.6B") == ("Qwen/Qwen3-Reranker-0.6B", None)  # a Hub id: looked up
     assert locate("gpt2") == ("gpt2", None)
+
+
+def test_self_check_says_when_the_models_own_forward_is_not_finite(qwen3_seq_cls):
+    """Simulated overflow (weights that load finite but whose forward gives infinity): the
+    self-check names the model's own output, not "this architecture"."""
+    from scorecli import Scorer
+    from scorecli.config import ScoreConfig
+    from scorecli.model import load_model
+    from scorecli.selfcheck import SelfCheckError
+
+    loaded = load_model(ScoreConfig(model=qwen3_seq_cls))
+    with torch_no_grad():
+        loaded.model.score.weight.fill_(3e38)
+    with pytest.raises(SelfCheckError) as info:
+        Scorer(loaded)
+    assert "model's own forward" in str(info.value) and "NaN or infinite" in str(info.value)
+    assert "architecture" not in str(info.value)
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
