@@ -46,7 +46,10 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
     token ids ints in 0 .. 2^63 - 1 (the vocabulary bound is checked by the encoder).
     """
     text_fields, id_fields = (fields.query, fields.items), ("query_ids", "item_ids")
-    given = lambda names: any(data.get(n) is not None for n in names)  # noqa: E731
+
+    def given(names: tuple[str, ...]) -> bool:
+        return any(data.get(n) is not None for n in names)
+
     if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
         query = _get(data, fields.query, where)
         items = _get(data, fields.items, where)
@@ -131,7 +134,8 @@ class DecoderEncoder:
     """Tokenizes rows for decoder models through a template.
 
     Items far longer than `max_tokens` are cut before tokenizing where that provably keeps
-    every token a run can use (`longtext`), so one huge item costs no more than a long one.
+    every token a run can use (`longtext`), so one huge item costs no more than a long one;
+    a prefix far over `max_tokens` fails its row after tokenizing only a cut of it.
     """
 
     def __init__(self, tokenizer, template: Template, instruction: str | None, vocab_size: int, max_tokens: int):
@@ -149,7 +153,9 @@ class DecoderEncoder:
     def encode(self, rows: list[Row], wheres: list[str]) -> list[EncodedRow]:
         """Encode a window of rows; pre-tokenized rows are used as-is (no template)."""
         text = [k for k, r in enumerate(rows) if not r.pretokenized]
-        prefixes = [self._prefix_text(rows[k]) for k in text]
+        prefixes = [self.template.render_prefix(rows[k].query, rows[k].instruction or self.instruction) for k in text]
+        cut = [self.bounder.cut(p, self.max_tokens) for p in prefixes]  # non-None: P alone is over the limit
+        prefixes = [c or p for c, p in zip(cut, prefixes)]
         items = [self.template.render_item(self._bounded(item)) for k in text for item in rows[k].items]
         fields = [(k, "'query'") for k in text] + [(k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))]
         ids, failed = _tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
@@ -160,6 +166,10 @@ class DecoderEncoder:
             n = len(rows[k].items)
             out[k] = EncodedRow(np.concatenate([self.lead, p]), item_ids[start : start + n], self.suffix_len)
             start += n
+        for k, c in zip(text, cut):
+            if c is not None:
+                error = f"{wheres[k]}: field 'query': the prefix is over {self.max_tokens} tokens, no room for an item"
+                out[k] = EncodedRow(out[k].prefix, [], 0, error)
         for t, error in failed.items():  # the row's first failing text names it
             k = fields[t][0]
             if out[k].error is None:
@@ -168,12 +178,6 @@ class DecoderEncoder:
             if r.pretokenized:
                 out[k] = self._pretokenized(r, wheres[k])
         return out  # type: ignore[return-value]
-
-    def _prefix_text(self, row: Row) -> str:
-        """P's text; a huge one is cut where it still has more tokens than any sequence
-        holds (the row then fails as too long, without tokenizing all of it)."""
-        text = self.template.render_prefix(row.query, row.instruction or self.instruction)
-        return self.bounder.cut(text, self.max_tokens + 1) or text
 
     def _bounded(self, item: str) -> str:
         """`item`, or a cut of it that tokenizes (in the template) to the same first
@@ -199,9 +203,10 @@ def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[
         return [], {}
     try:
         ids = tokenizer(texts, add_special_tokens=False, **kwargs)["input_ids"]
+    except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried below
+        ids = None
+    if ids is not None:
         return [np.array(x, dtype=np.int64) for x in ids], {}
-    except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried
-        pass
     out, failed = [], {}
     for t, text in enumerate(texts):
         try:

@@ -87,6 +87,10 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     common = {"trust_remote_code": cfg.trust_remote_code}
     hf_config = _load_config(path, cfg)
     kind = cfg.kind or detect_kind(hf_config)
+    if kind != "cross-encoder" and hf_config.model_type in ENCODER_TYPES:
+        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
+                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
+                         "(or leave --kind out)")  # fmt: skip
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from scorecli.compat import Support
 from scorecli.config import ScoreConfig
+from scorecli.encode import leading_special_ids
 from scorecli.errors import UsageError
 from scorecli.model import Loaded
-from scorecli.encode import leading_special_ids
 from scorecli.templates import Template, text_problem
 
 MAX_SEQ_LEN_CAP = 8192
@@ -79,9 +79,10 @@ def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template) -> i
     if kind == "cross-encoder":
         taken, what = tokenizer.num_special_tokens_to_add(pair=True), "the (query, item) pair's special tokens"
     else:
-        count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0  # noqa: E731
         prefix = template.render_prefix("", "")  # no row has a shorter prefix
-        taken = len(leading_special_ids(tokenizer)) + count(prefix) + count(template.item_suffix)
+        taken = len(leading_special_ids(tokenizer)) + sum(
+            len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prefix, template.item_suffix) if text
+        )
         what = f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
     if taken + 1 > max_seq_len:
         raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")

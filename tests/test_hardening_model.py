@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_cli import GOOD_LINE, Case, _env, run_cli, write
+from tests.test_cli import GOOD_LINE, Case, run_cli, write
 
 BIG = 2**63
 
@@ -76,6 +76,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
         ["model " + m["causal"], "score.weight", "randomly initialised", "--kind causal-lm"])
     add("causal_lm_on_seq_cls", m["seq_cls"], ["--kind", "causal-lm", "--label-tokens", "yes,no"],
         ["lm_head.weight", "randomly initialised", "--kind seq-cls"])
+    add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "--kind cross-encoder"])
     add("base_model_without_head", m["minilm_base"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
@@ -148,7 +149,7 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_causal_lm, bert_cross_encoder) -
 
 
 BAD_NAMES = [
-    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "base_model_without_head", "no_tokenizer_files",
+    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "seq_cls_on_cross_encoder", "base_model_without_head", "no_tokenizer_files",
     "no_tokenizer_files_cross_encoder", "cross_encoder_no_room", "template_no_room", "decoder_query_no_room",
     "cross_encoder_query_over_limit", "surrogate_item", "token_id_2_63", "token_id_negative", "token_id_over_vocab",
     "null_query", "surrogate_item_cross_encoder", "missing_relative_path", "missing_path_under_a_folder",
@@ -295,3 +296,26 @@ def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monke
         locate("weights.safetensors")
     assert locate("Qwen/Qwen3-Reranker-0.6B") == ("Qwen/Qwen3-Reranker-0.6B", None)  # a Hub id: looked up
     assert locate("gpt2") == ("gpt2", None)
+
+
+def test_self_check_says_when_the_models_own_forward_is_not_finite(qwen3_seq_cls):
+    """Simulated overflow (weights that load finite but whose forward gives infinity): the
+    self-check names the model's own output, not "this architecture"."""
+    from scorecli import Scorer
+    from scorecli.config import ScoreConfig
+    from scorecli.model import load_model
+    from scorecli.selfcheck import SelfCheckError
+
+    loaded = load_model(ScoreConfig(model=qwen3_seq_cls))
+    with torch_no_grad():
+        loaded.model.score.weight.fill_(3e38)
+    with pytest.raises(SelfCheckError) as info:
+        Scorer(loaded)
+    assert "model's own forward" in str(info.value) and "NaN or infinite" in str(info.value)
+    assert "architecture" not in str(info.value)
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
