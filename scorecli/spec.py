@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorecli.compat import Support
+from scorecli.compat import Support, check_backend
 from scorecli.config import ScoreConfig
 from scorecli.encode import leading_special_ids
 from scorecli.errors import UsageError
@@ -44,8 +44,6 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
     support = support or Support(True)
     mis = _resolve_mode(cfg.mode, kind) and support.packed
     if cfg.mode == "mis" and not support.packed:
-        from scorecli.compat import check_backend
-
         check_backend(support, cfg.attention, mis=True)
     if kind == "cross-encoder" and template.name != "plain":
         raise UsageError(f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs")
