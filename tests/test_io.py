@@ -130,16 +130,18 @@ def test_utf8_bom_is_ignored(tmp_path):
 
 def test_bad_lines_yield_errors_with_where(tmp_path):
     p = tmp_path / "a.jsonl"
-    p.write_bytes(b'{"id": 1}\n{"id": \n{"id": "\xff"}\n[1, 2]\n"text"\n{"id": 6}\n')
+    p.write_bytes(b'{"id": 1}\n{"id": \n{"id": "\xff"}\n[1, 2]\n"text"\n{"id": 6}\nnull\n7\n')
     rows = list(iter_rows([str(p)]))
-    assert [r.where for r in rows] == [f"{p}:{i}" for i in range(1, 7)]
+    assert [r.where for r in rows] == [f"{p}:{i}" for i in range(1, 9)]
     assert rows[0] == RawRow({"id": 1}, f"{p}:1")
     assert rows[1].data is None
     assert rows[1].error == "malformed JSON: Expecting value at column 7"
     assert rows[2].error == "field 'id': invalid UTF-8 (byte offset 8)"
-    assert rows[3].error == "expected a JSON object, got list"
-    assert rows[4].error == "expected a JSON object, got str"
+    assert rows[3].error == "expected a JSON object, got an array"
+    assert rows[4].error == "expected a JSON object, got a string"
     assert rows[5].data == {"id": 6} and rows[5].error is None
+    assert rows[6].error == "expected a JSON object, got null"  # not Python's NoneType
+    assert rows[7].error == "expected a JSON object, got a number"
 
 
 def test_missing_input(tmp_path):

@@ -142,12 +142,21 @@ def _parse_line(line: bytes, where: str) -> RawRow:
     except RecursionError:
         return RawRow(None, where, "malformed JSON: nesting too deep")
     if not isinstance(data, dict):
-        return RawRow(None, where, f"expected a JSON object, got {type(data).__name__}")
+        return RawRow(None, where, f"expected a JSON object, got {_json_kind(data)}")
     return RawRow(data, where)
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not valid JSON (write null or a string)")
+
+
+def _json_kind(value) -> str:
+    """What a JSON value is, in JSON's words (`null`, not Python's `NoneType`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return {str: "a string", list: "an array"}.get(type(value), "a number")
 
 
 def _utf8_error(line: bytes, e: UnicodeDecodeError) -> str:
