@@ -144,7 +144,8 @@ class Checkpoint:
         for path, schema in zip(self.store.files(), schemas):
             if not schema.equals(final, check_metadata=True):
                 table = conform(pq.read_table(path), final).replace_schema_metadata(final.metadata)
-                tmp = path + ".tmp"
+                head, name = os.path.split(path)
+                tmp = os.path.join(head, f".{name}.tmp")  # a name the store knows as its own
                 pq.write_table(table, tmp, compression=COMPRESSION)
                 os.replace(tmp, path)
 
