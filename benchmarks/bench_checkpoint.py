@@ -13,7 +13,7 @@ Model: the mid-size random Qwen3 classifier (tests.models.build_mid_qwen3_seq_cl
 --window-rows 2048, so the job is several windows; `--pooled-hidden-states` makes the parts
 and the merge carry 384 floats per item (the heavy case for the merge).
 
-    python benchmarks/bench_checkpoint.py [--rows 12000] [--repeats 3] [--tiny]
+    python benchmarks/bench_checkpoint.py [--rows 16384] [--repeats 3] [--tiny]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def killed_at(cmd: list[str], folder: Path, rows: int, log: Path) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=12000)
+    ap.add_argument("--rows", type=int, default=16384)  # 8 windows: the kill at 75% falls after window 6
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="the tiny Qwen3 (hidden 64): checkpointing's worst case")
     ap.add_argument("--seed", type=int, default=0)
