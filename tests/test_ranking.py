@@ -255,6 +255,16 @@ def test_short_items_score_as_without_chunks(qwen3_seq_cls):
             np.testing.assert_allclose(np.array(a, np.float32), np.array(b, np.float32), atol=1e-5, rtol=0)
 
 
+def test_items_far_over_max_seq_len_are_chunked_whole(qwen3_seq_cls):
+    """No cut before tokenizing (`longtext`) when chunking: every token of a huge item is scored."""
+    item = " ".join(WORDS * 40)  # ~4,000 characters, far over 16 characters per token of --max-seq-len 48
+    tok = AutoTokenizer.from_pretrained(qwen3_seq_cls)
+    n = len(tok(item, add_special_tokens=False).input_ids)
+    table = Scorer(qwen3_seq_cls, chunk_tokens=16, max_seq_len=48).score_rows(raw([{"query": "q", "items": [item]}]))
+    assert table["num_chunks"].to_pylist() == [[-(-n // 16)]]
+    assert table["num_tokens"].to_pylist()[0] > n
+
+
 def test_top_k_ties_go_to_the_lower_index(qwen3_seq_cls):
     rows = [{"query": "a query", "items": ["b", "a dog", "b", "the fox", "a dog"]}, {"query": "q", "items": ["x"]}]
     table = Scorer(qwen3_seq_cls, top_k=3).score_rows(raw(rows))
