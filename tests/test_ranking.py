@@ -349,3 +349,83 @@ def test_cross_encoder_chunks_match_hf_reference(bert_cross_encoder):
         assert table["num_chunks"].to_pylist() == [[1, 1, 2, 6], [1], []]
         assert_chunked_matches(table, ref, 0)
         assert table["top_k"].to_pylist()[1:] == [[0], []]
+
+
+# ---- through the command line, --resume and --skip-bad-rows ---------------------------------
+
+
+def test_resume_continues_a_chunked_ranked_job_and_refuses_other_flags(tmp_path, qwen3_seq_cls):
+    """A job whose first rows are kept continues with --resume to the uninterrupted output; a
+    --resume with another --top-k / --chunk-* value is refused (nothing changed)."""
+    from dataclasses import replace
+
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+    from scorecli.run import run_score
+    from tests.test_cli import jsonl, write
+
+    rows = long_rows(6, seed=21)
+    paths = [write(tmp_path / "rows.jsonl", jsonl(rows))]
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=2, top_k=2, chunk_tokens=8, chunk_overlap=1,
+                      chunk_aggregate="mean", pooled_hidden_states=True)  # fmt: skip
+    whole = tmp_path / "whole.parquet"
+    run_score(cfg, paths, str(whole), total_rows=None, console=None, stdin=None)
+    target = resolve_output(str(tmp_path / "resumed.parquet"), paths)
+    first = Checkpoint.open(target, cfg, paths, resume=False)
+    first.write(Scorer(qwen3_seq_cls, cfg).score_rows(raw(rows[:2])))  # an earlier run kept rows 1-2
+    for changed in ({"top_k": 3}, {"chunk_tokens": 9}, {"chunk_overlap": 0}, {"chunk_aggregate": "max"}):
+        flag = "--" + next(iter(changed)).replace("_", "-")
+        with pytest.raises(UsageError, match=flag):
+            Checkpoint.open(target, replace(cfg, **changed), paths, resume=True)
+    resumed = Checkpoint.open(target, cfg, paths, resume=True)
+    assert resumed.rows_done == 2
+    run_score(cfg, paths, target, total_rows=None, console=None, stdin=None, checkpoint=resumed)
+    import pyarrow.parquet as pq
+
+    got, want = pq.read_table(target.path), pq.read_table(whole)
+    assert got.column_names == want.column_names
+    for name in got.column_names:
+        assert got[name].to_pylist() == want[name].to_pylist(), name
+
+
+def test_console_script(tmp_path, qwen3_seq_cls, llama_reward):
+    """The flags through the real `scorecli` (the same output as the library), and bad values:
+    exit 2, one line, nothing written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    from tests.test_cli import Case, jsonl, run_cli, write
+
+    rows = long_rows(5, seed=31)
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows) + b'{"id": 99, "query": 5, "items": []}\n')
+    flags = ["--top-k", "2", "--chunk-tokens", "8", "--chunk-overlap", "2", "--chunk-aggregate", "first"]
+    out = tmp_path / "ok.parquet"
+    cases = {"ok": Case(["score", inp, "--model", qwen3_seq_cls, "--out", str(out), "--window-rows", "2",
+                         "--skip-bad-rows", "--pooled-hidden-states", "-q", *flags])}  # fmt: skip
+    bad = {
+        "overlap": (["--chunk-tokens", "8", "--chunk-overlap", "8"], "--chunk-overlap"),
+        "top_k": (["--top-k", "0"], "--top-k"),
+        "aggregate": (["--chunk-tokens", "8", "--chunk-aggregate", "median"], "--chunk-aggregate"),
+        "too_big": (["--chunk-tokens", "64", "--max-seq-len", "64"], "--chunk-tokens 64 cannot fit"),  # BOS
+    }
+    for name, (extra, _) in bad.items():
+        cases[name] = Case(["score", inp, "--model", llama_reward, "--out", str(tmp_path / f"{name}.parquet"), *extra])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(zip(cases, pool.map(run_cli, cases.values())))
+    assert results["ok"].rc == 0, results["ok"].stderr
+    got = pq.read_table(out)
+    cfg = {"top_k": 2, "chunk_tokens": 8, "chunk_overlap": 2, "chunk_aggregate": "first", "skip_bad_rows": True,
+           "pooled_hidden_states": True}  # fmt: skip
+    want = Scorer(qwen3_seq_cls, **cfg).score_rows([RawRow(r, "x") for r in rows] + [RawRow({"id": 99, "query": 5}, "x")])
+    for name in ("id", "top_k", "num_chunks", "num_tokens"):
+        assert got[name].to_pylist() == want[name].to_pylist(), name
+    np.testing.assert_allclose(np.concatenate([np.array(s, np.float32) for s in got["score"].to_pylist()[:-1]]),
+                               np.concatenate([np.array(s, np.float32) for s in want["score"].to_pylist()[:-1]]),
+                               atol=1e-5)  # fmt: skip
+    assert got["top_k"].to_pylist()[-1] is None and got["error"].to_pylist()[-1] is not None
+    for name, (_, expect) in bad.items():
+        result = results[name]
+        assert result.rc == 2, (name, result.stderr)
+        assert len(result.lines()) == 1 and expect in result.stderr, (name, result.stderr)
+        assert not (tmp_path / f"{name}.parquet").exists()
