@@ -229,7 +229,10 @@ def test_batched_equals_unbatched_and_split_rows(qwen3_causal_lm):
     kw = {"label_tokens": ("yes", "no"), "pooled_hidden_states": True, "chunk_tokens": 10, "chunk_overlap": 2,
           "chunk_aggregate": "mean"}  # fmt: skip
     big = Scorer(qwen3_causal_lm, max_batch_tokens=100000, **kw).score_rows(raw(rows))
-    one = Scorer(qwen3_causal_lm, max_batch_tokens=1, **kw).score_rows(raw(rows))
+    scorer = Scorer(qwen3_causal_lm, max_batch_tokens=1, **kw)
+    prepared, items = scorer.prepare(raw(rows)), []
+    one = scorer.run(prepared, on_batch=lambda n, tokens: items.append(n))
+    assert sum(items) == prepared.num_items < len(prepared.seqs)  # progress counts items, not chunks
     split = Scorer(qwen3_causal_lm, max_seq_len=40, **kw).score_rows(raw(rows))
     single = Scorer(qwen3_causal_lm, mode="single", **kw).score_rows(raw(rows))
     for other in (one, split, single):
