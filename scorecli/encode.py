@@ -305,8 +305,9 @@ class PairEncoder:
         over = [k for k, c in enumerate(chunks) if len(c) > room - len(ids[0])]
         if over:
             k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))
-            return EncodedPairs([], [], f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not "
-                                f"fit beside the query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            error = (f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
+                     f"query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            return EncodedPairs([], [], error)
         pairs = [self.layout.pair(ids[0], c) for c in chunks]
         return EncodedPairs([p for p, _ in pairs], [t for _, t in pairs], chunks=counts)
 

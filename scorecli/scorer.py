@@ -198,7 +198,8 @@ class Scorer:
         batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type, chunked)
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type,
+                        chunked)  # fmt: skip
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -243,7 +244,8 @@ class Scorer:
         """Score a prepared window; `on_batch(items, tokens)` is called after each batch."""
         n_labels, chunks = len(self.spec.label_names), prepared.chunks
         hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
-        out = np.zeros((prepared.num_items if chunks is None else int(chunks.sum()), n_labels + hidden_size), dtype=np.float32)
+        n_scored = prepared.num_items if chunks is None else int(chunks.sum())  # chunks are scored as items
+        out = np.zeros((n_scored, n_labels + hidden_size), dtype=np.float32)
         done = None if chunks is None else last_chunks(chunks)  # an item is done with its last chunk
         if self.shares_prefix:
             self.forward.share(prepared.shared)
@@ -350,7 +352,7 @@ class Scorer:
         columns["score"] = pa.ListArray.from_arrays(offsets, pa.array(score, type=pa.float32()), mask=null)
         if self.config.top_k is not None:
             top_offsets, top = top_k(score, prepared.item_offsets, self.config.top_k)
-            columns["top_k"] = pa.ListArray.from_arrays(pa.array(top_offsets), pa.array(top, type=pa.int32()), mask=null)
+            columns["top_k"] = pa.ListArray.from_arrays(pa.array(top_offsets), pa.array(top), mask=null)
         if self.chunking is not None:
             chunks = np.ones(prepared.num_items, dtype=np.int32) if prepared.chunks is None else prepared.chunks
             columns["num_chunks"] = pa.ListArray.from_arrays(offsets, pa.array(chunks.astype(np.int32)), mask=null)

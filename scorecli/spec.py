@@ -68,7 +68,8 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
         activation=activation,
         positive_index=_positive_index(cfg.positive_label, names, kind),
         pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
-        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template, cfg.chunk_tokens),
+        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template,
+                                cfg.chunk_tokens),
         single_reason=support.reason,
     )
 
