@@ -27,6 +27,7 @@ BENCHMARKS = {
     "blocks": ("bench_block_groups.py", ["--repeats", "1", "--calls", "3"]),
     "streams": ("bench_cpu_streams.py", ["--rows", "10", "--repeats", "1"]),
     "checkpoint": ("bench_checkpoint.py", ["--rows", "3000", "--repeats", "1", "--tiny"]),
+    "chunks": ("bench_chunks.py", ["--rows", "2", "--items", "4", "--item-tokens", "600", "--repeats", "1"]),
 }
 
 

@@ -75,6 +75,10 @@ def score(
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
     window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
     skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
+    top_k: Annotated[Optional[int], typer.Option(help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
+    chunk_tokens: Annotated[Optional[int], typer.Option(help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
+    chunk_overlap: Annotated[int, typer.Option(help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
+    chunk_aggregate: Annotated[str, typer.Option(help="max | mean | first: an item's score from its chunks'.")] = "max",
     self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
@@ -103,7 +107,8 @@ def score(
         positive_label=positive_label, pooled_hidden_states=pooled_hidden_states, pooling=pooling,
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
         device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
-        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows,
+        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows, top_k=top_k,
+        chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate,
         self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):

@@ -18,6 +18,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 POOLINGS = ("last", "cls")
 TRUNCATES = ("item", "error")
 HIDDEN_DTYPES = ("float32", "float16")
+CHUNK_AGGREGATES = ("max", "mean", "first")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class ScoreConfig:
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
+    top_k: int | None = None  # SPEC §12: the `top_k` column
+    chunk_tokens: int | None = None  # SPEC §12: score items longer than this in chunks
+    chunk_overlap: int = 0
+    chunk_aggregate: str = "max"
     trust_remote_code: bool = False
     allow_pickle: bool = False
     cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
@@ -75,6 +80,16 @@ class ScoreConfig:
             raise UsageError("--max-batch-tokens must be at least 1")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UsageError("--max-seq-len must be at least 2")
+        _choice("--chunk-aggregate", self.chunk_aggregate, CHUNK_AGGREGATES)
+        if self.top_k is not None and self.top_k < 1:
+            raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
+        if self.chunk_tokens is not None and self.chunk_tokens < 1:
+            raise UsageError(f"--chunk-tokens must be at least 1, got {self.chunk_tokens}")
+        if (self.chunk_overlap or self.chunk_aggregate != "max") and self.chunk_tokens is None:
+            raise UsageError("--chunk-overlap and --chunk-aggregate need --chunk-tokens")
+        if self.chunk_tokens is not None and not 0 <= self.chunk_overlap < self.chunk_tokens:
+            raise UsageError(f"--chunk-overlap must be at least 0 and less than --chunk-tokens {self.chunk_tokens}, "
+                             f"got {self.chunk_overlap}")  # fmt: skip
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

@@ -8,13 +8,15 @@ without) and pair encodings for cross-encoders. Tokenizer calls are batched per 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from scorecli.errors import InputError
+from scorecli.errors import InputError, UsageError
 from scorecli.longtext import Bounder
 from scorecli.pack import EncodedRow, Seq
+from scorecli.ranking import Chunking, chunk_items
 from scorecli.templates import Template, text_problem
 
 
@@ -150,13 +152,15 @@ class DecoderEncoder:
         self.suffix_len = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
         self.item_before, self.item_after = template.item.split("{item}", 1)
 
-    def encode(self, rows: list[Row], wheres: list[str]) -> list[EncodedRow]:
-        """Encode a window of rows; pre-tokenized rows are used as-is (no template)."""
+    def encode(self, rows: list[Row], wheres: list[str], chunking: Chunking | None = None) -> list[EncodedRow]:
+        """Encode a window of rows; pre-tokenized rows are used as-is (no template).
+        With `chunking` items are tokenized whole (their chunks are cut when packing)."""
         text = [k for k, r in enumerate(rows) if not r.pretokenized]
         prefixes = [self.template.render_prefix(rows[k].query, rows[k].instruction or self.instruction) for k in text]
         cut = [self.bounder.cut(p, self.max_tokens) for p in prefixes]  # non-None: P alone is over the limit
         prefixes = [c or p for c, p in zip(cut, prefixes)]
-        items = [self.template.render_item(self._bounded(item)) for k in text for item in rows[k].items]
+        bound = self._bounded if chunking is None else str
+        items = [self.template.render_item(bound(item)) for k in text for item in rows[k].items]
         fields = [(k, "'query'") for k in text] + [(k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))]
         ids, failed = _tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
         prefix_ids, item_ids = ids[: len(prefixes)], ids[len(prefixes) :]
@@ -240,6 +244,11 @@ class EncodedPairs:
     items: list[np.ndarray]  # [L_k] input ids of each pair
     types: list[np.ndarray]  # [L_k] token type ids of each pair
     error: str | None = None
+    chunks: np.ndarray | None = None  # [items] pairs (chunks) of each item, when chunked
+
+    def chunk_counts(self) -> np.ndarray:
+        """[items] how many of the pairs each item is (1 each unless chunked)."""
+        return self.chunks if self.chunks is not None else np.ones(len(self.items), dtype=np.int64)
 
     def seqs(self, first: int) -> list[Seq]:
         """One sequence per pair, read at its last token / first token."""
@@ -264,14 +273,43 @@ class PairEncoder:
         self.bounder = Bounder(tokenizer)
         self.specials = tokenizer.num_special_tokens_to_add(pair=True)
 
-    def encode(self, rows: list[Row], wheres: list[str]) -> list[EncodedPairs]:
+    def encode(self, rows: list[Row], wheres: list[str], chunking: Chunking | None = None) -> list[EncodedPairs]:
+        """Encode a window of rows; with `chunking`, items are cut into chunks of token ids."""
         out = []
         for row, where in zip(rows, wheres):
             if row.pretokenized:
                 out.append(EncodedPairs([], [], f"{where}: field 'query_ids': cross-encoders need text query and items"))
                 continue
-            out.append(self._encode_row(row, where))
+            out.append(self._encode_row(row, where) if chunking is None else self._encode_chunks(row, where, chunking))
         return out
+
+    @cached_property
+    def layout(self) -> PairLayout:
+        """Where the tokenizer puts its special tokens and token types around a pair."""
+        return PairLayout.of(self.tokenizer)
+
+    def _encode_chunks(self, row: Row, where: str, chunking: Chunking) -> EncodedPairs:
+        """The pairs (query, chunk) of every chunk of every item, built from token ids (SPEC §12)."""
+        if not row.items:
+            return EncodedPairs([], [], chunks=np.zeros(0, dtype=np.int64))
+        room = self.max_seq_len - self.specials
+        query = self.bounder.cut(row.query, room) or row.query
+        names = [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
+        ids, failed = _tokenize(self.tokenizer, [query, *row.items], names)
+        if failed:
+            return EncodedPairs([], [], failed[min(failed)])
+        if len(ids[0]) >= room:
+            return EncodedPairs([], [], f"{where}: field 'query': {len(ids[0])} tokens leave no room for an item "
+                                f"within --max-seq-len {self.max_seq_len}")  # fmt: skip
+        chunks, counts = chunk_items(ids[1:], 0, chunking)
+        over = [k for k, c in enumerate(chunks) if len(c) > room - len(ids[0])]
+        if over:
+            k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))
+            error = (f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
+                     f"query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            return EncodedPairs([], [], error)
+        pairs = [self.layout.pair(ids[0], c) for c in chunks]
+        return EncodedPairs([p for p, _ in pairs], [t for _, t in pairs], chunks=counts)
 
     def _encode_row(self, row: Row, where: str) -> EncodedPairs:
         if not row.items:
@@ -306,3 +344,46 @@ class PairEncoder:
             return EncodedPairs([], [], f"{where}: field 'items'[{k}]: the pair is {len(ids[k])} tokens, over --max-seq-len {self.max_seq_len}")
         types = enc.get("token_type_ids") or [[0] * len(x) for x in ids]
         return EncodedPairs(ids, [np.array(t, dtype=np.int64) for t in types])
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """How a tokenizer lays out a pair: `head A mid B tail`, each piece with its token types,
+    learnt from the tokenizer's own encoding of a probe pair (transformers 5's fast tokenizers
+    build pairs in their Rust post-processor only, from text)."""
+
+    pieces: tuple[np.ndarray, ...]  # head, mid, tail ids
+    piece_types: tuple[np.ndarray, ...]  # their token types
+    type_a: int
+    type_b: int
+
+    @classmethod
+    def of(cls, tokenizer) -> PairLayout:
+        a_text, b_text = "scorecli probe query", "an item text"
+        a, b = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (a_text, b_text))
+        enc = tokenizer(a_text, b_text)
+        full = list(enc["input_ids"])
+        types = list(enc.get("token_type_ids") or [0] * len(full))
+        i = _find(full, a, 0)
+        j = -1 if i < 0 else _find(full, b, i + len(a))
+        if j < 0 or len(set(types[i : i + len(a)])) > 1 or len(set(types[j : j + len(b)])) > 1:
+            raise UsageError("--chunk-tokens: this tokenizer's pairs cannot be rebuilt from token ids")
+        cuts = [(0, i), (i + len(a), j), (j + len(b), len(full))]
+        ids, kinds = np.array(full, dtype=np.int64), np.array(types, dtype=np.int64)
+        return cls(tuple(ids[s:e] for s, e in cuts), tuple(kinds[s:e] for s, e in cuts), types[i], types[j])
+
+    def pair(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(input ids, token type ids) of the pair (a, b)."""
+        (head, mid, tail), (th, tm, tt) = self.pieces, self.piece_types
+        ids = np.concatenate([head, a, mid, b, tail])
+        types = np.concatenate([th, np.full(len(a), self.type_a, dtype=np.int64), tm,
+                                np.full(len(b), self.type_b, dtype=np.int64), tt])  # fmt: skip
+        return ids, types
+
+
+def _find(seq: list[int], sub: list[int], start: int) -> int:
+    """First index >= start where `sub` occurs in `seq`, else -1."""
+    for i in range(start, len(seq) - len(sub) + 1):
+        if seq[i : i + len(sub)] == sub:
+            return i
+    return -1

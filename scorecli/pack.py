@@ -74,6 +74,22 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
     return EncodedRow(row.prefix, items, row.suffix_len)
 
 
+def check_chunks_fit(row: EncodedRow, counts: np.ndarray, max_seq_len: int, where: str) -> None:
+    """Raise InputError when a chunk (`row.items` are chunks, `counts` per item) cannot fit
+    beside the row's prefix: chunks are never cut (SPEC §12)."""
+    room = max_seq_len - len(row.prefix)
+    if room < row.suffix_len + 1 or not row.items:
+        return  # `truncate_items` names the prefix
+    lens = np.fromiter((len(i) for i in row.items), dtype=np.int64, count=len(row.items))
+    over = np.flatnonzero(lens > room)
+    if len(over):
+        k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))  # the item it is a chunk of
+        raise InputError(
+            f"{where}: field 'items'[{k}]: a chunk of {int(lens[over[0]])} tokens (template suffix included) does "
+            f"not fit beside the prefix of {len(row.prefix)} tokens within --max-seq-len {max_seq_len}"
+        )
+
+
 def pack_row(row: EncodedRow, first_item: int, mis: bool, max_seq_len: int) -> list[Seq]:
     """Pack one row into sequences.
 

@@ -27,7 +27,8 @@ from scorecli.heads import ClassifierHead, LabelTokenHead, activate, lm_logit_tr
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
 from scorecli.model import Loaded, load_model
-from scorecli.pack import Seq, drop_shared, pack_row, shared_prefix_len, truncate_items
+from scorecli.pack import EncodedRow, Seq, check_chunks_fit, drop_shared, pack_row, shared_prefix_len, truncate_items
+from scorecli.ranking import Chunking, aggregate, chunk_items, last_chunks, top_k
 from scorecli.spec import RunSpec, resolve_spec
 from scorecli.templates import load_template
 
@@ -54,6 +55,7 @@ class Prepared:
     num_tokens: np.ndarray  # [rows] int64: tokens each row cost in the forward passes
     shared: np.ndarray  # [C] int64: prefix tokens every sequence continues (dropped from `seqs`)
     id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
+    chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
 
     @property
     def num_rows(self) -> int:
@@ -87,6 +89,7 @@ class Scorer:
         self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         self.shares_prefix = False
+        self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
         self.streams: list[EncoderForward] = []  # concurrent forwards on CPU (`_run_streams`)
         self.fallback: str | None = None  # backend to switch to if the one `auto` chose fails
         if self.spec.kind == "cross-encoder":
@@ -99,6 +102,8 @@ class Scorer:
                 self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
             self.backend_name = "sdpa (fused encoder)" if fast else "model"
             self.padded = True
+            if self.chunking is not None:
+                _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
         else:
             from scorecli.attention import make_backend
 
@@ -159,16 +164,17 @@ class Scorer:
             parsed.append(row)
             errors.append(err)
         good = [k for k, r in enumerate(parsed) if r is not None]
-        encoded = self.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good])
+        encoded = self.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good], self.chunking)
         counts = np.zeros(len(rows), dtype=np.int64)
         per_row: dict[int, list[Seq]] = {}
+        chunks: list[np.ndarray] = []
         prefixes: list[np.ndarray] = []
         first = 0
         for k, enc in zip(good, encoded):
             try:
                 if enc.error:
                     raise InputError(enc.error)
-                seqs = self._pack(enc, rows[k].where, first)
+                seqs, row_chunks = self._pack(enc, rows[k].where, first)
             except InputError as exc:
                 self._fail(exc)
                 parsed[k], errors[k] = None, str(exc)
@@ -176,8 +182,9 @@ class Scorer:
             per_row[k] = seqs
             if self.shares_prefix:
                 prefixes.append(enc.prefix)
-            counts[k] = len(enc.items)
-            first += len(enc.items)
+            counts[k] = len(row_chunks)
+            first += int(row_chunks.sum())
+            chunks.append(row_chunks)
         seqs = [s for k in sorted(per_row) for s in per_row[k]]
         seq_rows = np.array([k for k in sorted(per_row) for _ in per_row[k]], dtype=np.int64)
         lengths = np.array([s.length for s in seqs], dtype=np.int64)
@@ -190,7 +197,9 @@ class Scorer:
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type)
+        chunked = np.concatenate(chunks) if self.chunking and chunks else None
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type,
+                        chunked)  # fmt: skip
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -214,20 +223,30 @@ class Scorer:
         if not self.config.skip_bad_rows:
             raise exc
 
-    def _pack(self, enc, where: str, first: int) -> list[Seq]:
+    def _pack(self, enc, where: str, first: int) -> tuple[list[Seq], np.ndarray]:
+        """The row's sequences, and [items] how many chunks (items of the sequences) each item is."""
         spec = self.spec
         if spec.kind == "cross-encoder":
-            return enc.seqs(first)
-        enc = truncate_items(enc, spec.max_seq_len, self.config.truncate, where)
-        return pack_row(enc, first, spec.mis, spec.max_seq_len)
+            return enc.seqs(first), enc.chunk_counts()
+        if self.chunking is None:
+            counts = np.ones(len(enc.items), dtype=np.int64)
+            enc = truncate_items(enc, spec.max_seq_len, self.config.truncate, where)
+        else:  # every chunk is an item of its own; chunks are never cut
+            items, counts = chunk_items(enc.items, enc.suffix_len, self.chunking)
+            enc = EncodedRow(enc.prefix, items, enc.suffix_len)
+            check_chunks_fit(enc, counts, spec.max_seq_len, where)
+            enc = truncate_items(enc, spec.max_seq_len, "error", where)  # the prefix's and empty items' checks
+        return pack_row(enc, first, spec.mis, spec.max_seq_len), counts
 
     # ---- model stages -----------------------------------------------------------------
 
     def run(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
         """Score a prepared window; `on_batch(items, tokens)` is called after each batch."""
-        n_items, n_labels = prepared.num_items, len(self.spec.label_names)
+        n_labels, chunks = len(self.spec.label_names), prepared.chunks
         hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
-        out = np.zeros((n_items, n_labels + hidden_size), dtype=np.float32)
+        n_scored = prepared.num_items if chunks is None else int(chunks.sum())  # chunks are scored as items
+        out = np.zeros((n_scored, n_labels + hidden_size), dtype=np.float32)
+        done = None if chunks is None else last_chunks(chunks)  # an item is done with its last chunk
         if self.shares_prefix:
             self.forward.share(prepared.shared)
         streams = len(self.streams)
@@ -235,7 +254,9 @@ class Scorer:
         for index, tokens, result in (self._run_streams if concurrent else self._run_serial)(prepared):
             out[index] = result
             if on_batch:
-                on_batch(len(index), tokens)
+                on_batch(len(index) if done is None else int(done[index].sum()), tokens)
+        if chunks is not None:
+            out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         return self._table(prepared, out[:, :n_labels], out[:, n_labels:])
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
@@ -327,9 +348,14 @@ class Scorer:
         if prepared.has_id:
             columns[self.fields.id] = id_array(prepared.ids, self.fields.id, prepared.id_type)
         columns["scores"] = pa.ListArray.from_arrays(offsets, _rows_of(scores, n_labels), mask=null)
-        columns["score"] = pa.ListArray.from_arrays(
-            offsets, pa.array(scores[:, self.spec.positive_index], type=pa.float32()), mask=null
-        )
+        score = scores[:, self.spec.positive_index]
+        columns["score"] = pa.ListArray.from_arrays(offsets, pa.array(score, type=pa.float32()), mask=null)
+        if self.config.top_k is not None:
+            top_offsets, top = top_k(score, prepared.item_offsets, self.config.top_k)
+            columns["top_k"] = pa.ListArray.from_arrays(pa.array(top_offsets), pa.array(top), mask=null)
+        if self.chunking is not None:
+            chunks = np.ones(prepared.num_items, dtype=np.int32) if prepared.chunks is None else prepared.chunks
+            columns["num_chunks"] = pa.ListArray.from_arrays(offsets, pa.array(chunks.astype(np.int32)), mask=null)
         if self.hidden_pooling:
             values = hidden.astype(np.float16 if self.config.hidden_dtype == "float16" else np.float32)
             columns["pooled_hidden_states"] = pa.ListArray.from_arrays(offsets, _rows_of(values, values.shape[1]), mask=null)

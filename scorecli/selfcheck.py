@@ -94,11 +94,12 @@ def _decoder_errors(scorer, rows) -> dict[str, float]:
     """Relative differences of the probe's scores and last hidden states (run in the scorer's
     own mode and backend, in one window) from the model's own forward."""
     raw = [RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)]
-    pooling, scorer.hidden_pooling = scorer.hidden_pooling, "last"
+    pooling, chunking = scorer.hidden_pooling, scorer.chunking
+    scorer.hidden_pooling, scorer.chunking = "last", None  # the probe's items are scored whole
     try:
         table = scorer.score_rows(raw)
     finally:
-        scorer.hidden_pooling = pooling
+        scorer.hidden_pooling, scorer.chunking = pooling, chunking
     n_labels = len(scorer.spec.label_names)
     ours_s = np.array([x for row in table["scores"].to_pylist() for x in row], dtype=np.float64).reshape(-1, n_labels)
     ours_h = np.array([x for row in table["pooled_hidden_states"].to_pylist() for x in row], dtype=np.float64)
@@ -119,7 +120,11 @@ def _pair_errors(scorer) -> dict[str, float] | None:
     if len(scorer.loaded.tokenizer(PROBE_QUERY, items[0])["input_ids"]) > scorer.spec.max_seq_len:
         return None
     row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
-    table = scorer.score_rows([RawRow(row, "self-check probe")])
+    chunking, scorer.chunking = scorer.chunking, None  # the probe's items are scored whole
+    try:
+        table = scorer.score_rows([RawRow(row, "self-check probe")])
+    finally:
+        scorer.chunking = chunking
     n_labels = len(scorer.spec.label_names)
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
     theirs = np.stack([_pair_reference(scorer, item) for item in items])

@@ -66,14 +66,16 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
         activation=activation,
         positive_index=_positive_index(cfg.positive_label, names, kind),
         pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
-        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template),
+        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template,
+                                cfg.chunk_tokens),
         single_reason=support.reason,
     )
 
 
-def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template) -> int:
-    """`max_seq_len`, unless it leaves no room for an item token even beside an empty query
-    (a cross-encoder's special tokens; a decoder's template prefix and item suffix)."""
+def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chunk_tokens: int | None = None) -> int:
+    """`max_seq_len`, unless it leaves no room for an item token (or a whole `--chunk-tokens`
+    chunk) even beside an empty query (a cross-encoder's special tokens; a decoder's template
+    prefix and item suffix)."""
     if kind == "cross-encoder":
         taken, what = tokenizer.num_special_tokens_to_add(pair=True), "the (query, item) pair's special tokens"
     else:
@@ -84,6 +86,9 @@ def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template) -> i
         what = f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
     if taken + 1 > max_seq_len:
         raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")
+    if chunk_tokens is not None and taken + chunk_tokens > max_seq_len:
+        raise UsageError(f"--chunk-tokens {chunk_tokens} cannot fit within --max-seq-len {max_seq_len}: {what} take "
+                         f"{taken} tokens, leaving {max_seq_len - taken} for a chunk")  # fmt: skip
     return max_seq_len
 
 

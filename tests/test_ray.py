@@ -202,3 +202,14 @@ def test_cli_engine_ray_joins_a_running_cluster(local_ray, qwen3_seq_cls, inputs
     assert proc.stderr == b""  # --quiet: no Ray logs or warnings either
     assert pq.read_table(out)["id"].to_pylist() == [f"r{k}" for k in range(220)]
     assert ray.cluster_resources().get("CPU") == 2  # the joined instance is still up
+
+
+def test_ranked_chunked_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs, tmp_path):
+    """--top-k and --chunk-tokens (with --skip-bad-rows) on Ray workers: the local output."""
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=8, skip_bad_rows=True, top_k=2, chunk_tokens=4,
+                      chunk_overlap=1, chunk_aggregate="mean")  # fmt: skip
+    local, remote = _both(cfg, bad_inputs, tmp_path)
+    got, want = pq.read_table(remote), pq.read_table(local)
+    assert {"top_k", "num_chunks"} <= set(got.column_names)
+    assert max(c for row in got["num_chunks"].to_pylist() if row for c in row) > 1
+    assert_same_output(want, got)
