@@ -272,7 +272,9 @@ def test_top_k_ties_go_to_the_lower_index(qwen3_seq_cls):
     rows = [{"query": "a query", "items": ["b", "a dog", "b", "the fox", "a dog"]}, {"query": "q", "items": ["x"]}]
     table = Scorer(qwen3_seq_cls, top_k=3).score_rows(raw(rows))
     score = table["score"].to_pylist()[0]
-    assert score[0] == score[2] and score[1] == score[4]  # equal items, equal scores
+    # equal items, equal scores up to rounding: the same item at another place of the packed
+    # row may differ in the last bit (BLAS reduction order); exact ties: test_top_k_order_ties_and_short_rows
+    assert abs(score[0] - score[2]) < 1e-6 and abs(score[1] - score[4]) < 1e-6
     want = sorted(range(5), key=lambda k: (-score[k], k))[:3]
     assert table["top_k"].to_pylist() == [want, [0]]
     assert table.schema.field("top_k").type == pa.list_(pa.int32())
