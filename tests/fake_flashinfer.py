@@ -67,7 +67,7 @@ def _attend(q, k, v, allowed, scale, cap, out_dtype) -> torch.Tensor:
     logits = (qf @ kf.transpose(1, 2)) * scale  # [H, Lq, Lk]
     if cap:
         logits = torch.tanh(logits / cap) * cap
-    logits = logits.masked_fill(~allowed[None], float("-inf"))
+    logits = logits.masked_fill(~allowed.to(logits.device)[None], float("-inf"))
     probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # a row with no key gives zeros, like the kernel
     return (probs @ vf).transpose(0, 1).to(out_dtype)  # [Lq, H, dv]
 

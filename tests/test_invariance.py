@@ -32,6 +32,9 @@ def make_rows(n_rows: int, seed: int = 0, max_items: int = 6, max_len: int = 30)
 
 
 def scorer_outputs(path, rows, **kw):
+    """The Scorer's outputs; on the CPU in float32 unless the test names a device or dtype (on a
+    GPU machine the Scorer's own default would be CUDA in bfloat16)."""
+    kw.setdefault("device", "cpu")
     table = Scorer(path, pooled_hidden_states=True, **kw).score_rows(raw_rows(rows))
     return table_outputs(table)
 
@@ -186,12 +189,17 @@ BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", mar
 @pytest.mark.parametrize("fixture,kind,extra", [CASES[0], CASES[4]])  # causal-lm: softmax over labels, O(1)
 @pytest.mark.parametrize("mode", ["mis", "single"])
 @pytest.mark.parametrize("device,attention", BF16_CASES)
-def test_bfloat16_matches_hf_bfloat16_reference(request, fixture, kind, extra, mode, device, attention):
+def test_bfloat16_matches_hf_bfloat16_reference(request, tmp_path, fixture, kind, extra, mode, device, attention):
     """In bfloat16, scorecli's scores stay as close to the float32 reference as the model's own
     bfloat16 forward does (SPEC section 3 within bf16 tolerance); heads run in float32."""
     if attention == "flashinfer":
         pytest.importorskip("flashinfer")
-    path = request.getfixturevalue(fixture)
+        from tests import models  # the kernels take head sizes 64, 128, 256 (the tiny models' is 16)
+
+        build = models.build_qwen3_seq_cls if fixture == "qwen3_seq_cls" else models.build_qwen3_causal_lm
+        path = build(tmp_path / fixture, head_dim=64)
+    else:
+        path = request.getfixturevalue(fixture)
     rows = make_rows(6, seed=37)
     _, scores, _ = scorer_outputs(path, rows, mode=mode, attention=attention, device=device, dtype="bfloat16", **extra)
     label_ids, activation = None, extra.get("activation", "none")

@@ -177,6 +177,12 @@ def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float16
 
 
+# Head sizes flashinfer's prefill kernels are built for (0.7.2 on an H100: a model with head_dim 16
+# failed inside the kernel, "Invalid configuration : NUM_MMA_Q=2 NUM_MMA_D_QK=1 ..."); others are
+# refused at the first layer with a usage error, which `--attention auto` turns into sdpa.
+HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
+
+
 class FlashInferBackend:
     """flashinfer prefill kernels over the ragged `[1, T]` layout (CUDA only).
 
@@ -234,6 +240,10 @@ class FlashInferBackend:
         if kdtype != query.dtype:
             self._warn_fp32(query.dtype)
         shape = (query.shape[1], key.shape[1], query.shape[3], value.shape[3])
+        if HEAD_DIMS and not {shape[2], shape[3]} <= set(HEAD_DIMS):
+            sizes = ", ".join(str(d) for d in HEAD_DIMS[:-1]) + f" and {HEAD_DIMS[-1]}"
+            raise UsageError(f"--attention flashinfer: its kernels take head sizes {sizes}, this model's is "
+                             f"{shape[2]}; use --attention sdpa")
         self._ensure_planned(shape, None if scaling is None else float(scaling), float(softcap or 0.0), kdtype)
         q = query[0].transpose(0, 1).to(kdtype).contiguous()  # [T, heads, d]
         k = key[0].transpose(0, 1).to(kdtype).contiguous()  # [T, kv_heads, d]

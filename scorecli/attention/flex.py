@@ -18,7 +18,8 @@ On CPU (torch 2.13) `flex_attention` runs two ways, both correct:
   shapes first change); afterwards it is ~50x faster than eager (T=4000: ~0.06 s).
 `create_block_mask(..., _compile=True)` likewise avoids materializing the `[T, T]` mask
 (T=16000: 0.3 s and no extra memory, against 2 s and 2.7 GB eager).
-On CUDA we compile by default and fall back to eager, with a warning, if compiling fails.
+On CUDA we compile by default; a batch whose compiled call fails runs eager (warned once), and
+after MAX_FAILED_BATCHES such batches the rest of the run does.
 On CPU we run eager by default: on an AMD EPYC (AVX2) machine the compiled CPU kernel
 returned zeros or NaN for some rows of some batches (torch 2.13, 2026-11-23;
 tests/test_attention_backends.py caught it), while it was right on an AVX-512 Xeon.
@@ -114,14 +115,22 @@ class FlexBackend:
     shares_prefix = False  # every batch starts at its own first token
     shared = None
 
+    # batches whose compiled call failed before compiling is given up for the run: inductor can
+    # fail on one batch's shapes alone (torch 2.11 on an H100: NoValidChoicesError for one
+    # 89-token batch of six, the others compiled), and eager flex materializes [T, T] scores
+    MAX_FAILED_BATCHES = 3
+
     def __init__(self, compile: bool | None = None, block_size: int = 128) -> None:
         self.compile = compile
         self.block_size = block_size
         self.block_mask: BlockMask | None = None
+        self.failed_batches = 0  # batches run eager after a compile failure
+        self._eager_batch = False  # this batch runs eager (its compiled call failed)
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         if self.compile is None:
             self.compile = device.type == "cuda"
+        self._eager_batch = False
         inputs, doc, seg = ragged_inputs(batch, device)
         self.block_mask = self._block_mask(doc, seg)
         return inputs
@@ -131,7 +140,7 @@ class FlexBackend:
             try:
                 return build_block_mask(doc, seg, self.block_size, compile=True)
             except Exception as err:  # noqa: BLE001 - compiling is an optimization
-                self._give_up_compiling(err)
+                self._compile_failed(err)
         return build_block_mask(doc, seg, self.block_size, compile=False)
 
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
@@ -140,21 +149,26 @@ class FlexBackend:
             raise UsageError("--attention flex: this model's attention sinks (s_aux) are not supported; use sdpa")
         kwargs = dict(block_mask=self.block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1],
                       score_mod=softcap_mod(float(softcap)) if softcap else None)  # fmt: skip
-        if self.compile:
+        if self.compile and not self._eager_batch:
             try:
                 out = _compiled_flex()(query, key, value, **kwargs)  # [1, heads, T, d]
                 return out.transpose(1, 2).contiguous()
             except Exception as err:  # noqa: BLE001 - the eager path below re-raises real errors
-                self._give_up_compiling(err)
+                self._compile_failed(err)
         out = flex_attention(query, key, value, **kwargs)  # [1, heads, T, d]
         return out.transpose(1, 2).contiguous()
 
-    def _give_up_compiling(self, err: Exception) -> None:
-        self.compile = False
-        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        warnings.warn(
-            f"flex attention: torch.compile failed ({type(err).__name__}: {first_line[:200]}); "
-            "using the slower eager FlexAttention path",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    def _compile_failed(self, err: Exception) -> None:
+        """This batch runs eager; after MAX_FAILED_BATCHES such batches, the whole run does."""
+        self._eager_batch = True
+        self.failed_batches += 1
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        if self.failed_batches >= self.MAX_FAILED_BATCHES:
+            self.compile = False
+            then = f"{self.failed_batches} batches failed; using the slower eager FlexAttention path from now on"
+        elif self.failed_batches == 1:
+            then = "this batch uses the slower eager FlexAttention path; later batches still compile"
+        else:
+            return  # warned at the first failure
+        warnings.warn(f"flex attention: torch.compile failed ({type(err).__name__}: {first_line}); {then}",
+                      RuntimeWarning, stacklevel=3)  # fmt: skip
