@@ -82,7 +82,8 @@ def run_score(
     """
     from transformers.utils import logging as hf_logging
 
-    from scorecli.scorer import Scorer, score_stream
+    from scorecli.scorer import Scorer
+    from scorecli.stream import score_stream
 
     # our own progress is the only one: transformers' "Loading weights" bar would break
     # --quiet and the one-line error contract

@@ -59,12 +59,9 @@ def self_check(scorer) -> float | None:
         SelfCheckError: it exceeds the tolerance.
     """
     loaded = scorer.loaded
-    if scorer.spec.kind == "cross-encoder":
-        errors = _pair_errors(scorer)
-        if errors is None:
-            return None  # the probe's pairs do not fit whole
-    else:
-        errors = _decoder_errors(scorer, probe_rows(loaded.tokenizer, scorer.spec.max_seq_len))
+    errors = scorer.family.probe_errors(scorer)  # what each kind compares against
+    if errors is None:
+        return None  # the probe does not fit whole
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
     tolerance = TOLERANCE_FP32 if exact else TOLERANCE_16BIT
     what, error = max(errors.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else np.inf)
@@ -90,7 +87,7 @@ def probe_rows(tok, max_seq_len: int) -> list[tuple[list[int], list[list[int]]]]
     return rows
 
 
-def _decoder_errors(scorer, rows) -> dict[str, float]:
+def decoder_errors(scorer, rows) -> dict[str, float]:
     """Relative differences of the probe's scores and last hidden states (run in the scorer's
     own mode and backend, in one window) from the model's own forward."""
     raw = [RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)]
@@ -113,7 +110,7 @@ def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours - theirs).max()) / max(float(np.abs(theirs).max()), 1e-30)
 
 
-def _pair_errors(scorer) -> dict[str, float] | None:
+def pair_errors(scorer) -> dict[str, float] | None:
     """Relative differences of the probe pairs' scores from the loaded model's own forward;
     None when the pairs do not fit --max-seq-len whole."""
     items = [item.strip() for item in PROBE_ITEMS]
