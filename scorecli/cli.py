@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import OutputClosed, ScorecliError, UsageError
+from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line, first_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
 # paths and user text are printed as they are: no markup, no :emoji: codes
@@ -283,7 +283,7 @@ def main() -> None:
     except typer.Abort:
         _interrupted()
     except Exception as exc:  # anything unexpected: one line, exit 1
-        _fail(f"{type(exc).__name__}: {_first_line(exc)}", 1)
+        _fail(error_line(exc), 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
     # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.
     if code == 130:
@@ -313,9 +313,6 @@ def _one_line(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
 
 
-def _first_line(text: str) -> str:
-    return (str(text).strip().splitlines() or [""])[0]
-
 
 def _fail(message: str, code: int) -> None:
     _say(f"error: {message}")
@@ -334,7 +331,7 @@ def _one_line_warnings(quiet: bool) -> None:
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         if not quiet or os.path.abspath(filename).startswith(ours):
-            _say(f"warning: {_first_line(message)}")
+            _say(f"warning: {first_line(str(message))}")
 
     warnings.showwarning = show
 

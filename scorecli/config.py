@@ -1,7 +1,7 @@
 """One frozen configuration for a scoring run, and validation of flag combinations.
 
 This module knows nothing about models or files: it only checks that the flags make
-sense together. Checks that need the model (label tokens, kind) live in `model.py`.
+sense together. Checks that need the model (label tokens, kind, mode) live in `spec.py`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ScoreConfig:
     """Everything a run needs to know, passed down explicitly.
 
     `None` means "decide from the model or template" (kind, activation, label tokens,
-    max_seq_len, pooling); the resolved values live in `model.ModelSpec`.
+    max_seq_len, pooling); the resolved values live in `spec.RunSpec`.
     """
 
     model: str

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from scorecli.errors import InputError, UsageError
+from scorecli.errors import InputError, UsageError, first_line
 from scorecli.longtext import Bounder
 from scorecli.pack import EncodedRow, Seq
 from scorecli.ranking import Chunking, chunk_items
@@ -217,13 +217,8 @@ def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[
             out.append(np.array(tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"], dtype=np.int64))
         except Exception as exc:  # noqa: BLE001
             out.append(np.zeros(0, dtype=np.int64))
-            failed[t] = f"{names[t]}: the tokenizer failed: {_first_line(exc)}"
+            failed[t] = f"{names[t]}: the tokenizer failed: {first_line(exc)}"
     return out, failed
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def leading_special_ids(tokenizer) -> list[int]:

@@ -3,40 +3,30 @@
 
 from __future__ import annotations
 
-from scorecli.errors import UsageError
 
 
 def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None) -> list[str]:
-    """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens."""
-    from transformers import AutoConfig, AutoTokenizer
-
+    """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens. The
+    checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`)."""
+    from scorecli.config import ScoreConfig
     from scorecli.encode import leading_special_ids
-    from scorecli.model import first_line, locate, detect_kind
-    from scorecli.spec import sequence_limit
+    from scorecli.model import load_tokenizer, open_checkpoint
+    from scorecli.spec import class_names, sequence_limit
 
-    path, gguf_file = locate(model)
-    if gguf_file:
-        from scorecli.gguf import materialize
-
-        path = materialize(path, gguf_file, cache_dir)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {model}: {first_line(exc)}") from exc
-    kind = detect_kind(config)
+    cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    path, config, kind = open_checkpoint(cfg)
+    tokenizer = load_tokenizer(path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
-    n_labels = int(getattr(config, "num_labels", 1))
-    id2label = getattr(config, "id2label", {}) or {}
     max_pos = getattr(config, "max_position_embeddings", None)
+    names = class_names(config)
     lines = [
         f"model:          {model}",
         f"kind:           {kind}",
         f"architecture:   {archs[0]} ({config.model_type})",
-        f"labels:         {n_labels if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
+        f"labels:         {len(names) if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
     ]
     if kind != "causal-lm":
-        lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
+        lines.append("label names:    " + ", ".join(names))
     skeleton = _skeleton(config, trust_remote_code)
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",

@@ -1,6 +1,7 @@
-"""Load a Hugging Face checkpoint, detect its kind, and resolve what scoring needs from it.
+"""Load a Hugging Face checkpoint (weights, tokenizer) and detect its kind.
 
-Knows nothing about input rows or output files. Loading is safe by default: no remote
+What a run does with the model (mode, labels, lengths) is resolved in `spec.py`; what a kind
+needs at run time in `families`. Knows nothing about input rows or output files. Loading is safe by default: no remote
 code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, first_line
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
@@ -79,23 +80,13 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     a head), one whose weights hold NaN or infinity, a corrupt safetensors file, a tokenizer
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
-    path, gguf_file = locate(cfg.model)
-    if gguf_file:
-        from scorecli.gguf import materialize
-
-        path = materialize(path, gguf_file, cfg.cache_dir)
+    path, hf_config, kind = open_checkpoint(cfg)
     common = {"trust_remote_code": cfg.trust_remote_code}
-    hf_config = _load_config(path, cfg)
-    kind = cfg.kind or detect_kind(hf_config)
-    if kind != "cross-encoder" and hf_config.model_type in ENCODER_TYPES:
-        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
-                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
-                         "(or leave --kind out)")  # fmt: skip
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
-    tokenizer = _load_tokenizer(path, common, cfg.model)
+    tokenizer = load_tokenizer(path, cfg)
     if kind != "cross-encoder":
         from scorecli.attention import ATTN_NAME, register, set_implementation
 
@@ -108,6 +99,23 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     model.to(device).eval()
     check_finite(model, cfg.model)
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
+
+
+def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
+    """(folder, Hugging Face config, kind) of `cfg.model`, without loading weights: a GGUF file
+    is dequantized into a cached folder first; the kind is `cfg.kind`, else detected."""
+    path, gguf_file = locate(cfg.model)
+    if gguf_file:
+        from scorecli.gguf import materialize
+
+        path = materialize(path, gguf_file, cfg.cache_dir)
+    hf_config = _load_config(path, cfg)
+    kind = cfg.kind or detect_kind(hf_config)
+    if kind != "cross-encoder" and hf_config.model_type in ENCODER_TYPES:
+        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
+                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
+                         "(or leave --kind out)")  # fmt: skip
+    return path, hf_config, kind
 
 
 # a cross-encoder's own head modules: BERT's pooler, the classifier (DistilBERT's in two parts)
@@ -279,11 +287,14 @@ def check_finite(model: torch.nn.Module, name: str) -> None:
 _TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
 
 
-def _load_tokenizer(path, common, name: str):
+def load_tokenizer(path: str, cfg: ScoreConfig):
+    """The checkpoint's tokenizer (UsageError: none that encodes text); scorecli checks sequence
+    lengths itself, so its `model_max_length` is lifted."""
     from transformers import AutoTokenizer
 
+    name = cfg.model
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **common)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
     ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
@@ -293,8 +304,3 @@ def _load_tokenizer(path, common, name: str):
     # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
     tokenizer.model_max_length = int(1e30)
     return tokenizer
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]

@@ -1,8 +1,11 @@
 """The one scoring core: raw rows in, an Arrow table of scores out, in input order.
 
-`Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches)
-and `Scorer.run` the model work (forward, pool, head, unsort); the CLI overlaps the two
-across windows. Knows nothing about files, progress bars or the command line.
+`Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
+`Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
+table); `stream.score_stream` overlaps the two across windows. What depends on the model's
+kind (encoding, packing, forward, heads, the self-check's reference) is its family's
+(`scorecli.families`): the Scorer never asks which kind it runs. Knows nothing about files,
+progress bars or the command line.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from scorecli import __version__
 from scorecli.batching import collate, plan_batches
 from scorecli.config import ScoreConfig, batch_tokens
 from scorecli.encode import Fields, Row, parse_row
-from scorecli.errors import InputError
+from scorecli.errors import InputError, error_line
 from scorecli.families import Family, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
@@ -248,8 +251,7 @@ class Scorer:
 
     def _fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        warnings.warn(f"--attention auto: {self.backend_name} failed ({type(err).__name__}: {first}); "
+        warnings.warn(f"--attention auto: {self.backend_name} failed ({error_line(err, 200)}); "
                       f"using {self.fallback}", RuntimeWarning, stacklevel=2)  # fmt: skip
         self.family.use_backend(self.fallback)
         self.fallback = None

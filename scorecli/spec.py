@@ -56,7 +56,7 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
     else:
         if cfg.label_tokens is not None or cfg.label_token_ids is not None:
             raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
-        label_ids, names = None, _class_names(loaded.config)
+        label_ids, names = None, class_names(loaded.config)
         activation = cfg.activation or "none"
     return RunSpec(
         kind=kind,
@@ -119,7 +119,8 @@ def _label_tokens(cfg: ScoreConfig, tokenizer, template: Template) -> tuple[tupl
     return tuple(ids), tuple(tokens)
 
 
-def _class_names(config) -> tuple[str, ...]:
+def class_names(config) -> tuple[str, ...]:
+    """The names of a classifier's labels (`id2label`, else LABEL_i)."""
     n = int(getattr(config, "num_labels", 1))
     id2label = getattr(config, "id2label", None) or {}
     return tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))

@@ -147,7 +147,7 @@ def test_attention_sinks_refused_by_flex(gpt_oss_seq_cls):
 
 
 def test_attention_arguments_no_backend_implements_are_refused():
-    from scorecli.attention import _dispatch
+    from scorecli.attention.registry import _dispatch
     from scorecli.attention.dense import SdpaBackend
     from scorecli.errors import UsageError
 

@@ -37,7 +37,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.batching import Batch
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, error_line
 
 
 def mis_mask_mod(doc: torch.Tensor, segment: torch.Tensor) -> Callable:
@@ -151,9 +151,8 @@ class FlexBackend:
 
     def _give_up_compiling(self, err: Exception) -> None:
         self.compile = False
-        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         warnings.warn(
-            f"flex attention: torch.compile failed ({type(err).__name__}: {first_line[:200]}); "
+            f"flex attention: torch.compile failed ({error_line(err, 200)}); "
             "using the slower eager FlexAttention path",
             RuntimeWarning,
             stacklevel=3,
