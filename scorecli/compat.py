@@ -48,8 +48,8 @@ _CACHE: "weakref.WeakKeyDictionary[torch.nn.Module, Support]" = weakref.WeakKeyD
 
 def support_of(loaded) -> Support:
     """The Support of a loaded model (`model.Loaded`): `support` for decoders; a cross-encoder
-    runs single-item by its kind, whatever it allows."""
-    return support(loaded.model, loaded.kind) if loaded.kind != "cross-encoder" else Support(True)
+    runs single-item by its kind, and an encoder (an embedding model's) its own attention."""
+    return Support(True) if loaded.kind == "cross-encoder" or loaded.is_encoder else support(loaded.model, loaded.kind)
 
 
 def support(model: torch.nn.Module, kind: str) -> Support:

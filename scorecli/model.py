@@ -16,6 +16,8 @@ import torch
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
+from scorecli.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
+                               transformer_folder)
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
@@ -34,6 +36,12 @@ class Loaded:
     path: str
     device: torch.device
     dtype: torch.dtype
+    sentence: SentenceModules | None = None  # an embedding model's modules after the transformer
+
+    @property
+    def is_encoder(self) -> bool:
+        """Whether its tokens attend both ways (it runs its own attention, never scorecli's)."""
+        return self.config.model_type in ENCODER_TYPES
 
     @property
     def config(self):
@@ -81,13 +89,22 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
     path, hf_config, kind = open_checkpoint(cfg)
+    sentence = None
+    if kind == "embedding":  # a sentence-transformers folder's transformer may sit in a subfolder
+        sentence = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
+        path, hf_config = sentence.transformer_dir, _load_config(sentence.transformer_dir, cfg)
     common = {"trust_remote_code": cfg.trust_remote_code}
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
     tokenizer = load_tokenizer(path, cfg)
-    if kind != "cross-encoder":
+    if sentence is not None:
+        sentence = sentence.resolved(path, hf_config).to(device)
+        if sentence.do_lower_case:
+            apply_lower_case(tokenizer)
+    encoder = hf_config.model_type in ENCODER_TYPES
+    if kind != "cross-encoder" and not encoder:
         from scorecli.attention import ATTN_NAME, register, set_implementation
 
         register()
@@ -98,7 +115,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         float32_heads(model)
     model.to(device).eval()
     check_finite(model, cfg.model)
-    return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
+    return Loaded(model, tokenizer, kind, cfg.model, device, dtype, sentence)
 
 
 def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
@@ -109,9 +126,10 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
         from scorecli.gguf import materialize
 
         path = materialize(path, gguf_file, cfg.cache_dir)
-    hf_config = _load_config(path, cfg)
-    kind = cfg.kind or detect_kind(hf_config)
-    if kind != "cross-encoder" and hf_config.model_type in ENCODER_TYPES:
+    sentence = is_sentence_folder(path)
+    hf_config = _load_config(transformer_folder(path) if sentence else path, cfg)
+    kind = cfg.kind or ("embedding" if sentence else detect_kind(hf_config))
+    if kind not in ("cross-encoder", "embedding") and hf_config.model_type in ENCODER_TYPES:
         raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
                          "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
                          "(or leave --kind out)")  # fmt: skip
@@ -202,10 +220,10 @@ def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
 
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    auto = AutoModelForCausalLM if kind == "causal-lm" else AutoModelForSequenceClassification
+    auto = {"causal-lm": AutoModelForCausalLM, "embedding": AutoModel}.get(kind, AutoModelForSequenceClassification)
     kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report would break the one-line error; we say what matters
@@ -226,7 +244,10 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
                          f"corrupt safetensors file ({first_line(exc)})") from exc  # fmt: skip
     finally:
         hf_logging.set_verbosity(verbosity)
-    missing = sorted(set(info.get("missing_keys") or ()) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
+    unread = set(info.get("missing_keys") or ())
+    if kind == "embedding":  # a BERT pooler's weights: the embedding never reads them
+        unread = {k for k in unread if not k.startswith("pooler.")}
+    missing = sorted(unread | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
     if missing:
         raise UsageError(f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
                          f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}")  # fmt: skip

@@ -22,8 +22,10 @@ import numpy as np
 import torch
 
 from scorecli.errors import ScorecliError
+from scorecli.encode import Row
 from scorecli.heads import activate
 from scorecli.io.readers import RawRow
+from scorecli.sentence import similarity
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")
@@ -127,6 +129,68 @@ def pair_errors(scorer) -> dict[str, float] | None:
     theirs = np.stack([_pair_reference(scorer, item) for item in items])
     _finite(scorer, theirs)
     return {"scores": _relative(ours, theirs)}
+
+
+def embedding_errors(scorer) -> dict[str, float]:
+    """Relative differences of the probe's similarities and item embeddings (the scorer's own
+    batches, one window) from each text run alone through the model's own forward and pooled
+    text by text (`_pool_one`)."""
+    family, items = scorer.family, [*PROBE_ITEMS, PROBE_TEXT]  # items of very different lengths
+    row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
+    pooling, truncate = scorer.hidden_pooling, family.encoder.truncate
+    scorer.hidden_pooling, family.encoder.truncate = "embedding", "item"  # the probe's texts are cut to fit
+    try:
+        table = scorer.score_rows([RawRow(row, "self-check probe")])
+        enc = family.encoder.encode([Row(PROBE_QUERY, items, None, None)], ["self-check probe"])[0]
+    finally:
+        scorer.hidden_pooling, family.encoder.truncate = pooling, truncate
+    ours_s = np.array(table["score"].to_pylist()[0], dtype=np.float64)
+    ours_e = np.array(table["pooled_hidden_states"].to_pylist()[0], dtype=np.float64)
+    theirs = _embedding_references(scorer, [enc.query, *enc.items], [enc.skips[0]] + [enc.skips[1]] * len(enc.items))
+    query = theirs[:1].expand(len(enc.items), -1)
+    theirs_s = similarity(query, theirs[1:], scorer.spec.similarity).double().numpy()
+    _finite(scorer, theirs_s)
+    return {"scores": _relative(ours_s, theirs_s), "embeddings": _relative(ours_e, theirs[1:].double().numpy())}
+
+
+@torch.inference_mode()
+def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> torch.Tensor:
+    """[texts, D] float32 CPU: each text alone through the model's own forward (a decoder under
+    transformers' eager attention), pooled, then the model's Dense and Normalize modules."""
+    from scorecli.attention import ATTN_NAME, set_implementation
+
+    loaded = scorer.loaded
+    model, modules, decoder = loaded.model, loaded.sentence, not loaded.is_encoder
+    if decoder:
+        set_implementation(model, "eager")
+    try:
+        out = []
+        for ids, skip in zip(texts, skips):
+            x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
+            kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
+            hidden = model(input_ids=x, **kwargs).last_hidden_state[0].float()
+            pooled = torch.cat([_pool_one(hidden, min(skip, len(ids)), mode) for mode in modules.pooling])
+            out.append(modules.after_pooling(pooled[None])[0].cpu())
+        return torch.stack(out)
+    finally:
+        if decoder:
+            set_implementation(model, ATTN_NAME)
+
+
+def _pool_one(hidden: torch.Tensor, skip: int, mode: str) -> torch.Tensor:
+    """One text's pooled states [H] from its token states [L, H], the first `skip` left out."""
+    kept, n = hidden[skip:], hidden.shape[0] - skip
+    if mode == "cls":
+        return hidden[skip if n > 0 else 0]
+    if mode == "lasttoken":
+        return hidden[-1] if n > 0 else torch.zeros_like(hidden[0])
+    if mode == "max":
+        return kept.max(dim=0).values if n > 0 else torch.full_like(hidden[0], float("-inf"))
+    if mode == "weightedmean":
+        weights = torch.arange(skip + 1, hidden.shape[0] + 1, dtype=hidden.dtype, device=hidden.device)[:, None]
+        return (kept * weights).sum(dim=0) / max(float(weights.sum()), 1e-9)
+    total = kept.sum(dim=0)
+    return total / (max(n, 1e-9) if mode == "mean" else max(n, 1e-9) ** 0.5)
 
 
 def _finite(scorer, theirs: np.ndarray) -> None:
