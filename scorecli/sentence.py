@@ -156,9 +156,12 @@ def read_modules(path: str) -> SentenceModules:
     pooling, include_prompt = _read_pooling(os.path.join(path, entries[1].get("path") or ""))
     bert = _json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
     task = bert.get("transformer_task", "feature-extraction")
-    if task != "feature-extraction":
-        raise UsageError(f"cannot load model {path}: its transformer runs as {task!r}; scorecli embeds with "
-                         "'feature-extraction' (the last hidden states)")  # fmt: skip
+    modalities = bert.get("modality_config") or {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+    text = modalities.get("text") or {}
+    if task != "feature-extraction" or "message" in modalities or text.get("method_output_name") != "last_hidden_state":
+        raise UsageError(f"cannot load model {path}: its transformer reads text as {task} with modalities "
+                         f"{', '.join(modalities)}; scorecli embeds plain text with 'feature-extraction' (the last hidden "
+                         "states), not chat messages")  # fmt: skip
     st = _json_if(os.path.join(path, "config_sentence_transformers.json"))
     prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
