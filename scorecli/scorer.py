@@ -340,6 +340,7 @@ class Scorer:
             "label_token_ids": ",".join(map(str, spec.label_ids or ())),
             "labels": ",".join(spec.label_names),
             "activation": spec.activation,
+            "similarity": spec.similarity,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": self.backend_name,
             "self_check": getattr(self, "self_check_note", "not run"),

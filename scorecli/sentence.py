@@ -114,6 +114,17 @@ def transformer_folder(path: str) -> str:
     return os.path.join(path, (entries[0].get("path") if entries else "") or "")
 
 
+def module_folders(path: str) -> list[str]:
+    """The subfolders a sentence-transformers folder's modules live in (none for other folders)."""
+    if not is_sentence_folder(path):
+        return []
+    try:
+        entries = _json(os.path.join(path, MODULES_FILE), path)
+    except UsageError:
+        return []
+    return sorted({str(e.get("path")) for e in entries if isinstance(e, dict) and e.get("path")})
+
+
 def apply_lower_case(tokenizer) -> None:
     """Make the tokenizer lowercase its input, as sentence-transformers does for `do_lower_case`:
     a Lowercase normalizer in front of the fast tokenizer's own (unless it has one)."""
