@@ -290,8 +290,10 @@ def pool(hidden: torch.Tensor, lens: torch.Tensor, skip: torch.Tensor, modes: tu
 
 
 def similarity(queries: torch.Tensor, items: torch.Tensor, name: str) -> torch.Tensor:
-    """[N] similarity of row-aligned query and item embeddings [N, D] (float32), as
-    sentence-transformers' `cos_sim` (both normalized, eps 1e-12) or `dot_score` computes it."""
+    """[N] float32 similarity of row-aligned query and item embeddings [N, D] (float32), as
+    sentence-transformers' `cos_sim` (both normalized, eps 1e-12) or `dot_score` computes it; the
+    products are summed in float64 (a float32 sum of D products differs with its order by
+    ~1e-7 of |q| |e|, more than 1e-5 for large unnormalized embeddings)."""
     if name == "cosine":
         queries, items = F.normalize(queries, p=2, dim=-1), F.normalize(items, p=2, dim=-1)
-    return (queries * items).sum(dim=-1)
+    return (queries.double() * items.double()).sum(dim=-1).float()

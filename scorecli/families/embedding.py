@@ -64,6 +64,8 @@ class TextEncoder:
         return out
 
     def _checked(self, ids: list[np.ndarray], names: list[str], failed: list[str | None]) -> EncodedTexts:
+        if len(ids) == 1:  # no items: the query is not embedded
+            return EncodedTexts(ids[0], [])
         error = next((f for f in failed if f), None)
         for name, x in zip(names, ids):
             if error is None and len(x) > self.max_len:
