@@ -49,6 +49,11 @@ def build_sentence_model(out_dir, base: str = "bert", pooling: str | tuple = "me
         modules.append(Normalize())
     model = SentenceTransformer(modules=modules, prompts=prompts, similarity_fn_name=similarity, device="cpu")
     model.save(str(out / "st"))
+    # the prompts the model defines, as a folder says them (sentence-transformers 6 adds an empty
+    # `query` and `document` prompt of its own when it saves, and again when it loads)
+    config = json.loads((out / "st" / "config_sentence_transformers.json").read_text())
+    config["prompts"] = prompts or {}
+    (out / "st" / "config_sentence_transformers.json").write_text(json.dumps(config))
     if base != "bert":  # as older folders (Qwen3-Embedding's) say it: plain text, not chat messages
         (out / "st" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length or 512}))
     return str(out / "st")

@@ -71,13 +71,15 @@ def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]
     """(similarities [n], item embeddings [n, D], |query| max |item|) of each row by
     sentence-transformers, with the prompts SPEC §13 names (`query`; `document`, else `passage`)."""
     model = _st_model(path)
-    item_prompt = next((n for n in ("document", "passage") if n in model.prompts), None)
+    with open(f"{path}/config_sentence_transformers.json") as f:
+        own = json.load(f).get("prompts") or {}  # the folder's own (sentence-transformers adds empty ones)
+    item_prompt = next((n for n in ("document", "passage") if n in own), None)
     out = []
     for row in rows:
         if not row["items"]:
             out.append((np.zeros(0), np.zeros((0, 0)), 1.0))
             continue
-        query = model.encode([row["query"]], prompt_name="query" if "query" in model.prompts else None,
+        query = model.encode([row["query"]], prompt_name="query" if "query" in own else None,
                              convert_to_tensor=True)  # fmt: skip
         items = model.encode(row["items"], prompt_name=item_prompt, convert_to_tensor=True)
         norms = float(query.norm() * items.norm(dim=-1).max())
@@ -185,7 +187,7 @@ def test_pretokenized_rows_are_used_as_they_are(built):
 
 
 def test_truncate_error_and_empty_decoder_text_name_the_item(built):
-    with pytest.raises(InputError, match=r"r:1: field 'items'\[2\]: over --max-seq-len 12"):
+    with pytest.raises(InputError, match=r"r:1: field 'items'\[1\]: over --max-seq-len 12"):
         score(built("bert-max-dot-short"), ROWS[:1], truncate="error")
     with pytest.raises(InputError, match=r"r:1: field 'items'\[3\]: an empty text leaves nothing to embed"):
         score(built("qwen3-last-dot"), ROWS[:1])
@@ -236,5 +238,5 @@ def test_console_script(built, tmp_path):
     inspect = subprocess.run([*SCORECLI, "inspect", path], capture_output=True, env=_env(), timeout=180, text=True)
     assert inspect.returncode == 0, inspect.stderr
     for line in ("kind:           embedding", "pooling:        cls (prompt excluded), then Dense -> 24, Normalize",
-                 "prompts:        document: 'passage: ', query: 'query: '", "similarity:     cosine"):  # fmt: skip
+                 "prompts:        query: 'query: ', document: 'passage: '", "similarity:     cosine"):  # fmt: skip
         assert line in inspect.stdout, inspect.stdout
