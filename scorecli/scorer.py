@@ -336,7 +336,7 @@ class Scorer:
             "template": self.template.name,
             "mode": "mis" if spec.mis else "single",
             "mode_reason": f"single-item only: {spec.single_reason}" if spec.single_reason else "",
-            "label_tokens": ",".join(spec.label_names) if spec.kind == "causal-lm" else "",
+            "label_tokens": ",".join(spec.label_names) if spec.label_ids is not None else "",
             "label_token_ids": ",".join(map(str, spec.label_ids or ())),
             "labels": ",".join(spec.label_names),
             "activation": spec.activation,

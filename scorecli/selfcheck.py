@@ -12,8 +12,12 @@ state are compared with the model's own forward over query + item, run by transf
 its eager attention. A difference beyond the dtype's tolerance stops the run
 (`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders are checked when they
 run scorecli's fused encoder (BERT family), against the loaded model's own forward of each
-(query, item) pair; otherwise they run the model's own forward and need no check. This module
-knows nothing about files or the CLI.
+(query, item) pair; otherwise they run the model's own forward and need no check. Embedding
+models embed a probe row (items of very different lengths) in the run's own batches; every
+similarity and item embedding is compared with each text run alone through the model's own
+forward (eager attention for decoders), pooled text by text. Which probe a run gets is its
+kind family's choice (`families`, `probe_errors`). This module knows nothing about files or
+the CLI.
 """
 
 from __future__ import annotations

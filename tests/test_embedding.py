@@ -240,3 +240,24 @@ def test_console_script(built, tmp_path):
     for line in ("kind:           embedding", "pooling:        cls (prompt excluded), then Dense -> 24, Normalize",
                  "prompts:        query: 'query: ', document: 'passage: '", "similarity:     cosine"):  # fmt: skip
         assert line in inspect.stdout, inspect.stdout
+
+
+def test_cpu_streams_equal_one_stream(minilm):
+    """Encoder embedding models run two batches at once on CPU (each on half of torch's threads,
+    through the fused encoder stack): the same embeddings and scores as one stream."""
+    scorer = Scorer(minilm, pooled_hidden_states=True, max_batch_tokens=64)
+    assert len(scorer.streams) == 2 and scorer.backend_name == "sdpa (fused encoder)"
+    used, run_streams = [], scorer._run_streams
+    scorer._run_streams = lambda prepared: used.append(prepared) or run_streams(prepared)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # streams need a thread each (also on a 1-core machine)
+    try:
+        streamed = scorer.score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(ROWS)])
+    finally:
+        torch.set_num_threads(threads)
+    assert used
+    scorer.streams = []
+    serial = scorer.score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(ROWS)])
+    for column in ("score", "pooled_hidden_states"):
+        for a, b in zip(streamed[column].to_pylist(), serial[column].to_pylist()):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, rtol=0)

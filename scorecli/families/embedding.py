@@ -18,7 +18,10 @@ import torch
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.batching import Batch
 from scorecli.encode import Row, tokenize
+from scorecli import fast_encoder
 from scorecli.families import FamilyDefaults
+from scorecli.families.pairs import CPU_STREAMS
+from scorecli.forward import with_encoder
 from scorecli.pack import Seq
 from scorecli.ranking import Chunking
 from scorecli.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
@@ -89,10 +92,24 @@ class TextEncoder:
 
 class EmbeddingForward:
     """The transformer's last hidden states of a batch's texts, ragged [T, H]: an encoder's own
-    forward over the padded batch, or a decoder's base model under a scorecli backend."""
+    forward over the padded batch (BERT-family encoders through a view with the fused encoder
+    stack, `fast_encoder`, every row computed), or a decoder's base model under a scorecli
+    backend. Calls on one instance run one at a time; `twin()` gives another for a CPU stream."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype, backend=None):
-        self.model, self.device, self.dtype, self.backend = model, device, dtype, backend
+    def __init__(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype, backend=None,
+                 fast: bool = False, fused: list | None = None):  # fmt: skip
+        self.source, self.model, self.device, self.dtype, self.backend = model, model, device, dtype, backend
+        self.fast = None
+        if fast:
+            self.fast = fast_encoder.FastEncoder(model, fused)
+            self.fast.cls_only = False  # pooling may read every token
+            self.model = with_encoder(model, self.fast)
+
+    def twin(self) -> EmbeddingForward:
+        """Another forward over the same weights (fused ones included) with its own state."""
+        fast = self.fast is not None
+        return EmbeddingForward(self.source, self.device, self.dtype, self.backend, fast,
+                                self.fast.fused if fast else None)  # fmt: skip
 
     @torch.inference_mode()
     def __call__(self, batch: Batch) -> torch.Tensor:
@@ -128,8 +145,11 @@ class EmbeddingFamily(FamilyDefaults):
         backend = None
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
-        self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend)
-        self.backend_name = backend.name if backend else "model"
+        fast = backend is None and cfg.attention in ("auto", "sdpa") and fast_encoder.supports(loaded.model)
+        self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
+        if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
+            self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
+        self.backend_name = backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
         self.fallback = "sdpa" if cfg.attention == "auto" and self.backend_name == "flashinfer" else None
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
