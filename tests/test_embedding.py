@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -71,8 +72,8 @@ def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]
     """(similarities [n], item embeddings [n, D], |query| max |item|) of each row by
     sentence-transformers, with the prompts SPEC §13 names (`query`; `document`, else `passage`)."""
     model = _st_model(path)
-    with open(f"{path}/config_sentence_transformers.json") as f:
-        own = json.load(f).get("prompts") or {}  # the folder's own (sentence-transformers adds empty ones)
+    config = Path(path) / "config_sentence_transformers.json"  # the folder's own prompts (sentence-transformers adds empty ones)
+    own = (json.loads(config.read_text()).get("prompts") or {}) if config.exists() else {}
     item_prompt = next((n for n in ("document", "passage") if n in own), None)
     out = []
     for row in rows:
@@ -261,3 +262,12 @@ def test_cpu_streams_equal_one_stream(minilm):
     for column in ("score", "pooled_hidden_states"):
         for a, b in zip(streamed[column].to_pylist(), serial[column].to_pylist()):
             np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, rtol=0)
+
+
+def test_kind_embedding_on_a_plain_base_model(built):
+    """`--kind embedding` on a folder without modules.json: mean pooling and nothing after it, as
+    sentence-transformers builds such a model."""
+    base = str(Path(built("bert-mean")).parent / "base")
+    table, ours = score(base, ROWS, kind="embedding")
+    assert table.schema.metadata[b"kind"] == b"embedding"
+    assert_matches(ours, reference(base, ROWS))
