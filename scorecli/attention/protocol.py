@@ -29,7 +29,7 @@ class AttentionBackend(Protocol):
     name: str
     is_padded: bool
     shares_prefix: bool  # whether batches may continue a shared prefix held in `shared`
-    shared: "SharedKV | None"
+    shared: SharedKV | None
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         """Prepare masks or kernel plans for this batch; return the model inputs."""

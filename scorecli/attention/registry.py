@@ -24,11 +24,11 @@ UNSUPPORTED = {"sinks": "attention sinks given as `sinks`", "position_bias": "a 
 
 
 # the backend of the forward call running in this thread (`bound`)
-_BACKEND: ContextVar["AttentionBackend | None"] = ContextVar("scorecli_backend", default=None)
+_BACKEND: ContextVar[AttentionBackend | None] = ContextVar("scorecli_backend", default=None)
 
 
 @contextlib.contextmanager
-def bound(backend: "AttentionBackend"):
+def bound(backend: AttentionBackend):
     """Run the enclosed model call with every attention layer dispatching to `backend`."""
     token = _BACKEND.set(backend)
     try:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from scorecli import fast_encoder
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.batching import Batch
 from scorecli.encode import Row, tokenize
-from scorecli import fast_encoder
 from scorecli.families import FamilyDefaults
 from scorecli.families.pairs import CPU_STREAMS
 from scorecli.forward import with_encoder
