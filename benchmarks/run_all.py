@@ -28,6 +28,8 @@ BENCHMARKS = {
     "streams": ("bench_cpu_streams.py", ["--rows", "10", "--repeats", "1"]),
     "checkpoint": ("bench_checkpoint.py", ["--rows", "3000", "--repeats", "1", "--tiny"]),
     "chunks": ("bench_chunks.py", ["--rows", "2", "--items", "4", "--item-tokens", "600", "--repeats", "1"]),
+    "embedding": ("bench_vs_st_embedding.py", ["--rows", "30", "--repeats", "1"]),
+    "retrieval": ("retrieval_pydoc.py", ["--candidates", "5"]),
 }
 
 

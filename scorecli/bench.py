@@ -61,10 +61,11 @@ def run_bench(
     from scorecli.spec import any_label_ids
 
     loaded = load_model(cfg)
-    if loaded.kind == "cross-encoder":
+    if loaded.kind in ("cross-encoder", "embedding"):
         from scorecli.errors import UsageError
 
-        raise UsageError("scorecli bench measures decoder models (MIS vs single); cross-encoders are single-item only")
+        raise UsageError(f"scorecli bench measures decoder models (MIS vs single); a {loaded.kind} model is single-item "
+                         "only (benchmarks/ compares it with sentence-transformers)")  # fmt: skip
     vocab = loaded.model.get_input_embeddings().num_embeddings
     rows = synthetic_rows(work, vocab)
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):

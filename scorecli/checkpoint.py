@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import ScorecliError, UsageError
+from scorecli.errors import ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import COMPRESSION, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
@@ -95,7 +95,7 @@ class Checkpoint:
             if isinstance(exc, ScorecliError):
                 raise type(exc)(f"{exc} ({self.kept()})") from exc
             if isinstance(exc, Exception):
-                raise ScorecliError(f"{type(exc).__name__}: {_first_line(exc)} ({self.kept()})") from exc
+                raise ScorecliError(f"{error_line(exc)} ({self.kept()})") from exc
             raise
 
     def kept(self) -> str:
@@ -150,5 +150,3 @@ class Checkpoint:
                 os.replace(tmp, path)
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0]

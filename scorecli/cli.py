@@ -1,11 +1,11 @@
 """The `scorecli` command line: flags -> one frozen config -> the scoring core.
 
 Thin by design: it parses flags, checks what it can before the model loads (inputs, output,
-template, first rows), shows progress on stderr and maps errors to exit codes: 2 for bad
-usage or input, 1 otherwise, 130 / 143 after SIGINT / SIGTERM; each error is one line of
-plain text (no markup, no emoji codes, control bytes escaped). A closed pipe on the output
-ends the process quietly by SIGPIPE. torch is imported only inside commands, so `--help` is
-instant. The only environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS
+template, first rows), hands the run to `run` (or `ray`), whose progress and summary go to
+stderr (`progress`), and maps errors to exit codes: 2 for bad usage or input, 1 otherwise,
+130 / 143 after SIGINT / SIGTERM (`process`); each error is one line of plain text (no
+markup, no emoji codes, control bytes escaped). A closed pipe on the output ends the process
+quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS
 (through typer).
 """
 
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Optional
@@ -23,7 +21,8 @@ import typer
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import OutputClosed, ScorecliError, UsageError
+from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line, first_line
+from scorecli.process import finish, interrupted_code, pipe_closed, reserve_stdin, watch_signals
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
 # paths and user text are printed as they are: no markup, no :emoji: codes
@@ -52,7 +51,7 @@ def score(
     inputs: Annotated[list[str], typer.Argument(help="JSONL/Parquet files, directories, globs, or - for stdin.")],
     out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet, .jsonl, or - (JSONL on stdout).")],
     model: Model = None,
-    kind: Annotated[Optional[str], typer.Option(help="seq-cls | causal-lm | cross-encoder (default: detected).")] = None,
+    kind: Annotated[Optional[str], typer.Option(help="seq-cls | causal-lm | cross-encoder | embedding (default: detected).")] = None,
     mode: Annotated[str, typer.Option(help="auto | mis | single.")] = "auto",
     template: Annotated[Optional[str], typer.Option(help="plain | qwen3-reranker | yes-no-chat | a .toml/.json file.")] = None,
     instruction: Annotated[Optional[str], typer.Option(help="Instruction for templates that take one.")] = None,
@@ -79,6 +78,9 @@ def score(
     chunk_tokens: Annotated[Optional[int], typer.Option(help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
     chunk_overlap: Annotated[int, typer.Option(help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
     chunk_aggregate: Annotated[str, typer.Option(help="max | mean | first: an item's score from its chunks'.")] = "max",
+    similarity: Annotated[Optional[str], typer.Option(help="Embedding models: cosine | dot (default: the model's own, else cosine).")] = None,
+    query_prompt: Annotated[Optional[str], typer.Option(help="Embedding models: the query's prompt, by name or as text (default: the model's 'query').")] = None,
+    item_prompt: Annotated[Optional[str], typer.Option(help="Embedding models: the items' prompt, by name or as text (default: 'document', else 'passage').")] = None,
     self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
@@ -108,8 +110,8 @@ def score(
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
         device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
         max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows, top_k=top_k,
-        chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate,
-        self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
+        chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate, similarity=similarity,
+        query_prompt=query_prompt, item_prompt=item_prompt, self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
@@ -266,29 +268,29 @@ def _device_name(device: str) -> str:
 
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
-    _watch_signals()
-    _reserve_stdin()
+    watch_signals(_say_interrupted)
+    reserve_stdin()
     try:
         code = app(standalone_mode=False)
     except OutputClosed:
-        _pipe_closed()
+        pipe_closed()
     except ScorecliError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
         _interrupted(str(exc))
     except typer.Exit as exc:
-        _finish(exc.exit_code)
+        finish(exc.exit_code)
     except _usage_errors() as exc:  # every parsing error of typer / click is a usage error
         _fail(exc.format_message(), 2)
     except typer.Abort:
         _interrupted()
     except Exception as exc:  # anything unexpected: one line, exit 1
-        _fail(f"{type(exc).__name__}: {_first_line(exc)}", 1)
+        _fail(error_line(exc), 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
     # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.
     if code == 130:
         _interrupted()
-    _finish(code if isinstance(code, int) else 0)
+    finish(code if isinstance(code, int) else 0)
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:
@@ -313,13 +315,10 @@ def _one_line(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
 
 
-def _first_line(text: str) -> str:
-    return (str(text).strip().splitlines() or [""])[0]
-
 
 def _fail(message: str, code: int) -> None:
     _say(f"error: {message}")
-    _finish(code)
+    finish(code)
 
 
 def _one_line_warnings(quiet: bool) -> None:
@@ -334,71 +333,14 @@ def _one_line_warnings(quiet: bool) -> None:
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         if not quiet or os.path.abspath(filename).startswith(ours):
-            _say(f"warning: {_first_line(message)}")
+            _say(f"warning: {first_line(str(message))}")
 
     warnings.showwarning = show
 
 
 def _interrupted(message: str = "") -> None:
     _say_interrupted(message)
-    _finish(128 + _signals[0] if _signals else 130)
-
-
-def _finish(code: int) -> None:
-    """Exit with `code`. After a failure, exit at once: a reader thread blocked on a stalled
-    stdin must not hold the process (threads are not joined, buffers not flushed twice)."""
-    if code == 0:
-        sys.exit(0)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-def _pipe_closed() -> None:
-    """The reader of our output went away (`| head -1`): end quietly, as Unix filters do,
-    by SIGPIPE (status 141 in a shell)."""
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGPIPE)
-    os._exit(128 + signal.SIGPIPE)  # not reached where SIGPIPE kills
-
-
-_signals: list[int] = []  # the signal that interrupted the run, if any
-
-
-def _watch_signals() -> None:
-    """SIGINT and SIGTERM interrupt the run (exit 130 / 143, output discarded); a second
-    one while cleaning up exits at once. An ignored SIGINT (a background job) stays ignored."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-
-
-def _on_signal(signum, frame) -> None:
-    if _signals:  # a second signal: say why (if the first has not yet), then go at once
-        _say_interrupted()
-        os._exit(128 + _signals[0])
-    _signals.append(signum)
-    raise KeyboardInterrupt
-
-
-def _reserve_stdin() -> None:
-    """Started with stdin closed (`<&-`): keep descriptor 0 on /dev/null, so that no file we
-    open becomes "stdin" for a library or a child process; reading `-` is still refused."""
-    try:
-        os.fstat(0)
-    except OSError:
-        fd = os.open(os.devnull, os.O_RDONLY)
-        if fd != 0:
-            os.dup2(fd, 0)
-            os.close(fd)
+    finish(interrupted_code())
 
 
 if __name__ == "__main__":

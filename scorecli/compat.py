@@ -13,7 +13,7 @@ layers never see the padding. `--mode auto` then runs single-item; `--mode mis`,
 backend and the shared prefix are refused or not used (`Support`).
 Refused outright (`UsageError`): a probe forward that fails under scorecli's attention (a
 layer that reads a mask we do not build, e.g. a sparse-attention indexer), attention that
-builds its own mask or bias (`attention._dispatch`), a model that is not causal (bidirectional
+builds its own mask or bias (`attention.registry._dispatch`), a model that is not causal (bidirectional
 attention modules, or early states that move when later tokens change: an encoder, which
 `--kind cross-encoder` runs with its own forward), and a classifier that is more than one
 linear layer on the last token. This module knows nothing about rows, batches or output.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, error_line
 
 # layer kinds (config `layer_types` values) that are attention computed by the backend
 ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", "global", "local"}
@@ -48,8 +48,8 @@ _CACHE: "weakref.WeakKeyDictionary[torch.nn.Module, Support]" = weakref.WeakKeyD
 
 def support_of(loaded) -> Support:
     """The Support of a loaded model (`model.Loaded`): `support` for decoders; a cross-encoder
-    runs single-item by its kind, whatever it allows."""
-    return support(loaded.model, loaded.kind) if loaded.kind != "cross-encoder" else Support(True)
+    runs single-item by its kind, and an encoder (an embedding model's) its own attention."""
+    return Support(True) if loaded.kind == "cross-encoder" or loaded.is_encoder else support(loaded.model, loaded.kind)
 
 
 def support(model: torch.nn.Module, kind: str) -> Support:
@@ -137,9 +137,8 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure here means the model does not run under our attention
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise UsageError(f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
-                         f"({type(exc).__name__}: {first}); scorecli cannot score this model") from exc  # fmt: skip
+                         f"({error_line(exc, 160)}); scorecli cannot score this model") from exc  # fmt: skip
     bidirectional = [m for m in model.modules() if id(m) in counter.callers and getattr(m, "is_causal", True) is False]
     if bidirectional or not torch.allclose(*early, atol=1e-3, rtol=1e-3):  # 16-bit kernels may round differently
         raise UsageError(f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "

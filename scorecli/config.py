@@ -1,7 +1,7 @@
 """One frozen configuration for a scoring run, and validation of flag combinations.
 
 This module knows nothing about models or files: it only checks that the flags make
-sense together. Checks that need the model (label tokens, kind) live in `model.py`.
+sense together. Checks that need the model (label tokens, kind, mode) live in `spec.py`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from scorecli.errors import UsageError
 
-KINDS = ("seq-cls", "causal-lm", "cross-encoder")
+KINDS = ("seq-cls", "causal-lm", "cross-encoder", "embedding")
+SIMILARITIES = ("cosine", "dot")
 MODES = ("auto", "mis", "single")
 ACTIVATIONS = ("none", "softmax", "sigmoid")
 ATTENTIONS = ("auto", "flashinfer", "flex", "sdpa", "eager")
@@ -26,7 +27,7 @@ class ScoreConfig:
     """Everything a run needs to know, passed down explicitly.
 
     `None` means "decide from the model or template" (kind, activation, label tokens,
-    max_seq_len, pooling); the resolved values live in `model.ModelSpec`.
+    max_seq_len, pooling); the resolved values live in `spec.RunSpec`.
     """
 
     model: str
@@ -58,6 +59,9 @@ class ScoreConfig:
     chunk_tokens: int | None = None  # SPEC §12: score items longer than this in chunks
     chunk_overlap: int = 0
     chunk_aggregate: str = "max"
+    similarity: str | None = None  # SPEC §13 (embedding): None: the model's similarity_fn_name, else cosine
+    query_prompt: str | None = None  # a prompt name of the model, or literal text; None: the model's default
+    item_prompt: str | None = None
     trust_remote_code: bool = False
     allow_pickle: bool = False
     cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
@@ -72,6 +76,7 @@ class ScoreConfig:
         _choice("--pooling", self.pooling, POOLINGS, optional=True)
         _choice("--truncate", self.truncate, TRUNCATES)
         _choice("--hidden-dtype", self.hidden_dtype, HIDDEN_DTYPES)
+        _choice("--similarity", self.similarity, SIMILARITIES, optional=True)
         if self.label_tokens is not None and self.label_token_ids is not None:
             raise UsageError("give either --label-tokens or --label-token-ids, not both")
         if self.label_tokens is not None and not all(self.label_tokens):

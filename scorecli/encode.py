@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from scorecli.errors import InputError, UsageError
+from scorecli.errors import InputError, UsageError, first_line
 from scorecli.longtext import Bounder
 from scorecli.pack import EncodedRow, Seq
 from scorecli.ranking import Chunking, chunk_items
@@ -162,7 +162,7 @@ class DecoderEncoder:
         bound = self._bounded if chunking is None else str
         items = [self.template.render_item(bound(item)) for k in text for item in rows[k].items]
         fields = [(k, "'query'") for k in text] + [(k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))]
-        ids, failed = _tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
+        ids, failed = tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
         prefix_ids, item_ids = ids[: len(prefixes)], ids[len(prefixes) :]
         out: list[EncodedRow | None] = [None] * len(rows)
         start = 0
@@ -200,13 +200,13 @@ class DecoderEncoder:
         return EncodedRow(query, items, 0)
 
 
-def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[list[np.ndarray], dict[int, str]]:
+def tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[list[np.ndarray], dict[int, str]]:
     """Token ids of every text (one batched call), and {index: error} for texts the tokenizer
     rejects (found one by one when the batch fails; their ids are empty)."""
     if not texts:
         return [], {}
     try:
-        ids = tokenizer(texts, add_special_tokens=False, **kwargs)["input_ids"]
+        ids = tokenizer(texts, **{"add_special_tokens": False, **kwargs})["input_ids"]
     except Exception:  # noqa: BLE001 - a tokenizer raises what it likes; each text is retried below
         ids = None
     if ids is not None:
@@ -214,16 +214,11 @@ def _tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[
     out, failed = [], {}
     for t, text in enumerate(texts):
         try:
-            out.append(np.array(tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"], dtype=np.int64))
+            out.append(np.array(tokenizer(text, **{"add_special_tokens": False, **kwargs})["input_ids"], dtype=np.int64))
         except Exception as exc:  # noqa: BLE001
             out.append(np.zeros(0, dtype=np.int64))
-            failed[t] = f"{names[t]}: the tokenizer failed: {_first_line(exc)}"
+            failed[t] = f"{names[t]}: the tokenizer failed: {first_line(exc)}"
     return out, failed
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def leading_special_ids(tokenizer) -> list[int]:
@@ -295,7 +290,7 @@ class PairEncoder:
         room = self.max_seq_len - self.specials
         query = self.bounder.cut(row.query, room) or row.query
         names = [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
-        ids, failed = _tokenize(self.tokenizer, [query, *row.items], names)
+        ids, failed = tokenize(self.tokenizer, [query, *row.items], names)
         if failed:
             return EncodedPairs([], [], failed[min(failed)])
         if len(ids[0]) >= room:
@@ -316,7 +311,7 @@ class PairEncoder:
             return EncodedPairs([], [])
         room = self.max_seq_len - self.specials
         query = self.bounder.cut(row.query, room) or row.query
-        (query_ids,), failed = _tokenize(self.tokenizer, [query], [f"{where}: field 'query'"])
+        (query_ids,), failed = tokenize(self.tokenizer, [query], [f"{where}: field 'query'"])
         if failed:
             return EncodedPairs([], [], failed[0])
         if len(query_ids) >= room:
@@ -334,7 +329,7 @@ class PairEncoder:
                 max_length=self.max_seq_len if cut else None,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - name the item the tokenizer rejects
-            _, failed = _tokenize(self.tokenizer, items, [f"{where}: field 'items'[{k}]" for k in range(len(items))])
+            _, failed = tokenize(self.tokenizer, items, [f"{where}: field 'items'[{k}]" for k in range(len(items))])
             error = next(iter(failed.values()), f"{where}: field 'items': the tokenizer failed on the pairs")
             return EncodedPairs([], [], error)
         ids = [np.array(x, dtype=np.int64) for x in enc["input_ids"]]

@@ -25,3 +25,17 @@ class InputError(ScorecliError):
 
 class OutputClosed(ScorecliError):
     """The reader of the output (stdout, a FIFO) went away, e.g. `| head -1`: not an error."""
+
+
+def first_line(err: BaseException | str, limit: int | None = None) -> str:
+    """The first line of a text or of an exception's message (an exception without one: its
+    type's name), cut to `limit` characters."""
+    text = str(err).strip() or (type(err).__name__ if isinstance(err, BaseException) else "")
+    line = (text.splitlines() or [""])[0]
+    return line[:limit] if limit else line
+
+
+def error_line(exc: BaseException, limit: int | None = None) -> str:
+    """`Type: first line of the message` (just `Type` when it has none)."""
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {first_line(message, limit)}" if message else type(exc).__name__

@@ -30,9 +30,14 @@ HEAD_CLASSES = {
 }  # fmt: skip
 
 
+# the same families' base models (embedding models read every token of the last layer)
+BASE_CLASSES = {"BertModel", "RobertaModel", "XLMRobertaModel", "CamembertModel", "ElectraModel"}
+
+
 def supports(model: torch.nn.Module) -> bool:
-    """True when `model` is a BERT-family sequence classifier this stack reproduces exactly."""
-    if type(model).__name__ not in HEAD_CLASSES:
+    """True when `model` is a BERT-family sequence classifier, or base model, this stack
+    reproduces exactly."""
+    if type(model).__name__ not in HEAD_CLASSES | BASE_CLASSES:
         return False
     config = model.config
     if config.is_decoder or getattr(config, "add_cross_attention", False):

@@ -48,6 +48,8 @@ def with_encoder(model: torch.nn.Module, encoder: torch.nn.Module) -> torch.nn.M
     """A shallow copy of `model` whose base model's `encoder` is `encoder` (weights shared)."""
     base = copy.copy(model.base_model)
     base._modules = {**base._modules, "encoder": encoder}
+    if model.base_model is model:  # a base model (an embedding model's transformer)
+        return base
     view = copy.copy(model)
     view._modules = {**view._modules, model.base_model_prefix: base}
     return view

@@ -55,7 +55,7 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from scorecli.model import first_line
+    from scorecli.errors import first_line
 
     where = os.path.join(folder, gguf_file)
     try:

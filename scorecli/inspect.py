@@ -3,41 +3,37 @@
 
 from __future__ import annotations
 
-from scorecli.errors import UsageError
 
 
 def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None) -> list[str]:
-    """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens."""
-    from transformers import AutoConfig, AutoTokenizer
-
+    """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens. The
+    checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`)."""
+    from scorecli.config import ScoreConfig
     from scorecli.encode import leading_special_ids
-    from scorecli.model import first_line, locate, detect_kind
-    from scorecli.spec import sequence_limit
+    from scorecli.model import load_tokenizer, open_checkpoint
+    from scorecli.spec import class_names, sequence_limit
 
-    path, gguf_file = locate(model)
-    if gguf_file:
-        from scorecli.gguf import materialize
+    cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    path, config, kind = open_checkpoint(cfg)
+    from scorecli.sentence import is_sentence_folder, transformer_folder
 
-        path = materialize(path, gguf_file, cache_dir)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {model}: {first_line(exc)}") from exc
-    kind = detect_kind(config)
+    tokenizer = load_tokenizer(transformer_folder(path) if is_sentence_folder(path) else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
-    n_labels = int(getattr(config, "num_labels", 1))
-    id2label = getattr(config, "id2label", {}) or {}
     max_pos = getattr(config, "max_position_embeddings", None)
+    names = class_names(config)
     lines = [
         f"model:          {model}",
         f"kind:           {kind}",
         f"architecture:   {archs[0]} ({config.model_type})",
-        f"labels:         {n_labels if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
+        f"labels:         {len(names) if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
     ]
-    if kind != "causal-lm":
-        lines.append("label names:    " + ", ".join(str(id2label.get(i, f"LABEL_{i}")) for i in range(n_labels)))
+    if kind == "embedding":
+        lines[-1] = "labels:         1 (similarity)"
+    elif kind != "causal-lm":
+        lines.append("label names:    " + ", ".join(names))
     skeleton = _skeleton(config, trust_remote_code)
+    if kind == "embedding":
+        lines += _embedding_lines(model, path, config)
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
         f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(skeleton)})",
@@ -52,12 +48,33 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
     return lines
 
 
+def _embedding_lines(model: str, path: str, config) -> list[str]:
+    """An embedding model's pooling, modules after it, prompts and similarity (SPEC §13)."""
+    from scorecli.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
+
+    modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
+    modules = modules.resolved(modules.transformer_dir, config)
+    after = [f"Dense -> {s.weight.shape[0]}" if not isinstance(s, str) else "Normalize" for s in modules.steps]
+    prompts = ", ".join(f"{name}: {text!r}" for name, text in modules.prompts.items()) or "none"
+    return [
+        f"pooling:        {' + '.join(modules.pooling)}{'' if modules.include_prompt else ' (prompt excluded)'}"
+        + (f", then {', '.join(after)}" if after else ""),
+        f"embedding size: {modules.dimension(getattr(config, 'hidden_size', 0))}",
+        f"prompts:        {prompts}; query uses {prompt_text(None, modules, ('query',))!r}, items "
+        f"{prompt_text(None, modules, ('document', 'passage'))!r}",
+        f"similarity:     {modules.similarity or 'cosine'}",
+        f"max length:     {modules.max_seq_length} tokens",
+    ]
+
+
 def _multi_item(kind: str, skeleton) -> str:
     """Whether MIS applies, as far as the config and module types tell (`--check` runs the rest)."""
     from scorecli.compat import stateful_reason
 
     if kind == "cross-encoder":
         return "no (bidirectional encoder: single-item)"
+    if kind == "embedding":
+        return "no (query and items are embedded as their own sequences)"
     reason = stateful_reason(skeleton)
     return f"no: single-item only ({reason})" if reason else "yes (MIS by default)"
 

@@ -56,10 +56,13 @@ def _model(name: str) -> dict[str, Any]:
         st = os.stat(name)
         return {"path": os.path.realpath(name), "weights": [[os.path.basename(name), st.st_size]]}
     if os.path.isdir(name):
-        weights = sorted(
-            [n, os.path.getsize(os.path.join(name, n))]
-            for n in os.listdir(name)
-            if n.endswith(WEIGHT_SUFFIXES) and os.path.isfile(os.path.join(name, n))
+        from scorecli.sentence import module_folders
+
+        weights = sorted(  # a sentence-transformers folder's modules (Dense) keep weights in subfolders
+            [os.path.join(sub, n), os.path.getsize(os.path.join(name, sub, n))]
+            for sub in ["", *module_folders(name)] if os.path.isdir(os.path.join(name, sub))
+            for n in os.listdir(os.path.join(name, sub))
+            if n.endswith(WEIGHT_SUFFIXES) and os.path.isfile(os.path.join(name, sub, n))
         )
         return {"path": os.path.realpath(name), "weights": weights}
     return {"path": name}

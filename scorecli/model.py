@@ -1,6 +1,7 @@
-"""Load a Hugging Face checkpoint, detect its kind, and resolve what scoring needs from it.
+"""Load a Hugging Face checkpoint (weights, tokenizer) and detect its kind.
 
-Knows nothing about input rows or output files. Loading is safe by default: no remote
+What a run does with the model (mode, labels, lengths) is resolved in `spec.py`; what a kind
+needs at run time in `families`. Knows nothing about input rows or output files. Loading is safe by default: no remote
 code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 """
 
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, first_line
+from scorecli.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
+                               transformer_folder)
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
@@ -33,6 +36,12 @@ class Loaded:
     path: str
     device: torch.device
     dtype: torch.dtype
+    sentence: SentenceModules | None = None  # an embedding model's modules after the transformer
+
+    @property
+    def is_encoder(self) -> bool:
+        """Whether its tokens attend both ways (it runs its own attention, never scorecli's)."""
+        return self.config.model_type in ENCODER_TYPES
 
     @property
     def config(self):
@@ -79,24 +88,23 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     a head), one whose weights hold NaN or infinity, a corrupt safetensors file, a tokenizer
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
-    path, gguf_file = locate(cfg.model)
-    if gguf_file:
-        from scorecli.gguf import materialize
-
-        path = materialize(path, gguf_file, cfg.cache_dir)
+    path, hf_config, kind = open_checkpoint(cfg)
+    sentence = None
+    if kind == "embedding":  # a sentence-transformers folder's transformer may sit in a subfolder
+        sentence = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
+        path, hf_config = sentence.transformer_dir, _load_config(sentence.transformer_dir, cfg)
     common = {"trust_remote_code": cfg.trust_remote_code}
-    hf_config = _load_config(path, cfg)
-    kind = cfg.kind or detect_kind(hf_config)
-    if kind != "cross-encoder" and hf_config.model_type in ENCODER_TYPES:
-        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
-                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
-                         "(or leave --kind out)")  # fmt: skip
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
-    tokenizer = _load_tokenizer(path, common, cfg.model)
-    if kind != "cross-encoder":
+    tokenizer = load_tokenizer(path, cfg)
+    if sentence is not None:
+        sentence = sentence.resolved(path, hf_config).to(device)
+        if sentence.do_lower_case:
+            apply_lower_case(tokenizer)
+    encoder = hf_config.model_type in ENCODER_TYPES
+    if kind != "cross-encoder" and not encoder:
         from scorecli.attention import ATTN_NAME, register, set_implementation
 
         register()
@@ -107,7 +115,25 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         float32_heads(model)
     model.to(device).eval()
     check_finite(model, cfg.model)
-    return Loaded(model, tokenizer, kind, cfg.model, device, dtype)
+    return Loaded(model, tokenizer, kind, cfg.model, device, dtype, sentence)
+
+
+def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
+    """(folder, Hugging Face config, kind) of `cfg.model`, without loading weights: a GGUF file
+    is dequantized into a cached folder first; the kind is `cfg.kind`, else detected."""
+    path, gguf_file = locate(cfg.model)
+    if gguf_file:
+        from scorecli.gguf import materialize
+
+        path = materialize(path, gguf_file, cfg.cache_dir)
+    sentence = is_sentence_folder(path)
+    hf_config = _load_config(transformer_folder(path) if sentence else path, cfg)
+    kind = cfg.kind or ("embedding" if sentence else detect_kind(hf_config))
+    if kind not in ("cross-encoder", "embedding") and hf_config.model_type in ENCODER_TYPES:
+        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
+                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
+                         "(or leave --kind out)")  # fmt: skip
+    return path, hf_config, kind
 
 
 # a cross-encoder's own head modules: BERT's pooler, the classifier (DistilBERT's in two parts)
@@ -194,10 +220,10 @@ def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
 
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    auto = AutoModelForCausalLM if kind == "causal-lm" else AutoModelForSequenceClassification
+    auto = {"causal-lm": AutoModelForCausalLM, "embedding": AutoModel}.get(kind, AutoModelForSequenceClassification)
     kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report would break the one-line error; we say what matters
@@ -218,7 +244,10 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
                          f"corrupt safetensors file ({first_line(exc)})") from exc  # fmt: skip
     finally:
         hf_logging.set_verbosity(verbosity)
-    missing = sorted(set(info.get("missing_keys") or ()) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
+    unread = set(info.get("missing_keys") or ())
+    if kind == "embedding":  # a BERT pooler's weights: the embedding never reads them
+        unread = {k for k in unread if not k.startswith("pooler.")}
+    missing = sorted(unread | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
     if missing:
         raise UsageError(f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
                          f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}")  # fmt: skip
@@ -279,11 +308,14 @@ def check_finite(model: torch.nn.Module, name: str) -> None:
 _TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
 
 
-def _load_tokenizer(path, common, name: str):
+def load_tokenizer(path: str, cfg: ScoreConfig):
+    """The checkpoint's tokenizer (UsageError: none that encodes text); scorecli checks sequence
+    lengths itself, so its `model_max_length` is lifted."""
     from transformers import AutoTokenizer
 
+    name = cfg.model
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **common)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
     ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
@@ -293,8 +325,3 @@ def _load_tokenizer(path, common, name: str):
     # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
     tokenizer.model_max_length = int(1e30)
     return tokenizer
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]

@@ -26,26 +26,25 @@ experimental row-count repartitioning, and a CPU kept free for its tasks.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
 import pickle
 import time
 import warnings
-from contextlib import ExitStack, closing, contextmanager, nullcontext
+from contextlib import ExitStack, closing, nullcontext
 from dataclasses import replace
 from itertools import islice
 from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from scorecli.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
-from scorecli.errors import InputError, ScorecliError, UsageError
+from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.ids import schema_id_type
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, count_rows
+from scorecli.progress import Counts, Tracker, summary
+from scorecli.ray_cluster import connected, plan_workers, quiet_ray_data
 from scorecli.run import open_rows
 
 ROW_INDEX = "__row_index"
@@ -133,7 +132,7 @@ def _failure_table(index: pa.ChunkedArray, exc: Exception) -> pa.Table:
         {
             ROW_INDEX: index,
             _FAILED_TYPE: pa.array(_first_only(type(exc).__name__, n), pa.string()),
-            _FAILED: pa.array(_first_only(_one_line(exc), n), pa.string()),
+            _FAILED: pa.array(_first_only(first_line(exc), n), pa.string()),
         }
     )
 
@@ -147,7 +146,7 @@ def _empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str
         scorer.id_type = id_type
         return "ok", scorer.empty_table(), scorer.metadata
     except Exception as exc:
-        return "failed", type(exc).__name__, _one_line(exc)
+        return "failed", type(exc).__name__, first_line(exc)
 
 
 def _as_table(batch: Any) -> pa.Table:
@@ -203,14 +202,14 @@ def run_score_ray(
     target = out if isinstance(out, Target) else resolve_output(out, paths)
     id_type = schema_id_type(paths, cfg.id_field)
     done = checkpoint.rows_done if checkpoint else 0
-    with checkpoint.keeping() if checkpoint else nullcontext(), _connected(ray, address, num_workers), \
-            _quiet_ray_data(ray):  # fmt: skip
-        workers, resources, device = _plan_workers(ray, cfg, num_workers)
+    with checkpoint.keeping() if checkpoint else nullcontext(), connected(ray, address, num_workers), \
+            quiet_ray_data(ray):  # fmt: skip
+        workers, resources, device = plan_workers(ray, cfg, num_workers)
         block_rows = _block_rows(cfg.window_rows, _remaining(count_rows(paths), done), workers)
         refs, total = _stage(ray, block_rows, cfg, open_rows(cfg, paths, None, checkpoint))
         worker_cfg = replace(cfg, device=device, skip_bad_rows=True)
         if total == 0 and done:
-            counts = {"rows": 0, "items": 0, "tokens": 0}
+            counts = Counts()
             checkpoint.finish(checkpoint.metadata())
         elif total == 0:
             counts = _write_empty(ray, worker_cfg, resources, checkpoint or target, cfg, id_type)
@@ -219,77 +218,13 @@ def run_score_ray(
             blocks = _score_blocks(ray, refs, worker_cfg, workers, resources, id_type)
             label = f"scoring on {workers} Ray worker{'s' * (workers > 1)}"
             counts = _write_in_order(blocks, checkpoint or target, cfg, (done, total), console, label)
-    counts["resumed"] = done
+    counts.resumed = done
     if console is not None:
-        from scorecli.run import _summary
-
-        _summary(console, counts, time.perf_counter() - start, target.out)
+        summary(console, counts, time.perf_counter() - start, target.out)
 
 
 def _remaining(total: int | None, done: int) -> int | None:
     return None if total is None else max(total - done, 0)
-
-
-@contextmanager
-def _connected(ray, address: str | None, num_workers: int | None) -> Iterator[None]:
-    """Join `address`, or start a local instance; shut down only what this call started."""
-    if ray.is_initialized():
-        yield
-        return
-    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
-    try:
-        if address:
-            ray.init(address=address, **quiet)
-        else:
-            # "local": a new instance even where $RAY_ADDRESS names a cluster (the CLI reads it)
-            cpus = max(os.cpu_count() or 1, num_workers or 1)
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise UsageError(f"cannot start or join Ray at {address or 'a local instance'}: {_one_line(exc)}") from exc
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@contextmanager
-def _quiet_ray_data(ray) -> Iterator[None]:
-    """Keep block order; keep Ray Data's progress bars and logs (and its warning that the bars
-    are off) off stderr: our own progress is the only one, and failures come back as errors."""
-    ctx = ray.data.DataContext.get_current()
-    logger = logging.getLogger("ray.data")
-    saved = (ctx.execution_options.preserve_order, getattr(ctx, "enable_progress_bars", None), logger.level)
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        ctx.execution_options.preserve_order = saved[0]
-        if saved[1] is not None:
-            ctx.enable_progress_bars = saved[1]
-        logger.setLevel(saved[2])
-
-
-def _plan_workers(ray, cfg: ScoreConfig, num_workers: int | None) -> tuple[int, dict[str, float], str]:
-    """(workers, Ray resources per worker, device for the workers' Scorer)."""
-    if num_workers is not None and num_workers < 1:
-        raise UsageError("--num-workers must be at least 1")
-    res = ray.cluster_resources()
-    gpus, cpus = int(res.get("GPU", 0)), int(res.get("CPU", 0))
-    if cfg.device.startswith("cuda") and not gpus:
-        raise UsageError(f"--device {cfg.device}: the Ray cluster has no GPUs")
-    if gpus and cfg.device != "cpu":
-        workers = num_workers or gpus
-        if workers > gpus:
-            raise UsageError(f"--num-workers {workers}: each worker takes a GPU and the Ray cluster has {gpus}")
-        return workers, {"num_gpus": 1, "num_cpus": 1}, "cuda"
-    workers = num_workers or 1
-    if workers > cpus:
-        raise UsageError(f"--num-workers {workers}: each worker takes a CPU and the Ray cluster has {cpus}")
-    # torch in a worker runs as many threads as CPUs Ray gives it (OMP_NUM_THREADS)
-    biggest_node = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=1)
-    return workers, {"num_cpus": max(1, min(cpus // workers, biggest_node))}, "cpu"
 
 
 def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
@@ -358,7 +293,7 @@ def _score_blocks(ray, refs: list, cfg: ScoreConfig, workers: int, resources: di
     try:
         yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
     except ray.exceptions.RayError as exc:
-        raise ScorecliError(f"Ray failed: {_one_line(exc)}") from exc
+        raise ScorecliError(f"Ray failed: {first_line(exc)}") from exc
 
 
 def _in_order(blocks: Iterable[pa.Table], total: int) -> Iterator[pa.Table]:
@@ -384,19 +319,15 @@ def _in_order(blocks: Iterable[pa.Table], total: int) -> Iterator[pa.Table]:
 
 
 def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: ScoreConfig, rows: tuple[int, int],
-                    console, label: str) -> dict:  # fmt: skip
+                    console, label: str) -> Counts:  # fmt: skip
     """Write scored blocks to one output in input order (a `Checkpoint` keeps each as a part and
     makes the output at the end); stop at the first bad row unless skipping. `rows`: (rows an
     earlier run kept, rows to score now)."""
     from scorecli.io.writers import Sink
-    from scorecli.run import _progress
 
     done, total = rows
-    counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0}
-    started = time.perf_counter()
     metadata = None
-    with closing(blocks), ExitStack() as stack, _progress(console, done + total) as progress:
-        task = progress.add_task(label, total=done + total, completed=done, items=0, tps=0.0)
+    with closing(blocks), ExitStack() as stack, Tracker(console, done + total, label, done) as tracker:
         sink = out if isinstance(out, Checkpoint) else None
         for table in _in_order(blocks, total):
             metadata = metadata or json.loads(table[_METADATA][0].as_py())
@@ -404,13 +335,12 @@ def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: S
                 sink = stack.enter_context(Sink(out, metadata))
             table = _public(table, cfg)
             sink.write(table)
-            _count(counts, table)
-            tps = counts["tokens"] / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, advance=table.num_rows, items=counts["items"], tps=tps)
+            tracker.counts.add_table(table)
+            tracker.rows(table.num_rows)
     if isinstance(out, Checkpoint):
         out.finish(metadata)
-    counts["nan"] = sink.nulled.get("score", 0) if sink is not None else 0
-    return counts
+    tracker.counts.nan = sink.nulled.get("score", 0) if sink is not None else 0
+    return tracker.counts
 
 
 def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
@@ -423,16 +353,8 @@ def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
     return table.drop_columns([c for c in drop if c in table.column_names])
 
 
-def _count(counts: dict, table: pa.Table) -> None:
-    counts["rows"] += table.num_rows
-    if "error" in table.column_names:
-        counts["skipped"] += len(table) - table["error"].null_count
-    counts["items"] += pc.sum(pc.list_value_length(table["score"])).as_py() or 0
-    counts["tokens"] += pc.sum(table["num_tokens"]).as_py() or 0
-
-
 def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target | Checkpoint, cfg: ScoreConfig,
-                 id_type) -> dict:  # fmt: skip
+                 id_type) -> Counts:  # fmt: skip
     """No input rows: one worker builds the Scorer for the output's columns and metadata."""
     from scorecli.io.writers import Sink
 
@@ -445,4 +367,4 @@ def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target | Ch
     else:
         with Sink(out, second) as sink:
             sink.write(_public(first, cfg))
-    return {"rows": 0, "items": 0, "tokens": 0}
+    return Counts()

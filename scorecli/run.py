@@ -15,7 +15,6 @@ from itertools import chain
 from typing import BinaryIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
@@ -24,6 +23,7 @@ from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
+from scorecli.progress import Tracker, summary
 
 
 def open_rows(
@@ -82,7 +82,8 @@ def run_score(
     """
     from transformers.utils import logging as hf_logging
 
-    from scorecli.scorer import Scorer, score_stream
+    from scorecli.scorer import Scorer
+    from scorecli.stream import score_stream
 
     # our own progress is the only one: transformers' "Loading weights" bar would break
     # --quiet and the one-line error contract
@@ -94,64 +95,19 @@ def run_score(
     with checkpoint.keeping() if checkpoint else nullcontext():
         scorer = Scorer(cfg.model, cfg)
         scorer.id_type = schema_id_type(paths, cfg.id_field)
-        counts = {"rows": 0, "skipped": 0, "items": 0, "tokens": 0, "nan": 0, "resumed": done}
         with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
-                _progress(console, total_rows) as progress:  # fmt: skip
-            task = progress.add_task("scoring", total=total_rows, completed=done, items=0, tps=0.0)
-            scoring_start = time.perf_counter()
-
-            def on_batch(items: int, tokens: int) -> None:
-                counts["items"] += items
-                counts["tokens"] += tokens
-                tps = counts["tokens"] / max(time.perf_counter() - scoring_start, 1e-9)
-                progress.update(task, items=counts["items"], tps=tps)
-
-            wrote = done > 0
-            for prepared, table in score_stream(scorer, rows, on_batch):
+                Tracker(console, total_rows, done=done) as tracker:  # fmt: skip
+            counts, wrote = tracker.counts, done > 0
+            for prepared, table in score_stream(scorer, rows, tracker.work):
                 sink.write(table)
                 wrote = True
-                counts["rows"] += prepared.num_rows
-                counts["skipped"] += sum(e is not None for e in prepared.errors)
-                progress.update(task, advance=prepared.num_rows)
+                counts.add_rows(table)
+                tracker.rows(prepared.num_rows)
             if not wrote:
                 sink.write(scorer.empty_table())
         if checkpoint is not None:
             checkpoint.finish(scorer.metadata)
-        counts["nan"] = sink.nulled.get("score", 0)
+        counts.nan = sink.nulled.get("score", 0)
     if console is not None:
-        _summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out,
-                 scorer.metadata.get("mode_reason", ""))
-
-
-def _progress(console: Console | None, total: int | None) -> Progress:
-    columns = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn() if total else TextColumn(""),
-        TextColumn("{task.completed:,.0f}" + (f"/{total:,} rows" if total else " rows")),
-        TextColumn("{task.fields[items]:,} items"),
-        TextColumn("{task.fields[tps]:,.0f} tok/s"),
-        TimeElapsedColumn(),
-    ]
-    if total:
-        columns.append(TimeRemainingColumn())
-    # a live bar only on a terminal: in a log it would leave a blank line
-    live = console is not None and console.is_terminal
-    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
-
-
-def _summary(console: Console, counts: dict[str, int], seconds: float, out: str, note: str = "") -> None:
-    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores; `note`:
-    how the run's mode was chosen, when it was not the default."""
-    items_s = counts["items"] / seconds if seconds > 0 else 0.0
-    scored = counts["rows"] - counts.get("skipped", 0)
-    line = (f"scored {scored:,} rows, {counts['items']:,} items, {counts['tokens']:,} tokens "
-            f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
-    if note:
-        line += f" ({note})"
-    if counts.get("resumed"):
-        line = f"resumed after {counts['resumed']:,} rows; " + line
-    if counts.get("skipped"):
-        line += f"; skipped {counts['skipped']:,} bad rows"
-    if counts.get("nan"):
-        line += f"; {counts['nan']:,} items scored NaN or infinite (written as null)"
-    console.print(line, markup=False, emoji=False, soft_wrap=True)
+        summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out,
+                scorer.metadata.get("mode_reason", ""))

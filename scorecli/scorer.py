@@ -1,8 +1,11 @@
 """The one scoring core: raw rows in, an Arrow table of scores out, in input order.
 
-`Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches)
-and `Scorer.run` the model work (forward, pool, head, unsort); the CLI overlaps the two
-across windows. Knows nothing about files, progress bars or the command line.
+`Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
+`Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
+table); `stream.score_stream` overlaps the two across windows. What depends on the model's
+kind (encoding, packing, forward, heads, the self-check's reference) is its family's
+(`scorecli.families`): the Scorer never asks which kind it runs. Knows nothing about files,
+progress bars or the command line.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import queue
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -20,22 +23,16 @@ import torch
 from scorecli import __version__
 from scorecli.batching import collate, plan_batches
 from scorecli.config import ScoreConfig, batch_tokens
-from scorecli.encode import DecoderEncoder, Fields, PairEncoder, Row, parse_row
-from scorecli.errors import InputError
-from scorecli.forward import DecoderForward, EncoderForward
-from scorecli.heads import ClassifierHead, LabelTokenHead, activate, lm_logit_transform
+from scorecli.encode import Fields, Row, parse_row
+from scorecli.errors import InputError, error_line
+from scorecli.families import Family, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
 from scorecli.model import Loaded, load_model
-from scorecli.pack import EncodedRow, Seq, check_chunks_fit, drop_shared, pack_row, shared_prefix_len, truncate_items
-from scorecli.ranking import Chunking, aggregate, chunk_items, last_chunks, top_k
+from scorecli.pack import Seq, drop_shared, shared_prefix_len
+from scorecli.ranking import Chunking, aggregate, top_k
 from scorecli.spec import RunSpec, resolve_spec
 from scorecli.templates import load_template
-
-# Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
-# small models' matrix products use the cores better one thread each than split across all
-# of them (MiniLM on 2 cores: 1.16x over one stream of 2 threads, benchmarks/bench_cpu_streams.py).
-CPU_STREAMS = 2
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
 # (`attention.shared`); shorter ones stay in every sequence.
@@ -56,6 +53,7 @@ class Prepared:
     shared: np.ndarray  # [C] int64: prefix tokens every sequence continues (dropped from `seqs`)
     id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
     chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
+    num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
 
     @property
     def num_rows(self) -> int:
@@ -80,53 +78,46 @@ class Scorer:
         self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         self.template = load_template(cfg.template, loaded.tokenizer)
-        from scorecli.compat import backend_for, support_of
+        from scorecli.compat import support_of
 
-        support = support_of(loaded)  # decoders: refuses what no mode reproduces
-        self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, support)
+        self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
+        self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
-        self.hidden_pooling = self.spec.pooling if cfg.pooled_hidden_states else None
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
-        self.shares_prefix = False
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
-        self.streams: list[EncoderForward] = []  # concurrent forwards on CPU (`_run_streams`)
-        self.fallback: str | None = None  # backend to switch to if the one `auto` chose fails
-        if self.spec.kind == "cross-encoder":
-            self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
-            from scorecli.fast_encoder import supports
-
-            fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
-            self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
-            if loaded.device.type == "cpu":  # used when torch has a thread for each (`run`)
-                self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-            self.backend_name = "sdpa (fused encoder)" if fast else "model"
-            self.padded = True
-            if self.chunking is not None:
-                _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
-        else:
-            from scorecli.attention import make_backend
-
-            vocab = loaded.model.get_input_embeddings().num_embeddings
-            self.encoder = DecoderEncoder(loaded.tokenizer, self.template, cfg.instruction, vocab, self.spec.max_seq_len)
-            backend = make_backend(backend_for(support, cfg.attention, self.spec.mis), loaded.device, loaded.dtype)
-            self.backend_name = backend.name
-            if cfg.attention == "auto" and backend.name == "flashinfer":
-                self.fallback = "sdpa"  # flashinfer JIT-compiles its kernels: a missing toolchain fails late
-            self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
-            self.padded = backend.is_padded
-            # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
-            self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.hidden_pooling != "cls"
-                                  and support.packed)  # fmt: skip
-            self.head = self._make_head()
+        self.family: Family = make_family(self)  # everything that depends on the kind
+        self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
+        self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails
         self.self_check_error: float | None = None
         self.self_check_note = self._self_check()  # recorded in the metadata
+
+    @property
+    def hidden_pooling(self) -> str | None:
+        """Where pooled hidden states are read (None: not asked); the family's."""
+        return self.family.pooling
+
+    @hidden_pooling.setter
+    def hidden_pooling(self, pooling: str | None) -> None:
+        self.family.pooling = pooling
+
+    @property
+    def forward(self):
+        return self.family.forward
+
+    @property
+    def backend_name(self) -> str:
+        return self.family.backend_name
+
+    @property
+    def shares_prefix(self) -> bool:
+        return self.family.shares_prefix
 
     def _self_check(self) -> str:
         """Run the start-up self-check (`scorecli.selfcheck`) when it applies; its outcome."""
         if not self.config.self_check:
             return "off"
-        if self.spec.kind == "cross-encoder" and self.backend_name == "model":
+        if not self.family.needs_check:
             return "not needed (the model's own forward)"
         from scorecli.selfcheck import SelfCheckError, self_check
 
@@ -141,16 +132,6 @@ class Scorer:
             return "skipped (no room for the probe)"
         return f"passed (max relative difference {self.self_check_error:.2g})"
 
-    def _make_head(self):
-        model, spec = self.loaded.model, self.spec
-        if spec.kind == "causal-lm":
-            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation,
-                                  *lm_logit_transform(model))  # fmt: skip
-        score = getattr(model, "score", None) or getattr(model, "classifier", None)
-        if not isinstance(score, torch.nn.Linear):
-            raise InputError(f"{type(model).__name__}: no linear classifier head (score) found to apply at item ends")
-        return ClassifierHead(score, spec.activation)
-
     # ---- CPU stages -------------------------------------------------------------------
 
     def prepare(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> Prepared:
@@ -164,7 +145,7 @@ class Scorer:
             parsed.append(row)
             errors.append(err)
         good = [k for k, r in enumerate(parsed) if r is not None]
-        encoded = self.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good], self.chunking)
+        encoded = self.family.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good], self.chunking)
         counts = np.zeros(len(rows), dtype=np.int64)
         per_row: dict[int, list[Seq]] = {}
         chunks: list[np.ndarray] = []
@@ -174,16 +155,16 @@ class Scorer:
             try:
                 if enc.error:
                     raise InputError(enc.error)
-                seqs, row_chunks = self._pack(enc, rows[k].where, first)
+                seqs, row_chunks = self.family.pack(enc, rows[k].where, first, self.chunking)
             except InputError as exc:
                 self._fail(exc)
                 parsed[k], errors[k] = None, str(exc)
                 continue
             per_row[k] = seqs
             if self.shares_prefix:
-                prefixes.append(enc.prefix)
+                prefixes.append(self.family.prefix(enc))
             counts[k] = len(row_chunks)
-            first += int(row_chunks.sum())
+            first += sum(len(s.item_index) for s in seqs)  # entries: chunks of items (and an embedded query)
             chunks.append(row_chunks)
         seqs = [s for k in sorted(per_row) for s in per_row[k]]
         seq_rows = np.array([k for k in sorted(per_row) for _ in per_row[k]], dtype=np.int64)
@@ -195,11 +176,11 @@ class Scorer:
             lengths = lengths - len(shared)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
         has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
-        batches = plan_batches(lengths, self.max_batch_tokens, self.padded)
+        batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
         return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type,
-                        chunked)  # fmt: skip
+                        chunked, first)  # fmt: skip
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -223,30 +204,13 @@ class Scorer:
         if not self.config.skip_bad_rows:
             raise exc
 
-    def _pack(self, enc, where: str, first: int) -> tuple[list[Seq], np.ndarray]:
-        """The row's sequences, and [items] how many chunks (items of the sequences) each item is."""
-        spec = self.spec
-        if spec.kind == "cross-encoder":
-            return enc.seqs(first), enc.chunk_counts()
-        if self.chunking is None:
-            counts = np.ones(len(enc.items), dtype=np.int64)
-            enc = truncate_items(enc, spec.max_seq_len, self.config.truncate, where)
-        else:  # every chunk is an item of its own; chunks are never cut
-            items, counts = chunk_items(enc.items, enc.suffix_len, self.chunking)
-            enc = EncodedRow(enc.prefix, items, enc.suffix_len)
-            check_chunks_fit(enc, counts, spec.max_seq_len, where)
-            enc = truncate_items(enc, spec.max_seq_len, "error", where)  # the prefix's and empty items' checks
-        return pack_row(enc, first, spec.mis, spec.max_seq_len), counts
-
     # ---- model stages -----------------------------------------------------------------
 
     def run(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
         """Score a prepared window; `on_batch(items, tokens)` is called after each batch."""
         n_labels, chunks = len(self.spec.label_names), prepared.chunks
-        hidden_size = self.loaded.config.hidden_size if self.hidden_pooling else 0
-        n_scored = prepared.num_items if chunks is None else int(chunks.sum())  # chunks are scored as items
-        out = np.zeros((n_scored, n_labels + hidden_size), dtype=np.float32)
-        done = None if chunks is None else last_chunks(chunks)  # an item is done with its last chunk
+        out = np.zeros((prepared.num_entries, self.family.entry_width), dtype=np.float32)
+        done = self.family.done_entries(prepared.item_offsets, chunks)  # entries that complete an item
         if self.shares_prefix:
             self.forward.share(prepared.shared)
         streams = len(self.streams)
@@ -255,6 +219,7 @@ class Scorer:
             out[index] = result
             if on_batch:
                 on_batch(len(index) if done is None else int(done[index].sum()), tokens)
+        out = self.family.finish(out, prepared.item_offsets)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         return self._table(prepared, out[:, :n_labels], out[:, n_labels:])
@@ -286,20 +251,17 @@ class Scorer:
 
     def _fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
-        from scorecli.attention import make_backend
-
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        warnings.warn(f"--attention auto: {self.backend_name} failed ({type(err).__name__}: {first}); "
+        warnings.warn(f"--attention auto: {self.backend_name} failed ({error_line(err, 200)}); "
                       f"using {self.fallback}", RuntimeWarning, stacklevel=2)  # fmt: skip
-        backend = make_backend(self.fallback, self.loaded.device, self.loaded.dtype)
-        self.forward.backend, self.backend_name, self.fallback = backend, backend.name, None
+        self.family.use_backend(self.fallback)
+        self.fallback = None
         _free_cache(self.loaded.device)
 
     def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
         """(item index, tokens, scores) of every batch, in plan order, computed by `self.streams`
         in threads that split torch's CPU threads between them."""
         threads = torch.get_num_threads()
-        free: queue.SimpleQueue[EncoderForward] = queue.SimpleQueue()
+        free: queue.SimpleQueue = queue.SimpleQueue()
         for forward in self.streams:
             free.put(forward)
 
@@ -319,13 +281,7 @@ class Scorer:
             torch.set_num_threads(threads)
 
     def _score_batch(self, batch, forward=None) -> np.ndarray:
-        pooled = (forward or self.forward)(batch, self.hidden_pooling)
-        if pooled.logits is not None:
-            scores = activate(pooled.logits, self.spec.activation)
-        else:
-            scores = self.head(pooled.score_states)
-        parts = [scores.float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
-        return torch.cat(parts, dim=1).cpu().numpy()
+        return self.family.score_batch(batch, forward)
 
     def score_rows(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> pa.Table:
         """Score a list of raw rows (one window) into an output table."""
@@ -380,12 +336,13 @@ class Scorer:
             "template": self.template.name,
             "mode": "mis" if spec.mis else "single",
             "mode_reason": f"single-item only: {spec.single_reason}" if spec.single_reason else "",
-            "label_tokens": ",".join(spec.label_names) if spec.kind == "causal-lm" else "",
+            "label_tokens": ",".join(spec.label_names) if spec.label_ids is not None else "",
             "label_token_ids": ",".join(map(str, spec.label_ids or ())),
             "labels": ",".join(spec.label_names),
             "activation": spec.activation,
+            "similarity": spec.similarity,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
-            "attention": getattr(self, "backend_name", "model"),
+            "attention": self.backend_name,
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         }
@@ -401,42 +358,3 @@ def _rows_of(values: np.ndarray, width: int) -> pa.Array:
     flat = pa.array(np.ascontiguousarray(values).reshape(-1))
     offsets = pa.array(np.arange(0, values.shape[0] * width + 1, width, dtype=np.int32) if width else np.zeros(values.shape[0] + 1, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, flat)
-
-
-def iter_windows(rows: Iterable[RawRow], size: int):
-    """Group rows into lists of at most `size`."""
-    window: list[RawRow] = []
-    for row in rows:
-        window.append(row)
-        if len(window) == size:
-            yield window
-            window = []
-    if window:
-        yield window
-
-
-def score_stream(
-    scorer: Scorer, rows: Iterable[RawRow], on_batch: Callable[[int, int], None] | None = None
-) -> Iterator[tuple[Prepared, pa.Table]]:
-    """Score rows window by window, preparing the next window while this one runs.
-
-    Yields each window's `Prepared` (for row counts) and output table, in input order.
-    Memory holds at most two windows, however many rows the input has.
-    """
-    windows = iter_windows(rows, scorer.config.window_rows)
-
-    def next_prepared() -> Prepared | None:
-        window = next(windows, None)
-        return None if window is None else scorer.prepare(window)
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorecli-prepare")
-    future = None
-    try:
-        future = pool.submit(next_prepared)
-        while (prepared := future.result()) is not None:
-            future = pool.submit(next_prepared)
-            yield prepared, scorer.run(prepared, on_batch)
-    finally:
-        # on failure, do not wait for a reader blocked on a stalled stdin (the CLI exits at once)
-        pool.shutdown(wait=future is None or future.done(), cancel_futures=True)
-

@@ -12,8 +12,12 @@ state are compared with the model's own forward over query + item, run by transf
 its eager attention. A difference beyond the dtype's tolerance stops the run
 (`SelfCheckError`); `--no-self-check` skips the check. Cross-encoders are checked when they
 run scorecli's fused encoder (BERT family), against the loaded model's own forward of each
-(query, item) pair; otherwise they run the model's own forward and need no check. This module
-knows nothing about files or the CLI.
+(query, item) pair; otherwise they run the model's own forward and need no check. Embedding
+models embed a probe row (items of very different lengths) in the run's own batches; every
+similarity and item embedding is compared with each text run alone through the model's own
+forward (eager attention for decoders), pooled text by text. Which probe a run gets is its
+kind family's choice (`families`, `probe_errors`). This module knows nothing about files or
+the CLI.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import numpy as np
 import torch
 
 from scorecli.errors import ScorecliError
+from scorecli.encode import Row
 from scorecli.heads import activate
 from scorecli.io.readers import RawRow
+from scorecli.sentence import similarity
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")
@@ -59,12 +65,9 @@ def self_check(scorer) -> float | None:
         SelfCheckError: it exceeds the tolerance.
     """
     loaded = scorer.loaded
-    if scorer.spec.kind == "cross-encoder":
-        errors = _pair_errors(scorer)
-        if errors is None:
-            return None  # the probe's pairs do not fit whole
-    else:
-        errors = _decoder_errors(scorer, probe_rows(loaded.tokenizer, scorer.spec.max_seq_len))
+    errors = scorer.family.probe_errors(scorer)  # what each kind compares against
+    if errors is None:
+        return None  # the probe does not fit whole
     exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
     tolerance = TOLERANCE_FP32 if exact else TOLERANCE_16BIT
     what, error = max(errors.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else np.inf)
@@ -90,7 +93,7 @@ def probe_rows(tok, max_seq_len: int) -> list[tuple[list[int], list[list[int]]]]
     return rows
 
 
-def _decoder_errors(scorer, rows) -> dict[str, float]:
+def decoder_errors(scorer, rows) -> dict[str, float]:
     """Relative differences of the probe's scores and last hidden states (run in the scorer's
     own mode and backend, in one window) from the model's own forward."""
     raw = [RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)]
@@ -113,7 +116,7 @@ def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours - theirs).max()) / max(float(np.abs(theirs).max()), 1e-30)
 
 
-def _pair_errors(scorer) -> dict[str, float] | None:
+def pair_errors(scorer) -> dict[str, float] | None:
     """Relative differences of the probe pairs' scores from the loaded model's own forward;
     None when the pairs do not fit --max-seq-len whole."""
     items = [item.strip() for item in PROBE_ITEMS]
@@ -130,6 +133,68 @@ def _pair_errors(scorer) -> dict[str, float] | None:
     theirs = np.stack([_pair_reference(scorer, item) for item in items])
     _finite(scorer, theirs)
     return {"scores": _relative(ours, theirs)}
+
+
+def embedding_errors(scorer) -> dict[str, float]:
+    """Relative differences of the probe's similarities and item embeddings (the scorer's own
+    batches, one window) from each text run alone through the model's own forward and pooled
+    text by text (`_pool_one`)."""
+    family, items = scorer.family, [*PROBE_ITEMS, PROBE_TEXT]  # items of very different lengths
+    row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
+    pooling, truncate = scorer.hidden_pooling, family.encoder.truncate
+    scorer.hidden_pooling, family.encoder.truncate = "embedding", "item"  # the probe's texts are cut to fit
+    try:
+        table = scorer.score_rows([RawRow(row, "self-check probe")])
+        enc = family.encoder.encode([Row(PROBE_QUERY, items, None, None)], ["self-check probe"])[0]
+    finally:
+        scorer.hidden_pooling, family.encoder.truncate = pooling, truncate
+    ours_s = np.array(table["score"].to_pylist()[0], dtype=np.float64)
+    ours_e = np.array(table["pooled_hidden_states"].to_pylist()[0], dtype=np.float64)
+    theirs = _embedding_references(scorer, [enc.query, *enc.items], [enc.skips[0]] + [enc.skips[1]] * len(enc.items))
+    query = theirs[:1].expand(len(enc.items), -1)
+    theirs_s = similarity(query, theirs[1:], scorer.spec.similarity).double().numpy()
+    _finite(scorer, theirs_s)
+    return {"scores": _relative(ours_s, theirs_s), "embeddings": _relative(ours_e, theirs[1:].double().numpy())}
+
+
+@torch.inference_mode()
+def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> torch.Tensor:
+    """[texts, D] float32 CPU: each text alone through the model's own forward (a decoder under
+    transformers' eager attention), pooled, then the model's Dense and Normalize modules."""
+    from scorecli.attention import ATTN_NAME, set_implementation
+
+    loaded = scorer.loaded
+    model, modules, decoder = loaded.model, loaded.sentence, not loaded.is_encoder
+    if decoder:
+        set_implementation(model, "eager")
+    try:
+        out = []
+        for ids, skip in zip(texts, skips):
+            x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
+            kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
+            hidden = model(input_ids=x, **kwargs).last_hidden_state[0].float()
+            pooled = torch.cat([_pool_one(hidden, min(skip, len(ids)), mode) for mode in modules.pooling])
+            out.append(modules.after_pooling(pooled[None])[0].cpu())
+        return torch.stack(out)
+    finally:
+        if decoder:
+            set_implementation(model, ATTN_NAME)
+
+
+def _pool_one(hidden: torch.Tensor, skip: int, mode: str) -> torch.Tensor:
+    """One text's pooled states [H] from its token states [L, H], the first `skip` left out."""
+    kept, n = hidden[skip:], hidden.shape[0] - skip
+    if mode == "cls":
+        return hidden[skip if n > 0 else 0]
+    if mode == "lasttoken":
+        return hidden[-1] if n > 0 else torch.zeros_like(hidden[0])
+    if mode == "max":
+        return kept.max(dim=0).values if n > 0 else torch.full_like(hidden[0], float("-inf"))
+    if mode == "weightedmean":
+        weights = torch.arange(skip + 1, hidden.shape[0] + 1, dtype=hidden.dtype, device=hidden.device)[:, None]
+        return (kept * weights).sum(dim=0) / max(float(weights.sum()), 1e-9)
+    total = kept.sum(dim=0)
+    return total / (max(n, 1e-9) if mode == "mean" else max(n, 1e-9) ** 0.5)
 
 
 def _finite(scorer, theirs: np.ndarray) -> None:

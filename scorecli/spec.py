@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scorecli.compat import Support, check_backend
-from scorecli.config import ScoreConfig
+from scorecli.config import SIMILARITIES, ScoreConfig
 from scorecli.encode import leading_special_ids
 from scorecli.errors import UsageError
 from scorecli.model import Loaded
@@ -36,12 +36,15 @@ class RunSpec:
     pooling: str
     max_seq_len: int
     single_reason: str = ""  # why a decoder runs single-item only (`compat.Support`); "" otherwise
+    similarity: str = ""  # embedding only: cosine or dot
 
 
 def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: Support | None = None) -> RunSpec:
     """`support`: what the decoder allows (`compat.support`; None: everything)."""
     kind = loaded.kind
     support = support or Support(True)
+    if kind == "embedding":
+        return _embedding_spec(cfg, loaded, template)
     mis = _resolve_mode(cfg.mode, kind) and support.packed
     if cfg.mode == "mis" and not support.packed:
         check_backend(support, cfg.attention, mis=True)
@@ -56,7 +59,7 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
     else:
         if cfg.label_tokens is not None or cfg.label_token_ids is not None:
             raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
-        label_ids, names = None, _class_names(loaded.config)
+        label_ids, names = None, class_names(loaded.config)
         activation = cfg.activation or "none"
     return RunSpec(
         kind=kind,
@@ -70,6 +73,34 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
                                 cfg.chunk_tokens),
         single_reason=support.reason,
     )
+
+
+def _embedding_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
+    """An embedding model's spec (SPEC §13): one label, `similarity`; flags that belong to other
+    kinds are refused rather than ignored."""
+    refused = [(cfg.mode == "mis", "--mode mis: an embedding model embeds every item as its own sequence already; "
+                                   "use --mode single or auto"),
+               (template.name != "plain" or cfg.instruction is not None,
+                "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)"),
+               (cfg.label_tokens is not None or cfg.label_token_ids is not None,
+                "--label-tokens applies to causal-lm models, not to an embedding model"),
+               (cfg.activation not in (None, "none"), f"--activation {cfg.activation}: an embedding model's score is "
+                                                      "a similarity, with no activation"),
+               (cfg.pooling is not None, "--pooling: an embedding model pools as its own Pooling module says"),
+               (cfg.chunk_tokens is not None, "--chunk-tokens: embedding models embed items whole (up to their "
+                                              "maximum length)")]  # fmt: skip
+    for bad, message in refused:
+        if bad:
+            raise UsageError(message)
+    similarity = cfg.similarity or loaded.sentence.similarity or "cosine"
+    if similarity not in SIMILARITIES:
+        raise UsageError(f"the model's similarity is {similarity!r}; scorecli computes cosine or dot: pass --similarity")
+    own = loaded.sentence.max_seq_length
+    limit = _max_seq_len(cfg.max_seq_len, loaded) if cfg.max_seq_len or own is None else min(own, sequence_limit(loaded.model))
+    names = ("similarity",)
+    return RunSpec(kind="embedding", mis=False, label_ids=None, label_names=names, activation="none",
+                   positive_index=_positive_index(cfg.positive_label, names, "embedding"), pooling="embedding",
+                   max_seq_len=limit, similarity=similarity)  # fmt: skip
 
 
 def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chunk_tokens: int | None = None) -> int:
@@ -119,7 +150,8 @@ def _label_tokens(cfg: ScoreConfig, tokenizer, template: Template) -> tuple[tupl
     return tuple(ids), tuple(tokens)
 
 
-def _class_names(config) -> tuple[str, ...]:
+def class_names(config) -> tuple[str, ...]:
+    """The names of a classifier's labels (`id2label`, else LABEL_i)."""
     n = int(getattr(config, "num_labels", 1))
     id2label = getattr(config, "id2label", None) or {}
     return tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))

@@ -554,11 +554,11 @@ def test_to_device_mixed_dtypes_travel_in_one_buffer():
 def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
     """A backend's plan() sends everything a batch needs (ids, positions, indices, masks, kernel
     plan arrays) to the device in one copy; what flashinfer's plan() reads on the host stays there."""
-    from scorecli import attention
+    from scorecli.attention import device
 
     uploads = []
-    real = attention._upload
-    monkeypatch.setattr(attention, "_upload", lambda flat, device: uploads.append(flat.numel()) or real(flat, device))
+    real = device._upload
+    monkeypatch.setattr(device, "_upload", lambda flat, device: uploads.append(flat.numel()) or real(flat, device))
     backends = {"sdpa-blocks": lambda: SdpaBackend(blocks="always"), "sdpa-dense": lambda: SdpaBackend(blocks="never"),
                 "flashinfer-paged": lambda: FlashInferBackend("paged"),
                 "flashinfer-custom": lambda: FlashInferBackend("custom")}  # fmt: skip

@@ -39,7 +39,9 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
 
     tokenizer_files = ("tokenizer*", "vocab*", "merges*", "special_tokens*", "chat_template*")
     out = {"notok": _copy(m["seq_cls"], tmp / "notok", tokenizer_files),
-           "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files)}  # fmt: skip
+           "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files),
+           # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (SPEC §13)
+           "minilm_plain": _copy(m["minilm_base"], tmp / "minilm_plain", ("modules.json",))}  # fmt: skip
     corrupt = Path(_copy(m["seq_cls"], tmp / "corrupt"))
     data = (corrupt / "model.safetensors").read_bytes()
     (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
@@ -77,7 +79,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("causal_lm_on_seq_cls", m["seq_cls"], ["--kind", "causal-lm", "--label-tokens", "yes,no"],
         ["lm_head.weight", "randomly initialised", "--kind seq-cls"])
     add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "--kind cross-encoder"])
-    add("base_model_without_head", m["minilm_base"], [], ["classifier.bias", "randomly initialised"])
+    add("base_model_without_head", m["minilm_plain"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
     add("cross_encoder_no_room", m["cross"], ["--max-seq-len", "3"], ["--max-seq-len 3", "no room", "special tokens"])

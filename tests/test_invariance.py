@@ -150,7 +150,7 @@ def test_attention_sinks_refused_by_flex(gpt_oss_seq_cls):
 
 
 def test_attention_arguments_no_backend_implements_are_refused():
-    from scorecli.attention import _dispatch
+    from scorecli.attention.registry import _dispatch
     from scorecli.attention.dense import SdpaBackend
     from scorecli.errors import UsageError
 
@@ -330,7 +330,7 @@ def test_shared_prefix_changes_between_windows(qwen3_seq_cls):
     raw = [RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)]
     raw.insert(4, RawRow({"query": 3}, "test:bad"))
     scorer = Scorer(qwen3_seq_cls, pooled_hidden_states=True, window_rows=3, skip_bad_rows=True)
-    from scorecli.scorer import score_stream
+    from scorecli.stream import score_stream
 
     windows = list(score_stream(scorer, raw))  # rows 0-2 | 3, bad, 4 | 5-7 (two kinds) | 8
     assert [len(p.shared) >= 16 for p, _ in windows] == [True, True, False, False]

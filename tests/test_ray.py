@@ -213,3 +213,16 @@ def test_ranked_chunked_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs,
     assert {"top_k", "num_chunks"} <= set(got.column_names)
     assert max(c for row in got["num_chunks"].to_pylist() if row for c in row) > 1
     assert_same_output(want, got)
+
+
+def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
+    """An embedding model (SPEC §13) on Ray workers: the local engine's rows, order and scores."""
+    from tests.embedding_models import build_sentence_model
+
+    model = build_sentence_model(tmp_path / "st", pooling="cls", include_prompt=False, normalize=True,
+                                 prompts={"query": "query: "})  # fmt: skip
+    cfg = ScoreConfig(model=model, window_rows=32, pooled_hidden_states=True, top_k=2)
+    local, remote = _both(cfg, inputs, tmp_path)
+    got, want = pq.read_table(remote), pq.read_table(local)
+    assert got.num_rows == 300 and got.schema.metadata[b"kind"] == b"embedding"
+    assert_same_output(want, got)

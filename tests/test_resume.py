@@ -301,3 +301,22 @@ def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_s
     assert f"resumed after {ROWS:,} rows; scored 0 rows" in result.stderr
     assert pq.read_table(out).equals(uninterrupted)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]  # the stale temporary file is gone
+
+
+def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
+    """An embedding model's job (SPEC §13) killed after its first part continues with --resume
+    to what an uninterrupted run writes; its own flags are part of the job."""
+    from tests.embedding_models import build_sentence_model
+
+    model = build_sentence_model(tmp_path / "st", pooling="mean", dense=True, normalize=True)
+    whole, out = tmp_path / "whole.parquet", tmp_path / "scores.parquet"
+    args = score_args(job_input, model, out, "--similarity", "dot", "--top-k", "2")
+    assert run_cli(Case(score_args(job_input, model, whole, "--similarity", "dot", "--top-k", "2"))).rc == 0
+    stop_after(start(args), Path(str(out) + ".partial"), 1)
+    changed = run_cli(Case(score_args(job_input, model, out, "--similarity", "cosine", "--top-k", "2", "--resume")))
+    assert changed.rc == 2 and "--similarity" in changed.stderr
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    got, want = pq.read_table(out), pq.read_table(whole)
+    assert got.select(["id", "score", "top_k", "pooled_hidden_states"]).equals(
+        want.select(["id", "score", "top_k", "pooled_hidden_states"]))

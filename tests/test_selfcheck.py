@@ -27,10 +27,10 @@ def test_self_check_on_label_token_scores(qwen3_causal_lm, activation):
 def test_self_check_stops_an_unreproduced_logit_transform(tmp_path, monkeypatch):
     """Simulated: the head forgets Cohere's logit_scale. The Scorer refuses to start;
     self_check=False (--no-self-check) starts it anyway."""
-    import scorecli.scorer
+    import scorecli.families.decoder
 
     path = models.build_logit_transform_lm(tmp_path, "cohere")
-    monkeypatch.setattr(scorecli.scorer, "lm_logit_transform", lambda model: (None, 1.0))
+    monkeypatch.setattr(scorecli.families.decoder, "lm_logit_transform", lambda model: (None, 1.0))
     with pytest.raises(SelfCheckError, match="differ from the model's own forward"):
         Scorer(path, label_tokens=("yes", "no"))
     Scorer(path, label_tokens=("yes", "no"), self_check=False)
@@ -91,9 +91,9 @@ def test_inspect_check_reports_each_mode(qwen3_causal_lm, monkeypatch):
     assert mode == "mode:           mis (--mode auto)"
     assert len(lines) == 2 and all(line.startswith("self-check:     passed (max relative") for line in lines)
     assert "(mis, sdpa, float32 on cpu)" in lines[0] and "(single, sdpa, float32 on cpu)" in lines[1]
-    import scorecli.scorer
+    import scorecli.families.decoder
 
-    monkeypatch.setattr(scorecli.scorer, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
+    monkeypatch.setattr(scorecli.families.decoder, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
     (mode, *lines), ok = check(qwen3_causal_lm, None, False)  # no label tokens: any two
     assert not ok and len(lines) == 2 and all("FAILED: scorecli's scores" in line for line in lines)
 

@@ -38,7 +38,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.batching import Batch
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, error_line
 
 
 def mis_mask_mod(doc: torch.Tensor, segment: torch.Tensor) -> Callable:
@@ -162,7 +162,6 @@ class FlexBackend:
         """This batch runs eager; after MAX_FAILED_BATCHES such batches, the whole run does."""
         self._eager_batch = True
         self.failed_batches += 1
-        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         if self.failed_batches >= self.MAX_FAILED_BATCHES:
             self.compile = False
             then = f"{self.failed_batches} batches failed; using the slower eager FlexAttention path from now on"
@@ -170,5 +169,5 @@ class FlexBackend:
             then = "this batch uses the slower eager FlexAttention path; later batches still compile"
         else:
             return  # warned at the first failure
-        warnings.warn(f"flex attention: torch.compile failed ({type(err).__name__}: {first_line}); {then}",
+        warnings.warn(f"flex attention: torch.compile failed ({error_line(err, 200)}); {then}",
                       RuntimeWarning, stacklevel=3)  # fmt: skip

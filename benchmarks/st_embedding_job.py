@@ -1,0 +1,43 @@
+"""Contender B of bench_vs_st_embedding.py: the plain sentence-transformers way.
+
+Reads rows {"id", "query", "items"} from JSONL, embeds every row's query and every item with
+`SentenceTransformer(M).encode(..., batch_size=32)` (the queries in one call, the items in
+another, as a bi-encoder pipeline does), scores each item with `model.similarity` against its
+row's query and writes one Parquet row per input row: `id`, `score` (list<float32>).
+
+    python benchmarks/st_embedding_job.py in.jsonl out.parquet MODEL [--batch-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+import _common as C
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("model")
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+
+    rows = C.read_jsonl(args.input)
+    model = SentenceTransformer(args.model, device="cpu")
+    queries = model.encode([r["query"] for r in rows], batch_size=args.batch_size, convert_to_tensor=True)
+    items = model.encode([x for r in rows for x in r["items"]], batch_size=args.batch_size, convert_to_tensor=True)
+    scores, start = [], 0
+    for k, row in enumerate(rows):
+        n = len(row["items"])
+        scores += model.similarity(queries[k : k + 1], items[start : start + n])[0].tolist() if n else []
+        start += n
+    C.write_row_scores(rows, scores, args.output)
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()

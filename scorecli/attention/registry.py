@@ -1,0 +1,107 @@
+"""How transformers' model code reaches scorecli's backends, and which backend `--attention` names.
+
+transformers calls our registered attention function ("scorecli") in every layer; it forwards
+to the backend bound to the current forward call (`bound`, a context variable: decoder layers
+that do not hand `**kwargs` down to attention, StableLM's and Nemotron's, still reach it), or
+to one passed as the `scorecli_backend` forward kwarg. Knows nothing about masks or kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+
+import torch
+
+from scorecli.attention.protocol import AttentionBackend
+from scorecli.errors import UsageError
+
+ATTN_NAME = "scorecli"
+
+
+# attention arguments some models pass that change the result and that no backend implements
+UNSUPPORTED = {"sinks": "attention sinks given as `sinks`", "position_bias": "a position bias (ALiBi, T5)"}
+
+
+# the backend of the forward call running in this thread (`bound`)
+_BACKEND: ContextVar[AttentionBackend | None] = ContextVar("scorecli_backend", default=None)
+
+
+@contextlib.contextmanager
+def bound(backend: AttentionBackend):
+    """Run the enclosed model call with every attention layer dispatching to `backend`."""
+    token = _BACKEND.set(backend)
+    try:
+        yield backend
+    finally:
+        _BACKEND.reset(token)
+
+
+def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    backend = kwargs.get("scorecli_backend") or _BACKEND.get()
+    if backend is None:
+        raise RuntimeError("scorecli attention called without a backend (bind one with attention.bound)")
+    for name, what in UNSUPPORTED.items():
+        if kwargs.get(name) is not None:
+            raise UsageError(f"{type(module).__name__}: this model's attention uses {what}, which scorecli does not implement")
+    if attention_mask is not None:  # we register no mask function: a mask here is one the layer made itself
+        raise UsageError(f"{type(module).__name__}: this model's attention builds its own mask or bias (e.g. a dynamic "
+                         "or sparse-attention mask), which scorecli's backends do not apply")  # fmt: skip
+    return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
+
+
+def set_implementation(model: torch.nn.Module, name: str) -> None:
+    """`model.set_attn_implementation(name)` without transformers' note that a model whose
+    attention ignores the interface cannot switch (`scorecli.compat` finds such layers itself,
+    and a refusal stays one line)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.set_attn_implementation(name)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def register() -> None:
+    """Make the "scorecli" attention name known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, _dispatch)
+
+
+def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32) -> AttentionBackend:
+    """Build the backend for `--attention`.
+
+    `auto` is flashinfer on CUDA when it is installed and the dtype is 16-bit (flashinfer
+    has no float32 prefill kernels), else sdpa.
+    """
+    if name == "auto":
+        name = "sdpa"
+        if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+            try:
+                import flashinfer  # noqa: F401
+
+                name = "flashinfer"
+            except ImportError:
+                pass
+    if name == "sdpa":
+        from scorecli.attention.dense import SdpaBackend
+
+        return SdpaBackend()
+    if name == "eager":
+        from scorecli.attention.dense import EagerBackend
+
+        return EagerBackend()
+    if name == "flex":
+        from scorecli.attention.flex import FlexBackend
+
+        return FlexBackend()
+    if name == "flashinfer":
+        if device.type != "cuda":
+            raise UsageError("--attention flashinfer needs a CUDA device")
+        from scorecli.attention.flashinfer import FlashInferBackend
+
+        return FlashInferBackend()
+    raise UsageError(f"--attention: unknown backend {name!r}")

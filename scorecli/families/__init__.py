@@ -1,0 +1,119 @@
+"""Model kinds as families: each kind decided once, at load, into one object.
+
+A family owns what differs between kinds: how rows become sequences (`encode`, `pack`), how a
+batch runs (`forward`, `score_batch`), how a batch's states become scores, and what the start-up
+self-check compares against (`probe_errors`). The `Scorer` holds only what every kind shares
+(windows, the batch loop, OOM halving, the `auto` fallback, the output table) and never asks
+which kind it runs. Families:
+  - `decoder.DecoderFamily`: `seq-cls` and `causal-lm` (MIS or single-item sequences, a head at
+    item ends, scorecli's attention backends);
+  - `pairs.PairFamily`: `cross-encoder` ((query, item) pairs, the model's own classifier);
+  - `embedding.EmbeddingFamily`: `embedding` (query and items embedded apart, then compared).
+This package knows nothing about files, progress or the command line.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from scorecli.batching import Batch
+from scorecli.pack import Seq
+from scorecli.ranking import Chunking, last_chunks
+
+
+class Family(Protocol):
+    """What a kind provides to the `Scorer`.
+
+    Attributes:
+        encoder: tokenizes a window of rows (`encode(rows, wheres, chunking)`).
+        forward: runs batches (CPU streams run `twin()`s of it, when `streams` is set).
+        streams: forwards that may run batches concurrently on CPU (empty: one at a time).
+        backend_name: what runs attention, for the metadata.
+        padded: whether batches pay for their padding in the token budget.
+        shares_prefix: whether a prefix every row of a window starts with may be run once.
+        fallback: the backend `--attention auto` switches to if its choice fails (or None).
+        hidden_width: columns of `pooled_hidden_states` (0: none asked).
+        entry_width: columns of a batch's result per entry (`score_batch`).
+        needs_check: whether the start-up self-check applies (scorecli computes something the
+            model's own forward would not).
+    """
+
+    encoder: object
+    forward: object
+    streams: list
+    backend_name: str
+    padded: bool
+    shares_prefix: bool
+    fallback: str | None
+    hidden_width: int
+    entry_width: int
+    needs_check: bool
+
+    def prefix(self, enc) -> np.ndarray:
+        """The row's prefix tokens, for a prefix shared by a window's rows (`shares_prefix`)."""
+        ...
+
+    def pack(self, enc, where: str, first: int, chunking: Chunking | None) -> tuple[list[Seq], np.ndarray]:
+        """A row's sequences (entries numbered from `first`) and [items] chunks of each item."""
+        ...
+
+    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+        """[entries of the batch, labels + hidden] float32, in `batch.item_index` order."""
+        ...
+
+    def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
+        """The window's entries' results -> [items, labels + hidden] (identity unless a kind
+        scores items from several entries, as `embedding` does)."""
+        ...
+
+    def done_entries(self, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray | None:
+        """[entries] bool: the entries whose batch completes an item, for progress (None: all)."""
+        ...
+
+    def use_backend(self, name: str) -> None:
+        """Run later batches with attention backend `name` (the `auto` fallback)."""
+        ...
+
+    def probe_errors(self, scorer) -> dict[str, float] | None:
+        """The self-check: relative differences from the model's own forward (None: no probe fits)."""
+        ...
+
+
+class FamilyDefaults:
+    """What most families share: one entry per scored item (or chunk), no shared prefix."""
+
+    streams: tuple = ()  # one forward at a time
+    fallback: str | None = None
+    shares_prefix = False
+    needs_check = True
+
+    def prefix(self, enc) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)
+
+    def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
+        return out
+
+    def done_entries(self, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray | None:
+        return None if chunks is None else last_chunks(chunks)  # an item is done with its last chunk
+
+    @property
+    def entry_width(self) -> int:
+        return len(self.spec.label_names) + self.hidden_width
+
+
+def make_family(scorer) -> Family:
+    """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
+    kind = scorer.spec.kind
+    if kind == "cross-encoder":
+        from scorecli.families.pairs import PairFamily
+
+        return PairFamily(scorer)
+    if kind == "embedding":
+        from scorecli.families.embedding import EmbeddingFamily
+
+        return EmbeddingFamily(scorer)
+    from scorecli.families.decoder import DecoderFamily
+
+    return DecoderFamily(scorer)

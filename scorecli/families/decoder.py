@@ -1,0 +1,90 @@
+"""Decoder scoring (`seq-cls`, `causal-lm`): a prefix and items through a template, packed into
+MIS or single-item sequences, run under scorecli's attention backends, a head at item ends.
+
+Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from scorecli.batching import Batch
+from scorecli.encode import DecoderEncoder
+from scorecli.errors import InputError
+from scorecli.families import FamilyDefaults
+from scorecli.forward import DecoderForward
+from scorecli.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
+from scorecli.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
+from scorecli.ranking import Chunking, chunk_items
+
+
+class DecoderFamily(FamilyDefaults):
+    """How a decoder kind scores rows (see `scorecli.families.Family`)."""
+
+    def __init__(self, scorer):
+        from scorecli.attention import make_backend
+        from scorecli.compat import backend_for
+
+        cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
+        self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
+        self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
+        vocab = loaded.model.get_input_embeddings().num_embeddings
+        self.encoder = DecoderEncoder(loaded.tokenizer, scorer.template, cfg.instruction, vocab, spec.max_seq_len)
+        backend = make_backend(backend_for(support, cfg.attention, spec.mis), loaded.device, loaded.dtype)
+        self.backend_name = backend.name
+        # flashinfer JIT-compiles its kernels: a missing toolchain fails late
+        self.fallback = "sdpa" if cfg.attention == "auto" and backend.name == "flashinfer" else None
+        self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
+        self.padded = backend.is_padded
+        # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
+        self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls"
+                              and support.packed)  # fmt: skip
+        self.head = self._make_head()
+
+    def _make_head(self):
+        model, spec = self.loaded.model, self.spec
+        if spec.kind == "causal-lm":
+            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation,
+                                  *lm_logit_transform(model))  # fmt: skip
+        score = getattr(model, "score", None) or getattr(model, "classifier", None)
+        if not isinstance(score, torch.nn.Linear):
+            raise InputError(f"{type(model).__name__}: no linear classifier head (score) found to apply at item ends")
+        return ClassifierHead(score, spec.activation)
+
+    @property
+    def hidden_width(self) -> int:
+        return self.loaded.config.hidden_size if self.pooling else 0
+
+    def prefix(self, enc: EncodedRow) -> np.ndarray:
+        """The row's prefix tokens (for a prefix shared by a window's rows)."""
+        return enc.prefix
+
+    def pack(self, enc: EncodedRow, where: str, first: int, chunking: Chunking | None) -> tuple[list[Seq], np.ndarray]:
+        """The row's sequences, and [items] how many chunks (items of the sequences) each item is."""
+        spec = self.spec
+        if chunking is None:
+            counts = np.ones(len(enc.items), dtype=np.int64)
+            enc = truncate_items(enc, spec.max_seq_len, self.truncate, where)
+        else:  # every chunk is an item of its own; chunks are never cut
+            items, counts = chunk_items(enc.items, enc.suffix_len, chunking)
+            enc = EncodedRow(enc.prefix, items, enc.suffix_len)
+            check_chunks_fit(enc, counts, spec.max_seq_len, where)
+            enc = truncate_items(enc, spec.max_seq_len, "error", where)  # the prefix's and empty items' checks
+        return pack_row(enc, first, spec.mis, spec.max_seq_len), counts
+
+    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+        pooled = (forward or self.forward)(batch, self.pooling)
+        parts = [self.head(pooled.score_states).float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
+        return torch.cat(parts, dim=1).cpu().numpy()
+
+    def use_backend(self, name: str) -> None:
+        from scorecli.attention import make_backend
+
+        backend = make_backend(name, self.loaded.device, self.loaded.dtype)
+        self.forward.backend, self.backend_name = backend, backend.name
+
+    def probe_errors(self, scorer) -> dict[str, float]:
+        from scorecli.selfcheck import decoder_errors, probe_rows
+
+        return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))

@@ -1,0 +1,73 @@
+"""Pair scoring (`cross-encoder`): each (query, item) pair tokenized as the model was trained,
+one padded sequence per pair, scored by the model's own classifier.
+
+Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from scorecli.batching import Batch
+from scorecli.encode import EncodedPairs, PairEncoder
+from scorecli.families import FamilyDefaults
+from scorecli.forward import EncoderForward
+from scorecli.heads import activate
+from scorecli.pack import Seq
+from scorecli.ranking import Chunking
+
+# Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
+# small models' matrix products use the cores better one thread each than split across all
+# of them (MiniLM on 2 cores: 1.16x over one stream of 2 threads, benchmarks/bench_cpu_streams.py).
+CPU_STREAMS = 2
+
+
+class PairFamily(FamilyDefaults):
+    """How a cross-encoder scores rows (see `scorecli.families.Family`)."""
+
+    padded = True
+
+    def __init__(self, scorer):
+        from scorecli.fast_encoder import supports
+
+        cfg, loaded = scorer.config, scorer.loaded
+        self.loaded, self.spec = loaded, scorer.spec
+        self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
+        self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
+        fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
+        self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
+        self.streams: list[EncoderForward] = []
+        if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
+            self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
+        self.backend_name = "sdpa (fused encoder)" if fast else "model"
+        if scorer.chunking is not None:
+            _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
+
+    @property
+    def needs_check(self) -> bool:
+        """Whether scorecli computes anything the model's own forward would not (its fused encoder)."""
+        return self.backend_name != "model"
+
+    @property
+    def hidden_width(self) -> int:
+        return self.loaded.config.hidden_size if self.pooling else 0
+
+    def pack(self, enc: EncodedPairs, where: str, first: int, chunking: Chunking | None) -> tuple[list[Seq], np.ndarray]:
+        """One sequence per pair (per chunk when chunked), and [items] pairs of each item."""
+        return enc.seqs(first), enc.chunk_counts()
+
+    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+        pooled = (forward or self.forward)(batch, self.pooling)
+        scores = activate(pooled.logits, self.spec.activation)
+        parts = [scores.float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
+        return torch.cat(parts, dim=1).cpu().numpy()
+
+    def use_backend(self, name: str) -> None:
+        raise RuntimeError("a cross-encoder runs its own attention: no backend to switch")
+
+    def probe_errors(self, scorer) -> dict[str, float] | None:
+        """None when the probe's pairs do not fit --max-seq-len."""
+        from scorecli.selfcheck import pair_errors
+
+        return pair_errors(scorer)

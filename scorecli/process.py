@@ -1,0 +1,73 @@
+"""How the `scorecli` process ends: exit codes after signals, a closed output pipe, a closed
+stdin. Knows nothing about scoring or flags.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+
+def finish(code: int) -> None:
+    """Exit with `code`. After a failure, exit at once: a reader thread blocked on a stalled
+    stdin must not hold the process (threads are not joined, buffers not flushed twice)."""
+    if code == 0:
+        sys.exit(0)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def pipe_closed() -> None:
+    """The reader of our output went away (`| head -1`): end quietly, as Unix filters do,
+    by SIGPIPE (status 141 in a shell)."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # not reached where SIGPIPE kills
+
+
+_signals: list[int] = []  # the signal that interrupted the run, if any
+
+
+def watch_signals(say_interrupted: Callable[[], None]) -> None:
+    """SIGINT and SIGTERM interrupt the run (exit 130 / 143, output discarded); a second
+    one while cleaning up exits at once, after `say_interrupted()`. An ignored SIGINT (a
+    background job) stays ignored."""
+
+    def on_signal(signum, frame) -> None:
+        if _signals:  # a second signal: say why (if the first has not yet), then go at once
+            say_interrupted()
+            os._exit(128 + _signals[0])
+        _signals.append(signum)
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def interrupted_code() -> int:
+    """The exit code of an interrupted run: 128 + the signal, 130 for a plain interrupt."""
+    return 128 + _signals[0] if _signals else 130
+
+
+def reserve_stdin() -> None:
+    """Started with stdin closed (`<&-`): keep descriptor 0 on /dev/null, so that no file we
+    open becomes "stdin" for a library or a child process; reading `-` is still refused."""
+    try:
+        os.fstat(0)
+    except OSError:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        if fd != 0:
+            os.dup2(fd, 0)
+            os.close(fd)

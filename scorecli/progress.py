@@ -1,0 +1,107 @@
+"""What a run counts (rows, skipped rows, items, tokens, NaN scores), its rich progress line on
+stderr and its one-line summary; shared by the local engine (`run`) and Ray (`ray`).
+
+Knows nothing about models, flags or how rows are scored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+@dataclass
+class Counts:
+    """A run's counters; `resumed`: rows an earlier run of the job kept."""
+
+    rows: int = 0
+    skipped: int = 0
+    items: int = 0
+    tokens: int = 0
+    nan: int = 0
+    resumed: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add_rows(self, table: pa.Table) -> None:
+        """Count an output table's rows and skipped rows (those with an `error`)."""
+        self.rows += table.num_rows
+        if "error" in table.column_names:
+            self.skipped += len(table) - table["error"].null_count
+
+    def add_work(self, items: int, tokens: int) -> None:
+        self.items += items
+        self.tokens += tokens
+
+    def add_table(self, table: pa.Table) -> None:
+        """Count an output table's rows and the items and tokens it holds."""
+        self.add_rows(table)
+        self.add_work(pc.sum(pc.list_value_length(table["score"])).as_py() or 0,
+                      pc.sum(table["num_tokens"]).as_py() or 0)  # fmt: skip
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.started, 1e-9)
+
+
+class Tracker:
+    """A progress line over `total` rows (None: unknown) that starts at `done`, fed by `Counts`."""
+
+    def __init__(self, console: Console | None, total: int | None, label: str = "scoring", done: int = 0):
+        self.progress = progress_bar(console, total)
+        self.counts = Counts(resumed=done)
+        self.task = self.progress.add_task(label, total=total, completed=done, items=0, tps=0.0)
+
+    def __enter__(self) -> Tracker:
+        self.progress.__enter__()
+        self.counts.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def work(self, items: int, tokens: int) -> None:
+        """Items and tokens done (after a batch)."""
+        self.counts.add_work(items, tokens)
+        self.progress.update(self.task, items=self.counts.items, tps=self.counts.tokens_per_second)
+
+    def rows(self, n: int) -> None:
+        self.progress.update(self.task, advance=n, items=self.counts.items, tps=self.counts.tokens_per_second)
+
+
+def progress_bar(console: Console | None, total: int | None) -> Progress:
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn() if total else TextColumn(""),
+        TextColumn("{task.completed:,.0f}" + (f"/{total:,} rows" if total else " rows")),
+        TextColumn("{task.fields[items]:,} items"),
+        TextColumn("{task.fields[tps]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+    ]
+    if total:
+        columns.append(TimeRemainingColumn())
+    # a live bar only on a terminal: in a log it would leave a blank line
+    live = console is not None and console.is_terminal
+    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
+
+
+def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "") -> None:
+    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores; `note`:
+    how the run's mode was chosen, when it was not the default."""
+    items_s = counts.items / seconds if seconds > 0 else 0.0
+    scored = counts.rows - counts.skipped
+    line = (f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens "
+            f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    if note:
+        line += f" ({note})"
+    if counts.resumed:
+        line = f"resumed after {counts.resumed:,} rows; " + line
+    if counts.skipped:
+        line += f"; skipped {counts.skipped:,} bad rows"
+    if counts.nan:
+        line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
+    console.print(line, markup=False, emoji=False, soft_wrap=True)

