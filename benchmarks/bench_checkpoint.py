@@ -30,7 +30,9 @@ from pathlib import Path
 
 import _common as C
 
-NO_PARTS = "import sys, scorecli.checkpoint as c; c.PARTS = False; from scorecli.cli import main; sys.argv[0] = 'scorecli'; main()"
+# both contenders start the same way (the console script's main() under `python -c`), so they
+# differ in the switch alone
+LAUNCH = "import sys, scorecli.checkpoint as c; c.PARTS = {parts}; from scorecli.cli import main; sys.argv[0] = 'scorecli'; main()"
 
 
 def write_rows(path: Path, n: int, seed: int, pool: list[str]) -> None:
@@ -80,8 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     write_rows(work / "in.jsonl", args.rows, args.seed, C.word_pool())
     out_parts, out_plain = work / "parts.parquet", work / "plain.parquet"
     common = ["score", str(work / "in.jsonl"), "--model", model, "--pooled-hidden-states", "--quiet"]
-    parts = C.Contender("checkpointed (as shipped)", C.scorecli_cmd(*common, "--out", str(out_parts)))
-    plain = C.Contender("parts disabled internally", [C.PYTHON, "-c", NO_PARTS, *common, "--out", str(out_plain)])
+    parts = C.Contender("checkpointed (as shipped)", [C.PYTHON, "-c", LAUNCH.format(parts=True), *common, "--out", str(out_parts)])
+    plain = C.Contender("parts disabled internally", [C.PYTHON, "-c", LAUNCH.format(parts=False), *common, "--out", str(out_plain)])
     C.alternate([parts, plain], args.repeats, work / "stderr.log")
     same = pq.read_table(out_parts).equals(pq.read_table(out_plain))
 
