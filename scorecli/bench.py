@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -53,9 +54,12 @@ def synthetic_rows(work: Workload, vocab: int) -> list[RawRow]:
 
 
 def run_bench(
-    cfg: ScoreConfig, work: Workload, attentions: list[str], modes: list[str], repeats: int, peak_tflops: float | None
+    cfg: ScoreConfig, work: Workload, attentions: list[str], modes: list[str] | None, repeats: int,
+    peak_tflops: float | None, note: Callable[[str], None] | None = None,
 ) -> list[BenchResult]:
-    """Time every (attention, mode) pair on the same rows; the model loads once."""
+    """Time every (attention, mode) pair on the same rows; the model loads once. `modes` None:
+    MIS and single-item, or single-item alone (said through `note`) for a model that runs only
+    that way (`compat.Support`); modes given are run as asked, and refused as `score` refuses."""
     from scorecli.model import load_model
     from scorecli.scorer import Scorer
     from scorecli.spec import any_label_ids
@@ -70,6 +74,13 @@ def run_bench(
     rows = synthetic_rows(work, vocab)
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
+    if modes is None:
+        from scorecli.compat import support_of
+
+        support = support_of(loaded)
+        modes = ["mis", "single"] if support.packed else ["single"]
+        if not support.packed and note is not None:
+            note(f"single-item mode only: {support.reason}")
     peak = peak_tflops or device_peak_tflops(loaded.device)
     params = non_embedding_params(loaded.model)
     results = []

@@ -211,7 +211,7 @@ def bench(
     query_tokens: Annotated[int, typer.Option(help="Tokens per query (prefix).")] = 128,
     item_tokens: Annotated[int, typer.Option(help="Tokens per item.")] = 32,
     attention: Annotated[str, typer.Option(help="Comma-separated backends to compare.")] = "sdpa",
-    modes: Annotated[str, typer.Option(help="Comma-separated modes to compare.")] = "mis,single",
+    modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
     max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch (default: 2048 on CPU, 16384 on CUDA).")] = None,
@@ -233,7 +233,8 @@ def bench(
     cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
                       label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
     work = Workload(rows, items, query_tokens, item_tokens)
-    results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)), repeats, peak_tflops)
+    results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)) if modes else None, repeats, peak_tflops,
+                        note=lambda line: typer.echo(f"scorecli bench: {line}", err=True))  # fmt: skip
     table = Table(title=f"scorecli bench: {rows} rows x {items} items, query {query_tokens} + item {item_tokens} tokens")
     for col in ("attention", "mode", "seconds", "items/s", "tokens/s", "FLOP fraction"):
         table.add_column(col, justify="right")

@@ -160,6 +160,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*SCORECLI, *args], capture_output=True, text=True, env=_env(), timeout=180)
 
 
+def test_bench_on_a_single_item_only_model(tmp_path_factory):
+    """`scorecli bench` with its default modes times single-item alone on a model that runs
+    only that way, and says why; `--modes mis` asked for is refused as `score` refuses it."""
+    import json
+
+    path = _family_path(tmp_path_factory, "openai-gpt")
+    common = ["bench", "--model", path, "--rows", "1", "--items", "2", "--query-tokens", "4", "--item-tokens", "3",
+              "--repeats", "1"]  # fmt: skip
+    done = _cli(*common, "--json", "-")
+    assert done.returncode == 0, done.stderr
+    assert [(r["attention"], r["mode"]) for r in json.loads(done.stdout)["results"]] == [("sdpa", "single")]
+    assert "scorecli bench: single-item mode only:" in done.stderr
+    assert "does not go through scorecli's attention backend" in done.stderr
+    refused = _cli(*common, "--modes", "mis")
+    assert refused.returncode == 2 and "does not go through scorecli's attention backend" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
 def test_console_script_on_families(tmp_path_factory, tmp_path):
     """Through the real console script: a single-item-only family scores (exit 0, mode and why
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,
