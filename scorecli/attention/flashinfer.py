@@ -240,10 +240,6 @@ class FlashInferBackend:
         if kdtype != query.dtype:
             self._warn_fp32(query.dtype)
         shape = (query.shape[1], key.shape[1], query.shape[3], value.shape[3])
-        if HEAD_DIMS and not {shape[2], shape[3]} <= set(HEAD_DIMS):
-            sizes = ", ".join(str(d) for d in HEAD_DIMS[:-1]) + f" and {HEAD_DIMS[-1]}"
-            raise UsageError(f"--attention flashinfer: its kernels take head sizes {sizes}, this model's is "
-                             f"{shape[2]}; use --attention sdpa")
         self._ensure_planned(shape, None if scaling is None else float(scaling), float(softcap or 0.0), kdtype)
         q = query[0].transpose(0, 1).to(kdtype).contiguous()  # [T, heads, d]
         k = key[0].transpose(0, 1).to(kdtype).contiguous()  # [T, kv_heads, d]
@@ -261,6 +257,10 @@ class FlashInferBackend:
         if key == self._planned_for:
             return
         heads, kv_heads, dqk, dvo = shape
+        if HEAD_DIMS and not {dqk, dvo} <= set(HEAD_DIMS):  # checked once per plan, not per layer
+            names = ", ".join(str(d) for d in HEAD_DIMS[:-1]) + f" and {HEAD_DIMS[-1]}"
+            raise UsageError(f"--attention flashinfer: its kernels take head sizes {names}, this model's is "
+                             f"{dqk}; use --attention sdpa")
         sizes = (heads, kv_heads, dqk, 1) if self.mode == "paged" else (heads, kv_heads, dqk)
         self._wrappers[self.mode].plan(
             *self._plan_args,
