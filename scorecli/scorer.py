@@ -343,6 +343,7 @@ class Scorer:
             "similarity": spec.similarity,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": self.backend_name,
+            "runtime": getattr(self.family, "runtime", "torch"),
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         }

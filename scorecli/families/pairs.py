@@ -36,11 +36,19 @@ class PairFamily(FamilyDefaults):
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
         fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
-        self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
-        self.streams: list[EncoderForward] = []
+        self.runtime = choose_runtime(cfg, loaded, fast, self.pooling)
+        if self.runtime == "onnx":
+            from scorecli.runtime_onnx import OnnxForward, materialize
+
+            path, _ = materialize(loaded.model, loaded.path, cfg.cache_dir)
+            self.forward = OnnxForward(path, threads=1)
+        else:
+            self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
+        self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = "sdpa (fused encoder)" if fast else "model"
+        self.backend_name = "onnxruntime (fused encoder export)" if self.runtime == "onnx" else (
+            "sdpa (fused encoder)" if fast else "model")
         if scorer.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
 
@@ -71,3 +79,37 @@ class PairFamily(FamilyDefaults):
         from scorecli.selfcheck import pair_errors
 
         return pair_errors(scorer)
+
+
+def choose_runtime(cfg, loaded, fast: bool, pooling: str | None) -> str:
+    """torch or onnx: `--runtime onnx` where ONNX Runtime can run this model exactly (a local
+    float32 BERT-family cross-encoder on the CPU, reading [CLS] only), else a UsageError;
+    `auto` picks onnx there when onnxruntime is installed (a one-line note when it is not)."""
+    if cfg.runtime == "torch":
+        return "torch"
+    import os
+    import warnings
+
+    from scorecli.errors import UsageError
+    from scorecli.runtime_onnx import available
+
+    why = None
+    if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
+        why = "it runs float32 models on the CPU only"
+    elif not fast:
+        why = f"it runs BERT-family encoders only (fused encoder), not {loaded.architecture}"
+    elif pooling not in (None, "cls"):
+        why = f"it reads the [CLS] row only, not --pooling {pooling}"
+    elif not os.path.isdir(loaded.path):
+        why = "it exports models from a local folder only"
+    if why is not None:
+        if cfg.runtime == "onnx":
+            raise UsageError(f"--runtime onnx: {why}; use --runtime torch")
+        return "torch"
+    if not available():
+        if cfg.runtime == "onnx":
+            raise UsageError("--runtime onnx needs onnxruntime: pip install 'scorecli[onnx]'")
+        warnings.warn("--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
+                      "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        return "torch"
+    return "onnx"

