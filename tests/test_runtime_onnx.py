@@ -134,3 +134,39 @@ def test_forced_onnx_refused_where_it_cannot_run(tmp_path):
         _scores(path, "onnx", tmp_path / "cache", pooled_hidden_states=True, pooling="last")
     with pytest.raises(UsageError, match="--runtime onnx"):
         _scores(path, "onnx", tmp_path / "cache", dtype="bfloat16")
+
+
+def test_onnx_cls_hidden_states_equal_torch(tmp_path):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    tables = {}
+    for runtime in ("onnx", "torch"):
+        scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"),
+                        pooled_hidden_states=True)  # fmt: skip
+        assert scorer.family.runtime == runtime
+        tables[runtime] = scorer.score_table(_table(_rows()))
+    ours, theirs = (np.array([h for row in tables[r]["pooled_hidden_states"].to_pylist() for h in row])
+                    for r in ("onnx", "torch"))  # fmt: skip
+    assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-4
+
+
+def test_cli_runtime_flag(tmp_path):
+    import json
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    scores = {}
+    for runtime in ("onnx", "torch"):
+        out = tmp_path / f"{runtime}.parquet"
+        cmd = [sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out", str(out), "--model", path,
+               "--runtime", runtime, "--cache-dir", str(tmp_path / "cache"), "--quiet"]  # fmt: skip
+        subprocess.run(cmd, check=True)
+        table = pq.read_table(out)
+        assert table.schema.metadata[b"runtime"] == runtime.encode()
+        scores[runtime] = np.array([s for row in table["score"].to_pylist() for s in row])
+    assert np.abs(scores["onnx"] - scores["torch"]).max() <= 1e-4
+    bad = subprocess.run([sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out",
+                          str(tmp_path / "x.parquet"), "--model", path, "--runtime", "tensorrt"], capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "--runtime" in bad.stderr
