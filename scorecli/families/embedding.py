@@ -146,10 +146,19 @@ class EmbeddingFamily(FamilyDefaults):
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
         fast = backend is None and cfg.attention in ("auto", "sdpa") and fast_encoder.supports(loaded.model)
-        self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
+        from scorecli import runtime_onnx
+
+        self.runtime = runtime_onnx.choose(cfg, loaded, fast)
+        if self.runtime == "onnx":
+            path, _ = runtime_onnx.materialize(loaded.model, loaded.model.name_or_path, cfg.cache_dir, "texts")
+            self.forward = runtime_onnx.OnnxTextForward(path, threads=1)
+        else:
+            self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
+        if self.runtime == "onnx":
+            self.backend_name = "onnxruntime (fused encoder export)"
         self.fallback = "sdpa" if cfg.attention == "auto" and self.backend_name == "flashinfer" else None
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)

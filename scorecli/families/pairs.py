@@ -29,6 +29,7 @@ class PairFamily(FamilyDefaults):
     padded = True
 
     def __init__(self, scorer):
+        from scorecli import runtime_onnx
         from scorecli.fast_encoder import supports
 
         cfg, loaded = scorer.config, scorer.loaded
@@ -36,12 +37,11 @@ class PairFamily(FamilyDefaults):
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
         fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
-        self.runtime = choose_runtime(cfg, loaded, fast, self.pooling)
+        why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
+        self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
         if self.runtime == "onnx":
-            from scorecli.runtime_onnx import OnnxForward, materialize
-
-            path, _ = materialize(loaded.model, loaded.path, cfg.cache_dir)
-            self.forward = OnnxForward(path, threads=1)
+            path, _ = runtime_onnx.materialize(loaded.model, loaded.model.name_or_path, cfg.cache_dir)
+            self.forward = runtime_onnx.OnnxForward(path, threads=1)
         else:
             self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
         self.streams: list = []
@@ -80,36 +80,3 @@ class PairFamily(FamilyDefaults):
 
         return pair_errors(scorer)
 
-
-def choose_runtime(cfg, loaded, fast: bool, pooling: str | None) -> str:
-    """torch or onnx: `--runtime onnx` where ONNX Runtime can run this model exactly (a local
-    float32 BERT-family cross-encoder on the CPU, reading [CLS] only), else a UsageError;
-    `auto` picks onnx there when onnxruntime is installed (a one-line note when it is not)."""
-    if cfg.runtime == "torch":
-        return "torch"
-    import os
-    import warnings
-
-    from scorecli.errors import UsageError
-    from scorecli.runtime_onnx import available
-
-    why = None
-    if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
-        why = "it runs float32 models on the CPU only"
-    elif not fast:
-        why = f"it runs BERT-family encoders only (fused encoder), not {loaded.architecture}"
-    elif pooling not in (None, "cls"):
-        why = f"it reads the [CLS] row only, not --pooling {pooling}"
-    elif not os.path.isdir(loaded.path):
-        why = "it exports models from a local folder only"
-    if why is not None:
-        if cfg.runtime == "onnx":
-            raise UsageError(f"--runtime onnx: {why}; use --runtime torch")
-        return "torch"
-    if not available():
-        if cfg.runtime == "onnx":
-            raise UsageError("--runtime onnx needs onnxruntime: pip install 'scorecli[onnx]'")
-        warnings.warn("--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
-                      "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
-        return "torch"
-    return "onnx"
