@@ -30,7 +30,7 @@ err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
-CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models (default ~/.cache/scorecli).")]
+CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli).")]
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:

@@ -51,11 +51,17 @@ def weight_files(folder: str) -> list[str]:
     return sorted(os.path.join(folder, n) for n in names)
 
 
+def default_cache_dir() -> str:
+    """The cache directory when none is given (the one dequantized GGUF models use)."""
+    from scorecli.gguf import default_cache_dir as shared
+
+    return shared()
+
+
 def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
     folder per weights' identity."""
     from scorecli import __version__
-    from scorecli.gguf import default_cache_dir
 
     parts = [f"{os.path.abspath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
     parts += [f"scorecli {__version__}", f"torch {torch.__version__}", f"opset {OPSET}", f"graph {GRAPH_VERSION} {what}"]
