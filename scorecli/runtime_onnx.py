@@ -243,12 +243,11 @@ class OnnxTextForward:
 def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     """torch or onnx: `--runtime onnx` where ONNX Runtime can run this model exactly (a local
     float32 BERT-family encoder on the CPU, `fast`; `why_not`: a family's own reason it cannot),
-    else a UsageError; `auto` picks onnx there when onnxruntime is installed (a one-line note
-    when it is not)."""
-    if cfg.runtime == "torch":
+    else a UsageError. `auto` runs torch: on the CPUs measured, ONNX Runtime's float32 forward
+    of the same batches was not faster than scorecli's torch forward, and the whole process
+    (importing and starting ONNX Runtime beside torch) was slower (benchmarks/RESULTS.md, issue 21)."""
+    if cfg.runtime in ("torch", "auto"):
         return "torch"
-    import warnings
-
     why = why_not
     if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
         why = "it runs float32 models on the CPU only"
@@ -257,13 +256,7 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     elif not os.path.isdir(loaded.model.name_or_path or ""):
         why = "it exports models from a local folder only"
     if why is not None:
-        if cfg.runtime == "onnx":
-            raise UsageError(f"--runtime onnx: {why}; use --runtime torch")
-        return "torch"
+        raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
     if not available():
-        if cfg.runtime == "onnx":
-            raise UsageError("--runtime onnx needs onnxruntime: pip install 'scorecli[onnx]'")
-        warnings.warn("--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
-                      "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
-        return "torch"
+        raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
     return "onnx"
