@@ -177,8 +177,9 @@ def test_drift_probe_must_fit(cross_encoder, tmp_path):
 def test_int8_refused_where_it_cannot_run(cross_encoder, qwen3_seq_cls, tmp_path):
     with pytest.raises(UsageError, match="--runtime onnx-int8"):
         Scorer(cross_encoder, device="cpu", runtime="onnx-int8", dtype="bfloat16", cache_dir=str(tmp_path))
-    with pytest.raises(UsageError, match="--runtime onnx-int8: .* not a seq-cls model"):
-        Scorer(qwen3_seq_cls, device="cpu", runtime="onnx-int8")
+    for runtime in ("onnx-int8", "onnx"):  # a decoder never runs torch in their place silently
+        with pytest.raises(UsageError, match=f"--runtime {runtime}: .* not a seq-cls model"):
+            Scorer(qwen3_seq_cls, device="cpu", runtime=runtime)
 
 
 def test_int8_embedding_model(tmp_path):
