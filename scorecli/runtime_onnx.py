@@ -11,6 +11,8 @@ cached, ONNX Runtime's scores of a probe batch are compared with the torch forwa
 `forward.EncoderForward` (a padded batch in, `Pooled` out), `OnnxTextForward` like
 `families.embedding.EmbeddingForward` (ragged last hidden states out).
 
+`--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
+
 Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
 a run uses is decided by `choose` from the frozen config (called by the families).
 """
@@ -34,6 +36,9 @@ EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the to
 OPSET = 17
 GRAPH_VERSION = "2"  # bump when the exported graph's inputs or outputs change
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_RUNTIMES = ("onnx", "onnx-int8")  # onnx-int8: explicit opt-in only, never chosen by auto
+BACKEND_NAMES = {"onnx": "onnxruntime (fused encoder export)",
+                 "onnx-int8": "onnxruntime (fused encoder export, int8 dynamic quantization)"}  # fmt: skip
 
 
 def available() -> bool:
@@ -241,11 +246,12 @@ class OnnxTextForward:
 
 
 def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
-    """torch or onnx: `--runtime onnx` where ONNX Runtime can run this model exactly (a local
-    float32 BERT-family encoder on the CPU, `fast`; `why_not`: a family's own reason it cannot),
-    else a UsageError. `auto` runs torch: on the CPUs measured, ONNX Runtime's float32 forward
-    of the same batches was not faster than scorecli's torch forward, and the whole process
-    (importing and starting ONNX Runtime beside torch) was slower (benchmarks/RESULTS.md, issue 21)."""
+    """torch, onnx or onnx-int8: `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can run
+    this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
+    family's own reason it cannot), else a UsageError. `auto` runs torch: on the CPUs measured,
+    ONNX Runtime's float32 forward of the same batches was not faster than scorecli's torch
+    forward, and the whole process (importing and starting ONNX Runtime beside torch) was slower
+    (benchmarks/RESULTS.md, issue 21); never onnx-int8 (opt-in only)."""
     if cfg.runtime in ("torch", "auto"):
         return "torch"
     why = why_not
@@ -259,4 +265,15 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
         raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
     if not available():
         raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
-    return "onnx"
+    return cfg.runtime
+
+
+def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> str:
+    """The ONNX file a run with `runtime` (onnx or onnx-int8, from `choose`) runs: the cached
+    export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
+    path, _ = materialize(model, folder, cache_dir, what)
+    if runtime == "onnx-int8":
+        from scorecli.runtime_int8 import quantized
+
+        path, _ = quantized(path)
+    return path

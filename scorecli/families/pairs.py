@@ -39,15 +39,15 @@ class PairFamily(FamilyDefaults):
         fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
         why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
         self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
-        if self.runtime == "onnx":
-            path, _ = runtime_onnx.materialize(loaded.model, loaded.model.name_or_path, cfg.cache_dir)
+        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
+            path = runtime_onnx.model_file(self.runtime, loaded.model, loaded.model.name_or_path, cfg.cache_dir)
             self.forward = runtime_onnx.OnnxForward(path, threads=1)
         else:
             self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
         self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = "onnxruntime (fused encoder export)" if self.runtime == "onnx" else (
+        self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
             "sdpa (fused encoder)" if fast else "model")
         if scorer.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
@@ -80,3 +80,8 @@ class PairFamily(FamilyDefaults):
 
         return pair_errors(scorer)
 
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
+        from scorecli.selfcheck import pair_scores
+
+        return pair_scores(scorer, items)
