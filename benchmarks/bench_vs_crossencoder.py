@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> float:
     net = C.net_ratio(b, b1, a, a1)
     warmups = ["both 1-row runs (same model and code as A and B)"]
     if onnx.scorecli:
-        warmups.append("scorecli --runtime onnx on the whole input (builds its cached export)")
+        warmups.append("scorecli --runtime onnx and onnx-int8 on the whole input (build their cached exports)")
     if onnx.real:
         warmups.append("each sentence-transformers ONNX peer on 1 row")
     C.header(
@@ -152,6 +152,7 @@ class OnnxSide:
     """The ONNX contenders: scorecli --runtime onnx and the peers, with their outputs and warm-ups."""
 
     scorecli: C.Contender | None = None
+    int8: C.Contender | None = None  # scorecli --runtime onnx-int8 (beside the int8 peer; not in the fp32 goal)
     peers: list = field(default_factory=list)  # the peers, fp32 ones first
     fp32: list = field(default_factory=list)  # the fp32 peers (issue 21's goal is against the fastest)
     outputs: list = field(default_factory=list)  # (contender, its Parquet) (scores checked against B's)
@@ -162,7 +163,7 @@ class OnnxSide:
 
     @property
     def all(self) -> list:
-        return ([self.scorecli] if self.scorecli else []) + self.peers
+        return [c for c in (self.scorecli, self.int8) if c] + self.peers
 
 
 def onnx_contenders(work, model: str, batch_size: int, st_python: str | None) -> OnnxSide:
@@ -179,6 +180,11 @@ def onnx_contenders(work, model: str, batch_size: int, st_python: str | None) ->
             "--runtime", "onnx", "--cache-dir", str(work / "cache")))  # fmt: skip
         side.outputs.append((side.scorecli, work / "ao.parquet"))
         side.warmup.append(side.scorecli)  # scorecli's export is built in the warm-up
+        side.int8 = C.Contender("scorecli score --runtime onnx-int8 (opt-in, approximate)", C.scorecli_cmd(
+            "score", str(work / "in.jsonl"), "--out", str(work / "ai8.parquet"), "--model", model, "--quiet",
+            "--runtime", "onnx-int8", "--cache-dir", str(work / "cache")))  # fmt: skip
+        side.outputs.append((side.int8, work / "ai8.parquet"))
+        side.warmup.append(side.int8)  # and its int8 quantization
     if st_python:
         st_onnx_peers(side, work, model, batch_size, st_python)
     elif onnxruntime is None:
