@@ -249,9 +249,9 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     """torch, onnx or onnx-int8: `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can run
     this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
     family's own reason it cannot), else a UsageError. `auto` runs torch: on the CPUs measured,
-    ONNX Runtime's float32 forward of the same batches was not faster than scorecli's torch
-    forward, and the whole process (importing and starting ONNX Runtime beside torch) was slower
-    (benchmarks/RESULTS.md, issue 21); never onnx-int8 (opt-in only)."""
+    ONNX Runtime's float32 forward of the same batches was no faster than scorecli's torch
+    forward, nor the whole process (benchmarks/RESULTS.md, issue 21); never onnx-int8 (opt-in
+    only)."""
     if cfg.runtime in ("torch", "auto"):
         return "torch"
     why = why_not
