@@ -30,7 +30,7 @@ err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
-CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models (default ~/.cache/scorecli).")]
+CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli).")]
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -69,6 +69,7 @@ def score(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
     attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
+    runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (= torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
     max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch, padding counted (default: 2048 on CPU, 16384 on CUDA).")] = None,
     max_seq_len: Annotated[Optional[int], typer.Option(help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
@@ -108,7 +109,7 @@ def score(
         activation="softmax" if apply_softmax and activation is None else activation,
         positive_label=positive_label, pooled_hidden_states=pooled_hidden_states, pooling=pooling,
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
-        device=device, dtype=dtype, attention=attention, max_batch_tokens=max_batch_tokens,
+        device=device, dtype=dtype, attention=attention, runtime=runtime, max_batch_tokens=max_batch_tokens,
         max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows, top_k=top_k,
         chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate, similarity=similarity,
         query_prompt=query_prompt, item_prompt=item_prompt, self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,

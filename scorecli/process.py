@@ -12,9 +12,14 @@ from collections.abc import Callable
 
 def finish(code: int) -> None:
     """Exit with `code`. After a failure, exit at once: a reader thread blocked on a stalled
-    stdin must not hold the process (threads are not joined, buffers not flushed twice)."""
+    stdin must not hold the process (threads are not joined, buffers not flushed twice).
+
+    After success too, once the exit handlers have run and stdout is flushed: tearing down
+    the interpreter's modules (torch, transformers) only frees memory the process is about to
+    give back, and costs about a second (benchmarks/RESULTS.md, issue 21). A worker thread
+    still running gets the normal exit, which waits for it."""
     if code == 0:
-        sys.exit(0)
+        _exit_success()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -22,6 +27,29 @@ def finish(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _exit_success() -> None:
+    import atexit
+    import threading
+
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        sys.exit(0)
+    atexit._run_exitfuncs()  # what a normal exit runs first (logging, temporary folders, Ray)
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        pipe_closed()
+    except (OSError, ValueError):
+        pass
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(0)
 
 
 def pipe_closed() -> None:

@@ -94,6 +94,8 @@ def run_score(
         rows = open_rows(cfg, paths, stdin, checkpoint)
     with checkpoint.keeping() if checkpoint else nullcontext():
         scorer = Scorer(cfg.model, cfg)
+        if scorer.drift is not None and console is not None:  # approximate scores are never silent
+            console.print(scorer.drift.line(scorer.runtime), markup=False, emoji=False, highlight=False, soft_wrap=True)
         scorer.id_type = schema_id_type(paths, cfg.id_field)
         with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
                 Tracker(console, total_rows, done=done) as tracker:  # fmt: skip

@@ -90,6 +90,7 @@ class Scorer:
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails
         self.self_check_error: float | None = None
+        self.drift = None  # `drift.Drift` of an approximate runtime (onnx-int8), measured by the self-check
         self.self_check_note = self._self_check()  # recorded in the metadata
 
     @property
@@ -106,6 +107,11 @@ class Scorer:
         return self.family.forward
 
     @property
+    def runtime(self) -> str:
+        """What runs the forward: torch, onnx or onnx-int8 (`runtime_onnx.choose`)."""
+        return getattr(self.family, "runtime", "torch")
+
+    @property
     def backend_name(self) -> str:
         return self.family.backend_name
 
@@ -119,6 +125,11 @@ class Scorer:
             return "off"
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
+        if self.runtime == "onnx-int8":  # approximate: drift measured and recorded, not judged
+            from scorecli.drift import measure_drift
+
+            self.drift = measure_drift(self)
+            return self.drift.note
         from scorecli.selfcheck import SelfCheckError, self_check
 
         try:
@@ -343,9 +354,10 @@ class Scorer:
             "similarity": spec.similarity,
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": self.backend_name,
+            "runtime": self.runtime,
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
-        }
+        } | (self.drift.metadata() if getattr(self, "drift", None) else {})
 
 
 def _free_cache(device: torch.device) -> None:

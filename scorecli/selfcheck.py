@@ -119,7 +119,14 @@ def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
 def pair_errors(scorer) -> dict[str, float] | None:
     """Relative differences of the probe pairs' scores from the loaded model's own forward;
     None when the pairs do not fit --max-seq-len whole."""
-    items = [item.strip() for item in PROBE_ITEMS]
+    probe = pair_scores(scorer, PROBE_ITEMS)
+    return None if probe is None else {"scores": _relative(*probe)}
+
+
+def pair_scores(scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scorecli's, the loaded model's own) scores [items, labels] of the probe query paired with
+    each of `items`; None when the first pair does not fit --max-seq-len whole."""
+    items = [item.strip() for item in items]
     if len(scorer.loaded.tokenizer(PROBE_QUERY, items[0])["input_ids"]) > scorer.spec.max_seq_len:
         return None
     row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
@@ -132,14 +139,20 @@ def pair_errors(scorer) -> dict[str, float] | None:
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
     theirs = np.stack([_pair_reference(scorer, item) for item in items])
     _finite(scorer, theirs)
-    return {"scores": _relative(ours, theirs)}
+    return ours, theirs
 
 
 def embedding_errors(scorer) -> dict[str, float]:
     """Relative differences of the probe's similarities and item embeddings (the scorer's own
     batches, one window) from each text run alone through the model's own forward and pooled
     text by text (`_pool_one`)."""
-    family, items = scorer.family, [*PROBE_ITEMS, PROBE_TEXT]  # items of very different lengths
+    return {what: _relative(ours, theirs) for what, (ours, theirs) in embedding_probe(scorer, PROBE_ITEMS).items()}
+
+
+def embedding_probe(scorer, items: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{"scores": (scorecli's, the model's own) similarities [items], "embeddings": the same of
+    the item embeddings [items, D]} of the probe query and `items` + a long text."""
+    family, items = scorer.family, [*items, PROBE_TEXT]  # items of very different lengths
     row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
     pooling, truncate = scorer.hidden_pooling, family.encoder.truncate
     scorer.hidden_pooling, family.encoder.truncate = "embedding", "item"  # the probe's texts are cut to fit
@@ -154,7 +167,7 @@ def embedding_errors(scorer) -> dict[str, float]:
     query = theirs[:1].expand(len(enc.items), -1)
     theirs_s = similarity(query, theirs[1:], scorer.spec.similarity).double().numpy()
     _finite(scorer, theirs_s)
-    return {"scores": _relative(ours_s, theirs_s), "embeddings": _relative(ours_e, theirs[1:].double().numpy())}
+    return {"scores": (ours_s, theirs_s), "embeddings": (ours_e, theirs[1:].double().numpy())}
 
 
 @torch.inference_mode()

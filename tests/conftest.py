@@ -17,6 +17,19 @@ def pytest_configure(config):
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_cache(tmp_path_factory):
+    """ONNX exports made by runs without --cache-dir (`--runtime onnx`) go to a session
+    folder, not ~/.cache/scorecli."""
+    from scorecli import runtime_onnx
+
+    folder = str(tmp_path_factory.mktemp("onnx_cache"))
+    patch = pytest.MonkeyPatch()
+    patch.setattr(runtime_onnx, "default_cache_dir", lambda: folder)
+    yield folder
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def bpe_tokenizer(tmp_path_factory) -> str:
     """Folder holding the byte-level BPE tokenizer without BOS (Qwen style)."""

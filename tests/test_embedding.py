@@ -243,11 +243,16 @@ def test_console_script(built, tmp_path):
         assert line in inspect.stdout, inspect.stdout
 
 
-def test_cpu_streams_equal_one_stream(minilm):
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_cpu_streams_equal_one_stream(minilm, runtime, tmp_path):
     """Encoder embedding models run two batches at once on CPU (each on half of torch's threads,
-    through the fused encoder stack): the same embeddings and scores as one stream."""
-    scorer = Scorer(minilm, pooled_hidden_states=True, max_batch_tokens=64)
-    assert len(scorer.streams) == 2 and scorer.backend_name == "sdpa (fused encoder)"
+    through the fused encoder stack, or each on its own ONNX Runtime session): the same
+    embeddings and scores as one stream."""
+    if runtime == "onnx":
+        pytest.importorskip("onnxruntime")
+    scorer = Scorer(minilm, pooled_hidden_states=True, max_batch_tokens=64, runtime=runtime, cache_dir=str(tmp_path))
+    expected = "sdpa (fused encoder)" if runtime == "torch" else "onnxruntime (fused encoder export)"
+    assert len(scorer.streams) == 2 and scorer.backend_name == expected
     used, run_streams = [], scorer._run_streams
     scorer._run_streams = lambda prepared: used.append(prepared) or run_streams(prepared)
     threads = torch.get_num_threads()

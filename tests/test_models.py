@@ -61,7 +61,8 @@ def _assert_pairs_match(path, table, pooling="cls"):
 def test_cross_encoder_matches_hf_forward(request, fixture, attention, pooling):
     """auto: the fused encoder stack (last layer at the rows read); eager: the model's own forward."""
     path = request.getfixturevalue(fixture)
-    scorer = Scorer(path, pooled_hidden_states=True, pooling=pooling, attention=attention, max_batch_tokens=64)
+    scorer = Scorer(path, pooled_hidden_states=True, pooling=pooling, attention=attention, max_batch_tokens=64,
+                    runtime="torch")  # the ONNX runtime: tests/test_runtime_onnx.py
     table = scorer.score_rows(_rows(PAIRS_ROWS))
     assert table.schema.metadata[b"kind"] == b"cross-encoder"
     fused = table.schema.metadata[b"attention"] == b"sdpa (fused encoder)"
@@ -97,7 +98,8 @@ def test_encoder_families_match_hf_forward(encoder_family):
     """RoBERTa, XLM-R and ELECTRA run the fused stack; DistilBERT (another layer layout) its own forward."""
     arch, path = encoder_family
     for pooling in ("cls", "last"):
-        table = Scorer(path, pooled_hidden_states=True, pooling=pooling, max_batch_tokens=64).score_rows(_rows(PAIRS_ROWS))
+        table = Scorer(path, pooled_hidden_states=True, pooling=pooling, max_batch_tokens=64,
+                       runtime="torch").score_rows(_rows(PAIRS_ROWS))
         expected = b"model" if arch == "distilbert" else b"sdpa (fused encoder)"
         assert table.schema.metadata[b"attention"] == expected
         _assert_pairs_match(path, table, pooling)

@@ -61,7 +61,7 @@ def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls, max_seq
 
 @pytest.mark.parametrize("fixture", ["bert_cross_encoder", "minilm_cross_encoder"])
 def test_self_check_on_the_fused_cross_encoder(request, fixture):
-    scorer = Scorer(request.getfixturevalue(fixture))
+    scorer = Scorer(request.getfixturevalue(fixture), runtime="torch")
     assert scorer.backend_name == "sdpa (fused encoder)" and 0.0 <= scorer.self_check_error < 1e-5
     assert scorer.metadata["self_check"].startswith("passed")
     own = Scorer(request.getfixturevalue(fixture), attention="eager")  # the model's own forward: nothing to check
@@ -80,8 +80,8 @@ def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch)
 
     monkeypatch.setattr(fast_encoder, "_fuse", wrong)
     with pytest.raises(SelfCheckError):
-        Scorer(bert_cross_encoder)
-    assert Scorer(bert_cross_encoder, self_check=False).metadata["self_check"] == "off"
+        Scorer(bert_cross_encoder, runtime="torch")
+    assert Scorer(bert_cross_encoder, self_check=False, runtime="torch").metadata["self_check"] == "off"
 
 
 def test_inspect_check_reports_each_mode(qwen3_causal_lm, monkeypatch):

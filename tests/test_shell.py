@@ -398,3 +398,34 @@ def test_corrupt_parquet_page_names_rows_without_control_bytes(tmp_path):
 
 def test_flex_on_cpu_is_quiet(runs):
     assert ok(runs, "flex_quiet").stderr == ""
+
+
+# A successful run ends without tearing the interpreter down (process.finish): the exit
+# handlers still run, the output is whole, and a worker thread still running is waited for.
+EXIT_PROBE = """import atexit, sys, threading, time
+from pathlib import Path
+marks = Path(sys.argv.pop(1))
+atexit.register(lambda: marks.with_suffix(".atexit").write_text("ran"))
+def late():
+    time.sleep(float(sys.argv.pop(1)))
+    marks.with_suffix(".thread").write_text("done")
+threading.Thread(target=late).start()
+from scorecli.cli import main
+sys.argv[0] = "scorecli"
+main()
+"""
+
+
+@pytest.mark.parametrize("delay", ["0", "3"])
+def test_success_runs_exit_handlers_and_waits_for_live_threads(tmp_path, qwen3_seq_cls, delay):
+    import sys
+
+    data = write(tmp_path / "in.jsonl", b"".join(GOOD_LINE % i for i in range(3)))
+    out, marks = tmp_path / "scores.parquet", tmp_path / "marks"
+    args = ["score", data, "--out", str(out), "--model", qwen3_seq_cls, "--quiet"]
+    proc = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marks), delay, *args], capture_output=True,
+                          env=_env(), timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert pq.read_table(out).num_rows == 3
+    assert marks.with_suffix(".atexit").read_text() == "ran"
+    assert marks.with_suffix(".thread").read_text() == "done"

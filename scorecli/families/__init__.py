@@ -80,6 +80,11 @@ class Family(Protocol):
         """The self-check: relative differences from the model's own forward (None: no probe fits)."""
         ...
 
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the run's, the model's own) scores of a probe row with `items`, for the drift of an
+        approximate runtime (`drift`; kinds that run `--runtime onnx-int8` only)."""
+        ...
+
 
 class FamilyDefaults:
     """What most families share: one entry per scored item (or chunk), no shared prefix."""

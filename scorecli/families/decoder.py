@@ -11,7 +11,7 @@ import torch
 
 from scorecli.batching import Batch
 from scorecli.encode import DecoderEncoder
-from scorecli.errors import InputError
+from scorecli.errors import InputError, UsageError
 from scorecli.families import FamilyDefaults
 from scorecli.forward import DecoderForward
 from scorecli.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
@@ -27,6 +27,9 @@ class DecoderFamily(FamilyDefaults):
         from scorecli.compat import backend_for
 
         cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
+        if cfg.runtime in ("onnx", "onnx-int8"):
+            raise UsageError(f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
+                             f"not a {spec.kind} model; use --runtime auto or torch")  # fmt: skip
         self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         vocab = loaded.model.get_input_embeddings().num_embeddings

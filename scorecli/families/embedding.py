@@ -146,10 +146,20 @@ class EmbeddingFamily(FamilyDefaults):
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
         fast = backend is None and cfg.attention in ("auto", "sdpa") and fast_encoder.supports(loaded.model)
-        self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
+        from scorecli import runtime_onnx
+
+        self.runtime = runtime_onnx.choose(cfg, loaded, fast)
+        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
+            folder = loaded.model.name_or_path
+            path = runtime_onnx.model_file(self.runtime, loaded.model, folder, cfg.cache_dir, "texts")
+            self.forward = runtime_onnx.OnnxTextForward(path, threads=1)
+        else:
+            self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
+        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
+            self.backend_name = runtime_onnx.BACKEND_NAMES[self.runtime]
         self.fallback = "sdpa" if cfg.attention == "auto" and self.backend_name == "flashinfer" else None
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
@@ -206,6 +216,13 @@ class EmbeddingFamily(FamilyDefaults):
         from scorecli.selfcheck import embedding_errors
 
         return embedding_errors(scorer)
+
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(the run's, the model's own) similarities [items + 1] of the probe query with `items`
+        and a long text."""
+        from scorecli.selfcheck import embedding_probe
+
+        return embedding_probe(scorer, items)["scores"]
 
 
 def _entries(item_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

