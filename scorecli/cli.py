@@ -69,7 +69,7 @@ def score(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
     attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
-    runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (= torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
+    runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
     max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch, padding counted (default: 2048 on CPU, 16384 on CUDA).")] = None,
     max_seq_len: Annotated[Optional[int], typer.Option(help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",

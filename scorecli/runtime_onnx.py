@@ -248,12 +248,14 @@ class OnnxTextForward:
 def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     """torch, onnx or onnx-int8: `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can run
     this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
-    family's own reason it cannot), else a UsageError. `auto` runs torch: on the CPUs measured,
-    ONNX Runtime's float32 forward of the same batches was no faster than scorecli's torch
-    forward, nor the whole process (benchmarks/RESULTS.md, issue 21); never onnx-int8 (opt-in
-    only)."""
-    if cfg.runtime in ("torch", "auto"):
+    family's own reason it cannot), else a UsageError. `auto` picks onnx there when onnxruntime
+    is installed (its forward of the same batches ran 1-6% faster than torch's on the CPUs
+    measured, benchmarks/RESULTS.md, issue 21), torch with a one-line note when it is not; never
+    onnx-int8 (opt-in only)."""
+    if cfg.runtime == "torch":
         return "torch"
+    import warnings
+
     why = why_not
     if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
         why = "it runs float32 models on the CPU only"
@@ -262,10 +264,16 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     elif not os.path.isdir(loaded.model.name_or_path or ""):
         why = "it exports models from a local folder only"
     if why is not None:
-        raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
+        if cfg.runtime in ONNX_RUNTIMES:
+            raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
+        return "torch"
     if not available():
-        raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
-    return cfg.runtime
+        if cfg.runtime in ONNX_RUNTIMES:
+            raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
+        warnings.warn("--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
+                      "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        return "torch"
+    return cfg.runtime if cfg.runtime in ONNX_RUNTIMES else "onnx"
 
 
 def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> str:

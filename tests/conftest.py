@@ -19,8 +19,8 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def onnx_cache(tmp_path_factory):
-    """ONNX exports made by runs without --cache-dir (`--runtime onnx`) go to a session
-    folder, not ~/.cache/scorecli."""
+    """ONNX exports made by runs without --cache-dir (`--runtime auto` picks ONNX Runtime for
+    CPU encoders where it is installed) go to a session folder, not ~/.cache/scorecli."""
     from scorecli import runtime_onnx
 
     folder = str(tmp_path_factory.mktemp("onnx_cache"))

@@ -112,7 +112,7 @@ def test_no_self_check_refused(cross_encoder, tmp_path):
 def test_auto_and_onnx_never_pick_int8(cross_encoder, tmp_path):
     for runtime in ("auto", "onnx"):
         scorer = Scorer(cross_encoder, device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"))
-        assert scorer.runtime == {"auto": "torch"}.get(runtime, runtime) and scorer.drift is None
+        assert scorer.runtime == "onnx" and scorer.drift is None
         assert scorer.metadata["self_check"].startswith("passed")
         assert not any(k in scorer.metadata for k in DRIFT_KEYS)
     assert _int8_files(tmp_path / "cache") == []
