@@ -511,7 +511,7 @@ def fake_flashinfer(monkeypatch):
     monkeypatch.setattr(attention, "make_backend", make)
     # the stand-in computes any head size (the tiny models' is 16); the real kernels' sizes are
     # checked by test_flashinfer_refuses_head_sizes_its_kernels_lack
-    monkeypatch.setattr("scorecli.attention.flashinfer.HEAD_DIMS", ())
+    monkeypatch.setattr("scorecli.attention.flashinfer.HEAD_DIMS", tuple(range(1, 513)))
     module.use_mis_kernel = lambda k: state.update(mis=k)
     module.auto_picks_flashinfer = lambda: state.update(auto=True)  # as on CUDA with flashinfer installed
     return module

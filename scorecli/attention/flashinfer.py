@@ -257,7 +257,7 @@ class FlashInferBackend:
         if key == self._planned_for:
             return
         heads, kv_heads, dqk, dvo = shape
-        if HEAD_DIMS and not {dqk, dvo} <= set(HEAD_DIMS):  # checked once per plan, not per layer
+        if not {dqk, dvo} <= set(HEAD_DIMS):  # checked once per plan, not per layer
             names = ", ".join(str(d) for d in HEAD_DIMS[:-1]) + f" and {HEAD_DIMS[-1]}"
             raise UsageError(f"--attention flashinfer: its kernels take head sizes {names}, this model's is "
                              f"{dqk}; use --attention sdpa")
