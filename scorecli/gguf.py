@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 
+from scorecli.cache import build_once
 from scorecli.errors import UsageError
 
 
@@ -37,17 +36,8 @@ def materialize(folder: str, gguf_file: str, cache_dir: str | None) -> str:
         import gguf  # noqa: F401
     except ImportError:
         raise UsageError("GGUF models need the gguf package: pip install 'scorecli[gguf]'") from None
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(target))
-    try:
-        _dequantize_to(folder, gguf_file, tmp)
-        os.replace(tmp, target)
-    except OSError as exc:
-        if os.path.isfile(os.path.join(target, "config.json")):  # a concurrent run won the race
-            return target
-        raise UsageError(f"cannot cache the dequantized model in {target}: {exc}") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_once(target, lambda tmp: _dequantize_to(folder, gguf_file, tmp), "the dequantized model",
+               ready=os.path.join(target, "config.json"))
     return target
 
 

@@ -4,10 +4,11 @@ The float32 export of `runtime_onnx` (checked against the torch forward before i
 quantized with ONNX Runtime's `quantize_dynamic` (weights QUInt8, activations quantized at run
 time: what sentence-transformers ships as `model_quint8_avx2.onnx`) and cached next to it, keyed
 by the float32 file's size and modification time and the onnxruntime version. The file is written
-under a temporary name and renamed into place, so a killed run never leaves half a file.
+under a temporary name and renamed into place (`cache.build_once`), so a killed run never leaves
+half a file.
 
 Knows nothing about how far the int8 scores drift: the self-check measures that on its probe
-and the metadata records it (`selfcheck.measure_drift`). Knows nothing about tokenization, the
+and the metadata records it (`drift.measure_drift`). Knows nothing about tokenization, the
 CLI or which runtime a run chose.
 """
 
@@ -16,11 +17,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from scorecli.errors import UsageError
+from scorecli.cache import build_once
 
 WEIGHT_TYPE = "QUInt8"
 
@@ -45,22 +45,13 @@ def quantized(fp32_path: str) -> tuple[str, bool]:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=".onnx", dir=os.path.dirname(target))
-    os.close(fd)
-    try:
+    def build(tmp: str) -> None:
         # a ModelProto, not the path: quantize_dynamic then writes its shape-inferred copy to a
         # temporary folder of its own, not next to the cached export
         with _quiet_root_logger():  # its "consider pre-processing" warning goes to the root logger
             quantize_dynamic(onnx.load(fp32_path), tmp, weight_type=getattr(QuantType, WEIGHT_TYPE))
-        os.replace(tmp, target)
-    except OSError as exc:
-        if os.path.isfile(target):  # a concurrent run won the race
-            return target, False
-        raise UsageError(f"cannot cache the int8 ONNX model of {fp32_path} in {target}: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target, True
+
+    return target, build_once(target, build, f"the int8 ONNX model of {fp32_path}")
 
 
 @contextmanager

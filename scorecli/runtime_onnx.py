@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import torch
 
 from scorecli.attention import pad_ragged
 from scorecli.batching import Batch
+from scorecli.cache import build_once
 from scorecli.errors import UsageError
 from scorecli.forward import Pooled
 
@@ -173,24 +172,15 @@ def materialize(model: torch.nn.Module, folder: str, cache_dir: str | None, what
     texts) of `model`, loaded from `folder`, built and checked against the torch forward on first use."""
     target = cache_path(folder, cache_dir, what)
     path = os.path.join(target, "model.onnx")
-    if os.path.isfile(path):
-        return path, False
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(target))
-    try:
+
+    def build(tmp: str) -> None:
         _export(model, os.path.join(tmp, "model.onnx"), what)
         error = export_error(model, os.path.join(tmp, "model.onnx"), what)
         if not error <= EXPORT_TOLERANCE:  # NaN fails too
             raise UsageError(f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
                              f"{error:.2g} (tolerance {EXPORT_TOLERANCE:g}); use --runtime torch")  # fmt: skip
-        os.replace(tmp, target)
-    except OSError as exc:
-        if os.path.isfile(path):  # a concurrent run won the race
-            return path, False
-        raise UsageError(f"cannot cache the ONNX export of {folder} in {target}: {exc}") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path, True
+
+    return path, build_once(target, build, f"the ONNX export of {folder}", ready=path)
 
 
 class OnnxForward:

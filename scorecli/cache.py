@@ -1,0 +1,53 @@
+"""Build a cached file or folder once, atomically: under a temporary name next to it, then
+renamed into place, so a killed run never leaves half of it where the next run looks, and two
+runs building it at once both end with one whole copy.
+
+Shared by the dequantized GGUF checkpoints (`gguf`), the ONNX exports (`runtime_onnx`) and
+their int8 copies (`runtime_int8`). Knows nothing about what is built or how it is keyed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+
+from scorecli.errors import UsageError
+
+
+def build_once(target: str, build: Callable[[str], None], what: str, ready: str | None = None) -> bool:
+    """Whether `target` was built now (False: it was there already, or a concurrent run won).
+
+    Args:
+        target: the cached file, or folder (when `ready` names a file inside it).
+        build: writes the file, or fills the (empty) folder, at the temporary path it is given.
+        what: names the thing in the one-line error when it cannot be cached.
+        ready: the file whose presence says `target` is whole (default: `target` itself).
+    Raises:
+        UsageError: an OSError while building or renaming (a full disk, a read-only cache).
+    """
+    ready = ready or target
+    if os.path.isfile(ready):
+        return False
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    folder = ready != target
+    if folder:
+        tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=os.path.splitext(target)[1], dir=parent)
+        os.close(fd)
+    try:
+        build(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.isfile(ready):  # a concurrent run won the race
+            return False
+        raise UsageError(f"cannot cache {what} in {target}: {exc}") from exc
+    finally:
+        if folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
