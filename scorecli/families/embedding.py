@@ -157,9 +157,8 @@ class EmbeddingFamily(FamilyDefaults):
             self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
-        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
-            self.backend_name = runtime_onnx.BACKEND_NAMES[self.runtime]
+        self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
+            backend.name if backend else ("sdpa (fused encoder)" if fast else "model"))
         self.fallback = "sdpa" if cfg.attention == "auto" and self.backend_name == "flashinfer" else None
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
