@@ -40,7 +40,7 @@ def quantized(fp32_path: str) -> tuple[str, bool]:
     """(path of the int8 model, whether it was made now): the cached dynamic quantization of
     the float32 export `fp32_path`, made on first use."""
     target = int8_path(fp32_path)
-    if os.path.isfile(target):
+    if os.path.isfile(target):  # before importing onnx and its quantizer (build_once checks again)
         return target, False
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic

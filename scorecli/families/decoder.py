@@ -17,6 +17,7 @@ from scorecli.forward import DecoderForward
 from scorecli.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.ranking import Chunking, chunk_items
+from scorecli.runtime_onnx import ONNX_RUNTIMES
 
 
 class DecoderFamily(FamilyDefaults):
@@ -27,7 +28,7 @@ class DecoderFamily(FamilyDefaults):
         from scorecli.compat import backend_for
 
         cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
-        if cfg.runtime in ("onnx", "onnx-int8"):
+        if cfg.runtime in ONNX_RUNTIMES:
             raise UsageError(f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
                              f"not a {spec.kind} model; use --runtime auto or torch")  # fmt: skip
         self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
