@@ -213,3 +213,17 @@ def _unlink_if_unlocked(path: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames in `path` durable; not every platform lets a directory be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

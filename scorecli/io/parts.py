@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import UsageError
+from scorecli.io.output import fsync_dir
 
 JOB = "_scorecli_job.json"
 JOURNAL = "_scorecli_journal.jsonl"
@@ -50,20 +51,6 @@ class Part:
 
 class FingerprintMismatch(UsageError):
     """`--resume` on a folder of a different job."""
-
-
-def fsync_dir(path: str) -> None:
-    """Make renames in `path` durable; not every platform lets a directory be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def ours(name: str) -> bool:

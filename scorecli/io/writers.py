@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import OutputClosed, UsageError
-from scorecli.io.output import Target, clean_stale_temps, lock, output_format, resolve_output, temp_path
+from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 
 __all__ = ["OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
@@ -196,7 +196,7 @@ class Sink:
             shutil.copymode(self.target.path, self._tmp)
         self._file.close()
         os.replace(self._tmp, self.target.path)
-        _fsync_dir(os.path.dirname(self._tmp))
+        fsync_dir(os.path.dirname(self._tmp))
 
     def abort(self) -> None:
         """Discard the output: close and remove the temporary file. Idempotent."""
@@ -235,18 +235,3 @@ def _closed_pipe(sink: Sink) -> Iterator[None]:
         if e.errno != errno.EPIPE:
             raise
         raise OutputClosed(f"{sink.out}: the reader closed the output") from e
-
-
-def _fsync_dir(path: str) -> None:
-    """Make the rename durable; not every platform lets a directory be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
