@@ -34,6 +34,19 @@ DRIFT_ITEMS = PROBE_ITEMS + (
 )
 
 
+MEASURED = "measured (int8-approximate): "  # how the metadata's `self_check` starts when drift was measured
+
+
+def stderr_line(metadata: dict[str, str]) -> str | None:
+    """The one-line note on stderr for a run whose output metadata records a measured drift
+    (None: the run is exact). From the metadata, so the local engine and Ray's workers say the same."""
+    outcome = metadata.get("self_check", "")
+    if not outcome.startswith(MEASURED):
+        return None
+    return (f"note: --runtime {metadata.get('runtime')} scores are int8-approximate: on the self-check's probe, "
+            f"{outcome.removeprefix(MEASURED)}; metadata self_check_*")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Drift:
     """How far an approximate run's probe scores are from the model's own torch forward."""
@@ -59,13 +72,8 @@ class Drift:
 
     @property
     def note(self) -> str:
-        """The metadata's `self_check` outcome."""
-        return f"measured (int8-approximate): max score change {self.max_score_change:.3g}, {self._pairs}"
-
-    def line(self, runtime: str) -> str:
-        """The one-line note on stderr."""
-        return (f"note: --runtime {runtime} scores are int8-approximate: on the self-check's probe, max score change "
-                f"{self.max_score_change:.3g}, {self._pairs}; metadata self_check_*")  # fmt: skip
+        """The metadata's `self_check` outcome (`stderr_line` reads it back)."""
+        return f"{MEASURED}max score change {self.max_score_change:.3g}, {self._pairs}"
 
     @property
     def _pairs(self) -> str:

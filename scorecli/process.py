@@ -19,7 +19,7 @@ def finish(code: int) -> None:
     give back, and costs about a second (benchmarks/RESULTS.md, issue 21). A worker thread
     still running gets the normal exit, which waits for it."""
     if code == 0:
-        _exit_success()
+        _before_success_exit()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -29,14 +29,17 @@ def finish(code: int) -> None:
     os._exit(code)
 
 
-def _exit_success() -> None:
+def _before_success_exit() -> None:
+    """What a normal exit does first: a live non-daemon thread gets the normal exit (which waits
+    for it); else the exit handlers run and stdout is flushed, a closed pipe ending the process
+    as `pipe_closed` says."""
     import atexit
     import threading
 
     main = threading.main_thread()
     if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
         sys.exit(0)
-    atexit._run_exitfuncs()  # what a normal exit runs first (logging, temporary folders, Ray)
+    atexit._run_exitfuncs()  # logging, temporary folders, Ray
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
@@ -44,12 +47,6 @@ def _exit_success() -> None:
         pipe_closed()
     except (OSError, ValueError):
         pass
-    try:
-        if sys.stderr is not None:
-            sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    os._exit(0)
 
 
 def pipe_closed() -> None:

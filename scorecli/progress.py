@@ -105,3 +105,9 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
     console.print(line, markup=False, emoji=False, soft_wrap=True)
+
+
+def note(console: Console | None, line: str | None) -> None:
+    """A one-line note on stderr, as it is (none with --quiet, or when there is nothing to say)."""
+    if console is not None and line:
+        console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)

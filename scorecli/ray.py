@@ -43,7 +43,7 @@ from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.ids import schema_id_type
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, count_rows
-from scorecli.progress import Counts, Tracker, summary
+from scorecli.progress import Counts, Tracker, note, summary
 from scorecli.ray_cluster import connected, plan_workers, quiet_ray_data
 from scorecli.run import open_rows
 
@@ -212,7 +212,7 @@ def run_score_ray(
             counts = Counts()
             checkpoint.finish(checkpoint.metadata())
         elif total == 0:
-            counts = _write_empty(ray, worker_cfg, resources, checkpoint or target, cfg, id_type)
+            counts = _write_empty(ray, worker_cfg, resources, checkpoint or target, cfg, id_type, console)
         else:
             workers = min(workers, len(refs))
             blocks = _score_blocks(ray, refs, worker_cfg, workers, resources, id_type)
@@ -323,6 +323,7 @@ def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: S
     """Write scored blocks to one output in input order (a `Checkpoint` keeps each as a part and
     makes the output at the end); stop at the first bad row unless skipping. `rows`: (rows an
     earlier run kept, rows to score now)."""
+    from scorecli.drift import stderr_line
     from scorecli.io.writers import Sink
 
     done, total = rows
@@ -330,7 +331,9 @@ def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: S
     with closing(blocks), ExitStack() as stack, Tracker(console, done + total, label, done) as tracker:
         sink = out if isinstance(out, Checkpoint) else None
         for table in _in_order(blocks, total):
-            metadata = metadata or json.loads(table[_METADATA][0].as_py())
+            if metadata is None:
+                metadata = json.loads(table[_METADATA][0].as_py())
+                note(console, stderr_line(metadata))  # approximate scores (onnx-int8) say so, as locally
             if sink is None:
                 sink = stack.enter_context(Sink(out, metadata))
             table = _public(table, cfg)
@@ -354,13 +357,15 @@ def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
 
 
 def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target | Checkpoint, cfg: ScoreConfig,
-                 id_type) -> Counts:  # fmt: skip
+                 id_type, console) -> Counts:  # fmt: skip
     """No input rows: one worker builds the Scorer for the output's columns and metadata."""
+    from scorecli.drift import stderr_line
     from scorecli.io.writers import Sink
 
     status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg, id_type))
     if status != "ok":
         _raise_failure(first, second)
+    note(console, stderr_line(second))
     if isinstance(out, Checkpoint):
         out.write(_public(first, cfg))
         out.finish(second)

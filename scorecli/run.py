@@ -23,7 +23,7 @@ from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
-from scorecli.progress import Tracker, summary
+from scorecli.progress import Tracker, note, summary
 
 
 def open_rows(
@@ -82,6 +82,7 @@ def run_score(
     """
     from transformers.utils import logging as hf_logging
 
+    from scorecli.drift import stderr_line
     from scorecli.scorer import Scorer
     from scorecli.stream import score_stream
 
@@ -94,8 +95,7 @@ def run_score(
         rows = open_rows(cfg, paths, stdin, checkpoint)
     with checkpoint.keeping() if checkpoint else nullcontext():
         scorer = Scorer(cfg.model, cfg)
-        if scorer.drift is not None and console is not None:  # approximate scores are never silent
-            console.print(scorer.drift.line(scorer.runtime), markup=False, emoji=False, highlight=False, soft_wrap=True)
+        note(console, stderr_line(scorer.metadata))  # approximate scores (onnx-int8) say so
         scorer.id_type = schema_id_type(paths, cfg.id_field)
         with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
                 Tracker(console, total_rows, done=done) as tracker:  # fmt: skip

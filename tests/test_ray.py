@@ -226,3 +226,36 @@ def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
     got, want = pq.read_table(remote), pq.read_table(local)
     assert got.num_rows == 300 and got.schema.metadata[b"kind"] == b"embedding"
     assert_same_output(want, got)
+
+
+def test_int8_runtime_says_its_drift_once_as_local(local_ray, inputs, tmp_path):
+    """--runtime onnx-int8 on Ray workers: the same one-line drift note on stderr as the local
+    engine (and with no rows too), and the same drift in the metadata."""
+    import io
+
+    from rich.console import Console
+
+    from tests.models import build_bert_cross_encoder
+
+    pytest.importorskip("onnxruntime")
+    model = build_bert_cross_encoder(tmp_path / "ce")
+    cfg = ScoreConfig(model=model, runtime="onnx-int8", window_rows=64, cache_dir=str(tmp_path / "cache"))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+
+    def notes(engine, paths: list[str], out: str) -> list[str]:
+        err = io.StringIO()
+        console = Console(file=err, width=400, force_terminal=False)
+        if engine is run_score:
+            run_score(cfg, paths, out, total_rows=None, console=console, stdin=None)
+        else:
+            run_score_ray(cfg, paths, out, address=None, num_workers=2, console=console)
+        return [line for line in err.getvalue().splitlines() if line.startswith("note:")]
+
+    local, remote = str(tmp_path / "local.parquet"), str(tmp_path / "ray.parquet")
+    want, got = notes(run_score, inputs[:1], local), notes(run_score_ray, inputs[:1], remote)
+    assert len(want) == 1 and "int8-approximate" in want[0] and "max score change" in want[0]
+    assert got == want
+    meta = [pq.read_table(p).schema.metadata for p in (local, remote)]
+    assert meta[0][b"self_check_max_score_change"] == meta[1][b"self_check_max_score_change"]
+    assert notes(run_score_ray, [str(empty)], str(tmp_path / "none.parquet")) == want
