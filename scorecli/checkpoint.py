@@ -8,13 +8,15 @@ leaves the parts; `--resume` continues after them when the job's fingerprint (`j
 stdout, devices and FIFOs are streamed through the `Sink` directly: nothing to resume.
 
 `Checkpoint.open` decides all that before the model loads, so a refused `--resume` changes
-nothing and costs nothing. Knows nothing about models or scoring: it gets tables.
+nothing and costs nothing. Knows nothing about models or scoring: it gets tables, and reads
+back from the kept parts' metadata which runtime scored them (`same_runtime`).
 """
 
 from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Iterator
 
 import pyarrow as pa
@@ -108,6 +110,26 @@ class Checkpoint:
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)
+
+    def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
+        """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.
+
+        The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed;
+        a job resumed after installing it would otherwise mix two runtimes' scores.
+
+        Raises:
+            UsageError: the kept rows ran ONNX Runtime, which this run cannot import.
+        """
+        if cfg.runtime != "auto" or not self.store.files():
+            return cfg
+        kept = self.metadata().get("runtime")
+        if kept == "onnx":
+            from scorecli.runtime_onnx import available
+
+            if not available():
+                raise UsageError("--resume: the kept rows were scored by ONNX Runtime (--runtime auto chose it), "
+                                 "which is no longer installed: pip install 'scorecli[onnx]'")
+        return replace(cfg, runtime=kept) if kept in ("torch", "onnx") else cfg
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""

@@ -207,7 +207,7 @@ def run_score_ray(
         workers, resources, device = plan_workers(ray, cfg, num_workers)
         block_rows = _block_rows(cfg.window_rows, _remaining(count_rows(paths), done), workers)
         refs, total = _stage(ray, block_rows, cfg, open_rows(cfg, paths, None, checkpoint))
-        worker_cfg = replace(cfg, device=device, skip_bad_rows=True)
+        worker_cfg = replace(checkpoint.same_runtime(cfg) if checkpoint else cfg, device=device, skip_bad_rows=True)
         if total == 0 and done:
             counts = Counts()
             checkpoint.finish(checkpoint.metadata())

@@ -94,6 +94,8 @@ def run_score(
     if rows is None:
         rows = open_rows(cfg, paths, stdin, checkpoint)
     with checkpoint.keeping() if checkpoint else nullcontext():
+        if checkpoint is not None:
+            cfg = checkpoint.same_runtime(cfg)
         scorer = Scorer(cfg.model, cfg)
         note(console, stderr_line(scorer.metadata))  # approximate scores (onnx-int8) say so
         scorer.id_type = schema_id_type(paths, cfg.id_field)

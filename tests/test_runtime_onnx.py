@@ -196,3 +196,61 @@ def test_onnx_embedding_equals_torch(tmp_path, which):
     s_torch, e_torch, scorer = _embedding_scores(path, "torch", tmp_path / "cache")
     assert scorer.family.runtime == "torch"
     assert np.abs(s_onnx - s_torch).max() <= 1e-4 and np.abs(e_onnx - e_torch).max() <= 1e-4
+
+
+def _interrupted_after(rows, n: int):
+    """The rows, then a KeyboardInterrupt (Ctrl-C) after `n` of them."""
+    for i, row in enumerate(rows):
+        if i == n:
+            raise KeyboardInterrupt
+        yield row
+
+
+def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monkeypatch):
+    """`--resume` of a `--runtime auto` job: the rest of the rows run what scored the kept ones,
+    whether onnxruntime was installed or removed in between (SPEC §11: resumed == uninterrupted);
+    kept ONNX rows with onnxruntime gone: refused, one line, the parts kept."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.config import ScoreConfig
+    from scorecli.io.output import resolve_output
+    from scorecli.run import open_rows, run_score
+
+    model = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
+    words = "mars red planet iron oxide sun moon rice water library nine weekday".split()
+    rows = [{"id": i, "query": " ".join(words[i % 4: i % 4 + 3]),
+             "items": [" ".join(words[(i + j) % 12:] * (1 + (i + j) % 5)) for j in range(3)]} for i in range(12)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg, paths = ScoreConfig(model=model, window_rows=2, cache_dir=str(tmp_path / "cache")), [str(inp)]
+
+    def run(out: str, installed: bool, resume: bool = False, stop: int | None = None):
+        if installed:
+            monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+        else:
+            monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+        target = resolve_output(str(tmp_path / out), paths)
+        checkpoint = Checkpoint.open(target, cfg, paths, resume)
+        it = open_rows(cfg, paths, None, checkpoint)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_score(cfg, paths, target, None, None, None, _interrupted_after(it, stop) if stop else it, checkpoint)
+        return pq.read_table(tmp_path / out)
+
+    whole = {installed: run(f"whole-{installed}.parquet", installed) for installed in (False, True)}
+    assert [whole[k].schema.metadata[b"runtime"] for k in (False, True)] == [b"torch", b"onnx"]
+    assert whole[False]["scores"] != whole[True]["scores"]  # the two runtimes' scores differ in their last bits
+    for first in (False, True):  # kept rows scored without onnxruntime, then with it; and the other way
+        out = f"job-{first}.parquet"
+        with pytest.raises(KeyboardInterrupt, match="rows kept"):
+            run(out, first, stop=7)
+        if first:
+            with pytest.raises(UsageError, match="no longer installed") as err:
+                run(out, False, resume=True)
+            assert "\n" not in str(err.value) and os.path.isdir(tmp_path / (out + ".partial"))
+        got = run(out, True, resume=True)  # with onnxruntime (back): the kept rows' runtime either way
+        assert got.select(["id", "scores"]).equals(whole[first].select(["id", "scores"]))
+        assert got.schema.metadata[b"runtime"] == whole[first].schema.metadata[b"runtime"]
