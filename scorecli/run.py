@@ -35,7 +35,7 @@ def open_rows(
     skip = 0
     if checkpoint is not None and checkpoint.rows_done:
         skip = checkpoint.rows_done
-        check.seen(checkpoint.id_type(cfg.id_field), f"the rows kept in {checkpoint.shown}")
+        check.seen(checkpoint.id_type(cfg.id_field), iter_rows(paths))  # generator: read only if needed
     return check(iter_rows(paths, stdin=stdin, skip=skip))
 
 

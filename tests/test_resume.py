@@ -320,3 +320,34 @@ def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     got, want = pq.read_table(out), pq.read_table(whole)
     assert got.select(["id", "score", "top_k", "pooled_hidden_states"]).equals(
         want.select(["id", "score", "top_k", "pooled_hidden_states"]))
+
+
+def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen3_seq_cls):
+    """--skip-bad-rows: a row whose id kind differs from the kept rows' ids, met after --resume,
+    has the error text an uninterrupted run writes (where the first id was), not the folder's."""
+    from scorecli.config import ScoreConfig
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+    from scorecli.run import open_rows, run_score
+
+    rows = [{"query": "q", "items": ["a b", "c"]}] + [
+        {"id": "nine" if i == 9 else i, "query": WORDS[i], "items": [WORDS[i + 1], WORDS[i + 2]]} for i in range(1, 12)]
+    inp = str(tmp_path / "rows.jsonl")
+    Path(inp).write_bytes(jsonl(rows))
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=2, skip_bad_rows=True)
+
+    def run(out: str, resume: bool, stop: int | None = None) -> pa.Table:
+        target = resolve_output(str(tmp_path / out), [inp])
+        checkpoint = Checkpoint.open(target, cfg, [inp], resume)
+        it = open_rows(cfg, [inp], None, checkpoint)
+        if stop is not None:
+            it = (row if n < stop else (_ for _ in ()).throw(KeyboardInterrupt) for n, row in enumerate(it))
+        run_score(cfg, [inp], target, None, None, None, it, checkpoint)
+        return pq.read_table(tmp_path / out)
+
+    whole = run("whole.parquet", False)
+    error = whole["error"].to_pylist()[9]
+    assert "(first at " in error and "rows.jsonl:2)" in error
+    with pytest.raises(KeyboardInterrupt):
+        run("job.parquet", False, stop=6)
+    assert run("job.parquet", True).equals(whole)

@@ -70,6 +70,7 @@ class IdCheck:
         self.type = schema_type
         self.from_schema = schema_type is not None
         self.first: str | None = None  # where the first JSON id fixed `type`
+        self._earlier: Iterable[RawRow] | None = None  # a resumed job's kept rows, read again on demand
 
     def __call__(self, rows: Iterable[RawRow]) -> Iterator[RawRow]:
         for raw in rows:
@@ -79,10 +80,22 @@ class IdCheck:
                     raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
             yield raw
 
-    def seen(self, t: pa.DataType | None, where: str) -> None:
-        """Ids of type `t` came before (the rows a resumed run's earlier runs kept, at `where`)."""
+    def seen(self, t: pa.DataType | None, earlier: Iterable[RawRow]) -> None:
+        """Ids of type `t` came before: the rows a resumed run's earlier runs kept, `earlier`
+        (read again only if a message must say where the first of them is, as the
+        uninterrupted run's message does)."""
         if self.type is None and t is not None:
-            self.type, self.first = t, where
+            self.type, self.first = t, None
+            self._earlier = earlier
+
+    def _first_where(self) -> str | None:
+        if self.first is None and self._earlier is not None:
+            again = IdCheck(self.field)
+            for _ in again(self._earlier):
+                if again.first is not None:
+                    break
+            self.first, self._earlier = again.first, None
+        return self.first
 
     def check(self, value: Any, where: str) -> str | None:
         """Why `value` cannot be this run's id (None if it can); fixes the kind at the first id."""
@@ -103,7 +116,7 @@ class IdCheck:
             return None if _fits(value, self.type) else f"{_show(value)} does not fit the Parquet inputs' id type {self.type}"
         if not kind[0].equals(self.type):
             return (f"{_show(value)} is {kind[1]}, but the ids before it are {_PLURAL[str(self.type)]} "
-                    f"(first at {self.first}); give every row the same kind of id")  # fmt: skip
+                    f"(first at {self._first_where()}); give every row the same kind of id")  # fmt: skip
         return None
 
 
