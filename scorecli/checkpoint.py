@@ -54,6 +54,7 @@ class Checkpoint:
         self.shown = shown  # the folder as the user names it
         self.rows_done = store.rows_done
         self.nulled: dict[str, int] = {}
+        self.written = False  # the output is complete and in place
 
     @classmethod
     def open(cls, target: Target, cfg: ScoreConfig, paths: list[str], resume: bool) -> Checkpoint | None:
@@ -66,9 +67,9 @@ class Checkpoint:
         if not PARTS and target.kind == "file":
             return None
         if target.kind not in ("file", "dataset"):
-            if resume:
-                raise UsageError(f"--resume: {target.out} is not a file or directory, there is nothing to resume into")
-            return None
+            if resume and target.kind == "stdout":
+                raise UsageError(f"--resume: {target.out} is standard output, which keeps no parts to resume from")
+            return None  # a device or FIFO keeps no parts: with --resume, the job just starts
         if "-" in paths:
             if resume:
                 raise UsageError("--resume: stdin (-) cannot be read again; give the input as files")
@@ -78,6 +79,9 @@ class Checkpoint:
         shown = target.out if dataset else target.out + ".partial"
         if os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target
             shown = folder
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            what = "a symlink" if os.path.islink(folder) else "a file"
+            raise UsageError(f"{shown} is {what}, not the folder of parts scorecli keeps there: move it away")
         job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
         store, note = open_store(folder, job, "parquet", resume, dataset)
         return cls(target, store, note, shown.rstrip("/") + "/")
@@ -89,6 +93,9 @@ class Checkpoint:
         try:
             yield
         except BaseException as exc:
+            if self.written and isinstance(exc, KeyboardInterrupt):  # while the parts were being removed
+                left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"
+                raise Interrupted(f"interrupted after {self.target.out} was written whole{left}") from exc
             if not self.store.durable_rows() and not self.store.parts:
                 self.store.discard()  # nothing kept: no folder to explain
                 raise
@@ -99,6 +106,8 @@ class Checkpoint:
             if isinstance(exc, Exception):
                 raise ScorecliError(f"{error_line(exc)} ({self.kept()})") from exc
             raise
+        finally:
+            self.store.release()  # another run may use the folder now
 
     def kept(self) -> str:
         """What a failed run leaves, and how to go on."""
@@ -149,10 +158,12 @@ class Checkpoint:
         if self.target.kind == "dataset":
             self._unify_parts()
             self.store.finish_dataset()
+            self.written = True
         else:
             with Sink(self.target, metadata) as sink:
                 for table in self.store.tables():
                     sink.write(table)
+            self.written = True
             self.store.remove()
 
     def _unify_parts(self) -> None:

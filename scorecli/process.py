@@ -87,12 +87,17 @@ def interrupted_code() -> int:
 
 
 def reserve_stdin() -> None:
-    """Started with stdin closed (`<&-`): keep descriptor 0 on /dev/null, so that no file we
-    open becomes "stdin" for a library or a child process; reading `-` is still refused."""
-    try:
-        os.fstat(0)
-    except OSError:
-        fd = os.open(os.devnull, os.O_RDONLY)
-        if fd != 0:
-            os.dup2(fd, 0)
-            os.close(fd)
+    """Started with stdin, stdout or stderr closed (`<&-`, `>&-`): keep each such descriptor on
+    /dev/null, so that no file we open (an input, a part, the output) takes its number and
+    receives what a library writes to it or reads from it; reading `-` and writing `--out -`
+    are still refused (Python's own `sys.stdin`/`sys.stdout` stay None)."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, mode)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+
+

@@ -107,6 +107,57 @@ def test_without_resume_a_leftover_folder_is_replaced_with_a_note(tmp_path):
     assert json.loads((folder / JOB).read_text())["fingerprint"]["--template"] == "x"
 
 
+def test_a_leftover_unfinished_dataset_is_replaced_with_a_note_a_finished_one_silently(tmp_path):
+    folder = tmp_path / "d"
+    store, _ = open_store(str(folder), FP, "parquet", resume=False, dataset=True)
+    store.add(table(0, 2))  # an unfinished dataset: its job file and journal are there
+    _, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False, dataset=True)
+    assert note is not None and "replacing" in note and "--resume" in note
+    store.finish_dataset()
+    _, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False, dataset=True)
+    assert note is None  # a finished output is replaced as a file output is: no note
+
+
+def test_partial_that_is_a_file_or_a_symlink_is_refused_before_any_work(tmp_path):
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    (tmp_path / "m").mkdir()
+    for name, make in (("a", lambda p: p.write_bytes(b"mine")), ("b", lambda p: p.symlink_to(tmp_path / "m"))):
+        make(tmp_path / f"{name}.parquet.partial")
+        target = resolve_output(str(tmp_path / f"{name}.parquet"), [str(data)])
+        with pytest.raises(UsageError, match="a file|a symlink") as err:
+            Checkpoint.open(target, ScoreConfig(model=str(tmp_path / "m")), [str(data)], resume=False)
+        assert f"{name}.parquet.partial" in str(err.value) and "\n" not in str(err.value)
+    assert (tmp_path / "a.parquet.partial").read_bytes() == b"mine" and os.listdir(tmp_path / "m") == []
+
+
+def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch):
+    """SIGINT/SIGTERM while the parts are removed, after the output was renamed into place:
+    the message says the output is whole, not 'no output written'."""
+    from scorecli.checkpoint import Checkpoint, Interrupted
+    from scorecli.io.output import resolve_output
+    from scorecli.io.parts import PartStore
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    (tmp_path / "m").mkdir()
+    target = resolve_output(str(tmp_path / "s.parquet"), [str(data)])
+    cp = Checkpoint.open(target, ScoreConfig(model=str(tmp_path / "m")), [str(data)], resume=False)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PartStore, "remove", interrupted)
+    with pytest.raises(Interrupted, match="interrupted after .*s.parquet was written whole; .*s.parquet.partial/ is left"):
+        with cp.keeping():
+            cp.write(table(0, 2).replace_schema_metadata({"k": "v"}))
+            cp.finish({"k": "v"})
+    assert pq.read_table(tmp_path / "s.parquet").num_rows == 2
+
+
 def test_resume_without_a_folder_starts_the_job(tmp_path):
     store, note = open_store(str(tmp_path / "new"), FP, "parquet", resume=True)
     assert store.rows_done == 0 and note is None and not (tmp_path / "new").exists()

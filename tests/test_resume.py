@@ -183,6 +183,8 @@ def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
         assert result.rc == 2 and len(result.lines()) == 1 and "--resume" in result.stderr, result.stderr
         assert result.stdout == b""
     assert list(tmp_path.iterdir()) == []
+    device = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", os.devnull, "--resume", "-q"]))
+    assert device.rc == 0, device.stderr  # a device keeps no parts: --resume just runs the job (SPEC §11)
 
 
 def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
@@ -198,6 +200,60 @@ def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job
     result = run_cli(Case(args + ["--resume"]))  # nothing to resume: just runs
     assert result.rc == 0, result.stderr
     assert pq.read_table(out).equals(uninterrupted)
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    """Two runs never interleave their parts: while one run holds `<out>.partial/` (here stopped
+    with SIGSTOP), another on the same --out (another job, or the same one with --resume, as
+    overlapping cron lines do) exits 2 and touches nothing; the first then finishes whole."""
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    first = start(args)
+    try:
+        deadline = time.monotonic() + 120
+        while journaled(folder) < 2:
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never got that far"
+            time.sleep(0.005)
+        first.send_signal(signal.SIGSTOP)
+        before = sorted(os.listdir(folder))
+        for other in (args + ["--activation", "sigmoid"], args + ["--resume", "--window-rows", "5"]):
+            result = run_cli(Case(other))
+            assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+            assert "another scorecli run is writing" in result.stderr and str(folder) in result.stderr
+        assert sorted(os.listdir(folder)) == before
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(timeout=120) == 0, first.communicate()[1].decode()
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
+            first.kill()
+            first.wait()
+    assert pq.read_table(out).equals(uninterrupted) and not folder.exists()
+
+
+def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_rows(tmp_path, job_input, qwen3_seq_cls):
+    """A run of another job on a leftover folder, failing or interrupted before its first part,
+    does not say the old job's rows are kept for it to --resume, and leaves them as they were."""
+    from scorecli.checkpoint import Checkpoint, Interrupted
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import InputError
+    from scorecli.io.output import resolve_output
+
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    stop_after(start(score_args(job_input, qwen3_seq_cls, out)), folder, 2)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    target = resolve_output(str(out), [job_input])
+    other = ScoreConfig(model=qwen3_seq_cls, window_rows=WINDOW, max_batch_tokens=96, pooled_hidden_states=True,
+                        activation="sigmoid")  # fmt: skip
+    for exc in (KeyboardInterrupt(), InputError("rows.jsonl:3: bad row")):
+        checkpoint = Checkpoint.open(target, other, [job_input], resume=False)
+        with pytest.raises(type(exc)) as raised:
+            with checkpoint.keeping():
+                raise exc
+        assert not isinstance(raised.value, Interrupted) and "rows kept" not in str(raised.value)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 def test_directory_output_is_a_dataset_readers_agree_on(tmp_path, job_input, qwen3_seq_cls, uninterrupted):

@@ -126,6 +126,10 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     # item 6: stdin closed (`<&-`)
     add("stdin_closed_file", [good], str(tmp / "closed.parquet"), preexec=lambda: os.close(0))
     add("stdin_closed_dash", ["-"], str(tmp / "closed2.parquet"), [], Expect(2, ["stdin", "closed"]), preexec=lambda: os.close(0))
+    # stdout closed (`>&-`): --out - is refused before the model loads; a file output does not mind
+    add("stdout_closed_dash", [good], "-", [], Expect(2, ["cannot write output -", "standard output is closed"]),
+        model_=str(tmp / "no_such_model"), preexec=lambda: os.close(1))  # fmt: skip
+    add("stdout_closed_file", [good], str(tmp / "closed3.parquet"), ["--window-rows", "2"], preexec=lambda: os.close(1))
 
     # item 8: messages
     fire = tmp / ":fire: rows :x:.jsonl"
@@ -189,7 +193,8 @@ def ok(runs: Runs, name: str) -> Result:
 
 
 ERRORS = ["read_only", "out_is_input", "out_empty", "out_csv", "no_input", "unknown_option", "window_rows_abc",
-          "id_int_float_one_window", "id_int_float_two_windows", "id_object", "stdin_closed_dash", "emoji_path",
+          "id_int_float_one_window", "id_int_float_two_windows", "id_object", "stdin_closed_dash", "stdout_closed_dash",
+          "emoji_path",
           "json_array", "at_column", "corrupt_page", "template_before_model", "first_row_before_model"]  # fmt: skip
 
 
@@ -279,6 +284,12 @@ def test_parquet_ids_keep_their_schema_type(runs):
 def test_closed_stdin_does_not_matter_when_reading_files(runs):
     ok(runs, "stdin_closed_file")
     assert pq.read_table(runs.tmp / "closed.parquet").num_rows == 5
+
+
+def test_closed_stdout_does_not_matter_when_writing_files(runs):
+    """With descriptor 1 closed, no file the run opens takes its number: the output is whole."""
+    ok(runs, "stdout_closed_file")
+    assert pq.read_table(runs.tmp / "closed3.parquet")["id"].to_pylist() == [1, 2, 3, 4, 5]
 
 
 def test_fifo_output_is_streamed_into_not_replaced(tmp_path, qwen3_seq_cls):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass
 
 from scorecli.errors import UsageError
@@ -77,6 +78,8 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
         return _dataset(out)
     fmt = output_format(out)
     if out in STDOUT_PATHS:
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise UsageError(f"cannot write output {out}: standard output is closed")
         return Target(out, fmt, "stdout", None)
     real = os.path.realpath(out)
     # /dev/stderr, /dev/fd/3: an open descriptor, whatever it points to (a file the shell holds open)

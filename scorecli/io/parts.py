@@ -8,6 +8,10 @@ Parquet dataset) holding:
 - `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
   byte size), appended and fsync'ed only after the part is in place.
 
+One run at a time: a run holds an exclusive `flock` on the folder itself (`hold`) from the moment
+it uses it until it ends, and another run on the same folder is refused (`Busy`), so two runs
+never interleave their parts.
+
 A kill at any instant leaves a folder that `open_store(..., resume=True)` accepts: parts the
 journal does not list (half-written, or written but not yet journaled) are removed and their
 rows scored again; a torn last journal line is dropped. Names start with `_` so that
@@ -53,6 +57,50 @@ class FingerprintMismatch(UsageError):
     """`--resume` on a folder of a different job."""
 
 
+class Busy(UsageError):
+    """Another run is writing the folder now."""
+
+
+_HELD: dict[str, list[int]] = {}  # folders this process holds: real path -> [locked descriptor, holders]
+
+
+def hold(folder: str) -> str:
+    """Hold `folder` for this process: an exclusive, non-blocking `flock` on the directory,
+    kept until every holder has called `release` (stores of one process share it). Where the
+    file system has no flock, nothing is held and nothing refused. Returns the key to release.
+
+    Raises:
+        Busy: another process holds it.
+    """
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return key
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Busy(f"another scorecli run is writing {folder} now: wait for it to end, or give another --out") from None
+    except (ImportError, OSError):  # not POSIX, or a file system without flock
+        pass
+    _HELD[key] = [fd, 1]
+    return key
+
+
+def release(key: str | None) -> None:
+    """One holder of `key` (from `hold`) is done; the last one closes the descriptor, which
+    drops the lock."""
+    held = _HELD.get(key) if key else None
+    if held is not None:
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            os.close(held[0])
+
+
 def ours(name: str) -> bool:
     """Whether a file name in a store's folder is one the store writes (temporary ones too)."""
     if name == SUCCESS or name.startswith(("_scorecli_", "._scorecli_")):
@@ -69,6 +117,8 @@ class PartStore:
         self.parts = parts
         self.dataset = dataset  # the folder is the output directory (only our files are ours)
         self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
+        self.held: str | None = None  # the folder's key while this run holds it (`hold`)
+        self._made = False  # this run made the folder
 
     @property
     def rows_done(self) -> int:
@@ -77,7 +127,10 @@ class PartStore:
 
     def durable_rows(self) -> int:
         """Input rows the journal on disk holds: what a resumed run continues after, even when
-        an interrupt came between a journal line and `add` returning."""
+        an interrupt came between a journal line and `add` returning. 0 before a new job's first
+        part: the folder still holds an earlier run's journal, not this job's."""
+        if self._job is not None:
+            return 0
         rows = 0
         try:
             with open(self.path(JOURNAL), "rb") as f:
@@ -98,6 +151,9 @@ class PartStore:
     def add(self, table: pa.Table) -> Part:
         """Write `table` (the next rows of the output, one per input row) as a durable part."""
         if self._job is not None:
+            self._made = not os.path.isdir(self.folder)
+            os.makedirs(self.folder, exist_ok=True)
+            self.held = self.held or hold(self.folder)
             _start(self.folder, self._job, self.dataset)
             self._job = None
         name = f"part-{len(self.parts):05d}.{self.fmt}"
@@ -149,9 +205,19 @@ class PartStore:
         """Delete the folder and everything in it (the output is in place)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def release(self) -> None:
+        """The run is over: let another run use the folder."""
+        release(self.held)
+        self.held = None
+
     def discard(self) -> None:
         """Undo a store that holds no part: its bookkeeping goes, and the folder if then empty."""
         if self._job is not None or not os.path.isdir(self.folder):
+            if self._made:  # made, but its job file could not be written (a full disk)
+                try:
+                    os.rmdir(self.folder)
+                except OSError:
+                    pass
             return  # never started: an earlier run's files stay as they were
         if not self.dataset:
             self.remove()
@@ -188,32 +254,47 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
         UsageError: a dataset folder holds files that are not ours.
     """
     job = {"format": fmt, "fingerprint": fingerprint}
+    if not os.path.isdir(folder):
+        return PartStore(folder, fmt, [], dataset, job), None
+    key = hold(folder)  # before reading it: another run may be writing it
+    try:
+        store, note = _existing(folder, job, resume, dataset)
+    except BaseException:
+        release(key)
+        raise
+    store.held = key
+    return store, note
+
+
+def _existing(folder: str, job: dict, resume: bool, dataset: bool) -> tuple[PartStore, str | None]:
+    """`open_store` on a folder that exists (held by this process)."""
+    fmt, names = job["format"], os.listdir(folder)
+    foreign = sorted(n for n in names if not ours(n))
+    if foreign and dataset:
+        raise UsageError(f"cannot write a dataset into {folder}: it holds other files ({foreign[0]}, ...)")
+    if resume and os.path.exists(os.path.join(folder, JOB)):
+        saved = _read_job(folder)
+        if saved.get("format") == fmt and saved.get("fingerprint") is not None:
+            _compare(saved["fingerprint"], job["fingerprint"], folder)
+            return PartStore(folder, fmt, _recover(folder, fmt), dataset), None
+    unfinished = JOB in names or JOURNAL in names  # a finished dataset has neither: replaced silently
     note = None
-    if os.path.isdir(folder):
-        names = os.listdir(folder)
-        foreign = sorted(n for n in names if not ours(n))
-        if foreign and dataset:
-            raise UsageError(f"cannot write a dataset into {folder}: it holds other files ({foreign[0]}, ...)")
-        if resume and os.path.exists(os.path.join(folder, JOB)):
-            saved = _read_job(folder)
-            if saved.get("format") == fmt and saved.get("fingerprint") is not None:
-                _compare(saved["fingerprint"], fingerprint, folder)
-                return PartStore(folder, fmt, _recover(folder, fmt), dataset), None
-        if not dataset and any(ours(n) for n in names):
-            note = f"replacing {folder} left by an earlier run (pass --resume to continue such a run)"
+    if (any(ours(n) for n in names) if not dataset else unfinished):
+        note = f"replacing {folder} left by an earlier run (pass --resume to continue such a run)"
     return PartStore(folder, fmt, [], dataset, job), note
 
 
 def _start(folder: str, job: dict, dataset: bool) -> None:
-    """A new job's folder: an earlier run's files (only ours) removed, the job file written."""
-    if os.path.isdir(folder):
-        if dataset:
-            for name in os.listdir(folder):
-                if ours(name):
-                    _unlink(os.path.join(folder, name))
+    """A new job's folder (made and held): an earlier run's files removed (in a dataset, only
+    ours), the job file written. The folder itself stays: it is what the run holds."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if dataset and not ours(name):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
         else:
-            shutil.rmtree(folder)
-    os.makedirs(folder, exist_ok=True)
+            _unlink(path)
     _write_job(folder, job)
 
 
@@ -228,11 +309,15 @@ def _read_job(folder: str) -> dict:
 def _write_job(folder: str, job: dict) -> None:
     _unlink(os.path.join(folder, JOURNAL))
     tmp = os.path.join(folder, f".{JOB}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(job, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(folder, JOB))
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(job, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, JOB))
+    except BaseException:  # a full disk: nothing half-written left behind
+        _unlink(tmp)
+        raise
     fsync_dir(folder)
 
 
