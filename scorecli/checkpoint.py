@@ -83,7 +83,13 @@ class Checkpoint:
             what = "a symlink" if os.path.islink(folder) else "a file"
             raise UsageError(f"{shown} is {what}, not the folder of parts scorecli keeps there: move it away")
         job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
-        store, note = open_store(folder, job, "parquet", resume, dataset)
+        settings = {"window_rows": cfg.window_rows, "part_rows": cfg.window_rows}
+        store, note = open_store(folder, job, "parquet", resume, dataset, settings)
+        given, kept = cfg.window_rows, store.settings.get("window_rows")
+        if store.resumed and kept is not None and kept != given:
+            note = (f"--window-rows {given} is not used: the job goes on in parts of {store.settings['part_rows']} rows "
+                    "as it began, so that its scores equal an uninterrupted run's (which rows share a batch moves "
+                    "float32 scores in their last bits)")  # fmt: skip
         return cls(target, store, note, shown.rstrip("/") + "/")
 
     @contextmanager
@@ -119,6 +125,14 @@ class Checkpoint:
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)
+
+    def part_rows(self, rows: int) -> int:
+        """Input rows per part (a window; a Ray block): a resumed job's own, so that the rest of
+        its rows share batches as in an uninterrupted run; a new job's `rows`, kept with it."""
+        if self.store.resumed and self.store.settings.get("part_rows"):
+            return int(self.store.settings["part_rows"])
+        self.store.settings["part_rows"] = rows
+        return rows
 
     def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
         """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.

@@ -206,6 +206,8 @@ def run_score_ray(
             quiet_ray_data(ray):  # fmt: skip
         workers, resources, device = plan_workers(ray, cfg, num_workers)
         block_rows = _block_rows(cfg.window_rows, _remaining(count_rows(paths), done), workers)
+        if checkpoint is not None:  # a resumed job goes on in its own parts (a block is a part)
+            block_rows = checkpoint.part_rows(block_rows)
         refs, total = _stage(ray, block_rows, cfg, open_rows(cfg, paths, None, checkpoint))
         worker_cfg = replace(checkpoint.same_runtime(cfg) if checkpoint else cfg, device=device, skip_bad_rows=True)
         if total == 0 and done:

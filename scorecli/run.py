@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
+from dataclasses import replace
 from itertools import chain
 from typing import BinaryIO
 
@@ -94,8 +95,8 @@ def run_score(
     if rows is None:
         rows = open_rows(cfg, paths, stdin, checkpoint)
     with checkpoint.keeping() if checkpoint else nullcontext():
-        if checkpoint is not None:
-            cfg = checkpoint.same_runtime(cfg)
+        if checkpoint is not None:  # a resumed job goes on as it began: its windows, its runtime
+            cfg = replace(checkpoint.same_runtime(cfg), window_rows=checkpoint.part_rows(cfg.window_rows))
         scorer = Scorer(cfg.model, cfg)
         note(console, stderr_line(scorer.metadata))  # approximate scores (onnx-int8) say so
         scorer.id_type = schema_id_type(paths, cfg.id_field)

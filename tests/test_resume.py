@@ -175,6 +175,30 @@ def test_changed_engine_settings_are_not_a_different_job(tmp_path, job_input, qw
     assert pq.read_table(out).equals(uninterrupted)
 
 
+def test_resume_keeps_the_jobs_windows_so_scores_are_identical(tmp_path, job_input, qwen3_seq_cls):
+    """Which rows share a batch moves float32 scores in their last bits, and windows decide it:
+    a job resumed with another --window-rows goes on in its own windows (with a warning), and
+    its output is the uninterrupted run's to the bit, pooled states too."""
+    def args(out: Path, window: int) -> list[str]:  # the default batch budget: windows shape the batches
+        a = score_args(job_input, qwen3_seq_cls, out)
+        i = a.index("--max-batch-tokens")
+        a = a[:i] + a[i + 2:]
+        a[a.index("--window-rows") + 1] = str(window)
+        return a
+
+    whole = {}
+    for window in (WINDOW, 5):
+        assert run_cli(Case(args(tmp_path / f"whole{window}.parquet", window))).rc == 0
+        whole[window] = pq.read_table(tmp_path / f"whole{window}.parquet")
+    assert not whole[WINDOW].equals(whole[5])  # else this test could not fail
+    out = tmp_path / "scores.parquet"
+    stop_after(start(args(out, WINDOW)), Path(str(out) + ".partial"), 3)
+    result = run_cli(Case(args(out, 5) + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    assert "--window-rows 5 is not used" in result.stderr and f"parts of {WINDOW} rows" in result.stderr
+    assert pq.read_table(out).equals(whole[WINDOW])
+
+
 def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
     stdin = run_cli(Case(["score", "-", "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.parquet"), "--resume"],
                          stdin=Path(job_input).read_bytes()))  # fmt: skip

@@ -2,7 +2,8 @@
 
 A `PartStore` is a folder (SPEC §11: `<out>.partial/`, or the output directory itself for a
 Parquet dataset) holding:
-- `_scorecli_job.json`: the job's fingerprint, written once (atomically) when the folder is made;
+- `_scorecli_job.json`: the job's fingerprint and settings (what the job keeps but does not
+  compare, e.g. its rows per part), written once (atomically) when the folder is made;
 - `part-00000.<ext>`, `part-00001.<ext>`, ...: one part per written table (a window of rows),
   each written under a temporary name, fsync'ed, renamed, and the folder fsync'ed;
 - `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
@@ -111,7 +112,8 @@ def ours(name: str) -> bool:
 class PartStore:
     """The parts of one job in `folder`; `fmt` is the part files' format (parquet or jsonl)."""
 
-    def __init__(self, folder: str, fmt: str, parts: list[Part], dataset: bool = False, job: dict | None = None):
+    def __init__(self, folder: str, fmt: str, parts: list[Part], dataset: bool = False, job: dict | None = None,
+                 settings: dict | None = None):  # fmt: skip
         self.folder = folder
         self.fmt = fmt
         self.parts = parts
@@ -119,6 +121,9 @@ class PartStore:
         self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
         self.held: str | None = None  # the folder's key while this run holds it (`hold`)
         self._made = False  # this run made the folder
+        # a resumed job's settings as saved; a new job's, written with its first part (may change until then)
+        self.settings: dict = job["settings"] if job is not None else (settings or {})
+        self.resumed = job is None
 
     @property
     def rows_done(self) -> int:
@@ -231,7 +236,8 @@ class PartStore:
             pass
 
 
-def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False) -> tuple[PartStore, str | None]:
+def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False,
+               settings: dict[str, Any] | None = None) -> tuple[PartStore, str | None]:  # fmt: skip
     """The store for a job: continued (`resume` and a folder of the same job) or new.
 
     Nothing on disk changes here: a new job's folder is made (and an earlier run's files in it
@@ -245,6 +251,8 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
         resume: continue the job the folder holds, if any.
         dataset: the folder is a Parquet dataset output that may already hold a finished or
             unfinished output of ours; files that are not ours are never touched.
+        settings: a new job's settings (JSON-able), kept with it but never compared; a resumed
+            store has the job's own (`PartStore.settings`).
 
     Returns:
         (store, note): note is a one-line warning when an earlier run's parts will be replaced.
@@ -253,7 +261,7 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
         FingerprintMismatch: `resume` and the folder holds a different job (nothing changed).
         UsageError: a dataset folder holds files that are not ours.
     """
-    job = {"format": fmt, "fingerprint": fingerprint}
+    job = {"format": fmt, "fingerprint": fingerprint, "settings": dict(settings or {})}
     if not os.path.isdir(folder):
         return PartStore(folder, fmt, [], dataset, job), None
     key = hold(folder)  # before reading it: another run may be writing it
@@ -276,7 +284,7 @@ def _existing(folder: str, job: dict, resume: bool, dataset: bool) -> tuple[Part
         saved = _read_job(folder)
         if saved.get("format") == fmt and saved.get("fingerprint") is not None:
             _compare(saved["fingerprint"], job["fingerprint"], folder)
-            return PartStore(folder, fmt, _recover(folder, fmt), dataset), None
+            return PartStore(folder, fmt, _recover(folder, fmt), dataset, settings=saved.get("settings")), None
     unfinished = JOB in names or JOURNAL in names  # a finished dataset has neither: replaced silently
     note = None
     if (any(ours(n) for n in names) if not dataset else unfinished):
