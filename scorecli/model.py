@@ -318,10 +318,11 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
+    # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
+    # (not even for the probe below, which a tokenizer with a small maximum would warn about)
+    tokenizer.model_max_length = int(1e30)
     ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
     if not ids or all(i == tokenizer.unk_token_id for i in ids):
         raise UsageError(f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
                          "(are its tokenizer files, e.g. tokenizer.json, missing?)")  # fmt: skip
-    # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
-    tokenizer.model_max_length = int(1e30)
     return tokenizer

@@ -276,3 +276,15 @@ def test_kind_embedding_on_a_plain_base_model(built):
     table, ours = score(base, ROWS, kind="embedding")
     assert table.schema.metadata[b"kind"] == b"embedding"
     assert_matches(ours, reference(base, ROWS))
+
+
+def test_quiet_run_of_a_model_with_a_short_maximum_prints_nothing(tmp_path):
+    """A tokenizer whose `model_max_length` is small (8): no transformers warning about long
+    sequences under --quiet, not even for scorecli's own tokenizer probe at load."""
+    path = build_sentence_model(tmp_path / "st", pooling="cls", max_seq_length=8)
+    inp = tmp_path / "rows.jsonl"
+    inp.write_text(json.dumps({"id": 1, "query": "a query long enough to pass eight tokens for sure, and more",
+                               "items": ["short", "an item also longer than the eight tokens this model reads"]}) + "\n")
+    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "o.parquet"), "-q"],
+                         capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    assert run.returncode == 0 and run.stderr == "", run.stderr
