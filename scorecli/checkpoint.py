@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from scorecli.config import ScoreConfig
 from scorecli.errors import ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
-from scorecli.io.parts import COMPRESSION, PartStore, open_store
+from scorecli.io.parts import PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.writers import Sink
 from scorecli.job import fingerprint
@@ -191,9 +191,6 @@ class Checkpoint:
         for path, schema in zip(self.store.files(), schemas):
             if not schema.equals(final, check_metadata=True):
                 table = conform(pq.read_table(path), final).replace_schema_metadata(final.metadata)
-                head, name = os.path.split(path)
-                tmp = os.path.join(head, f".{name}.tmp")  # a name the store knows as its own
-                pq.write_table(table, tmp, compression=COMPRESSION)
-                os.replace(tmp, path)
+                self.store.rewrite(os.path.basename(path), table)
 
 

@@ -257,3 +257,29 @@ def test_dataset_parts_share_one_schema_when_a_column_type_appears_late(tmp_path
     assert got.column("id").to_pylist() == [None, None, 7, 8]
     assert got.column("score").to_pylist() == [[1.0], [2.0], [3.0], [None]]  # NaN written as null
     assert cp.nulled == {"score": 1}
+
+
+def test_a_kill_while_dataset_parts_get_their_final_schema_keeps_them(tmp_path):
+    """A dataset's parts rewritten under the final schema at the end (an id type known late)
+    still count for --resume after a kill there: nothing is scored again."""
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+
+    target = resolve_output(str(tmp_path / "ds") + "/")
+    (tmp_path / "m").mkdir()
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    cfg = ScoreConfig(model=str(tmp_path / "m"))
+    cp = Checkpoint.open(target, cfg, [str(data)], resume=False)
+    meta = {"scorecli_version": "x"}
+    cp.write(pa.table({"id": pa.nulls(2), "score": [[1.0], [2.0]]}).replace_schema_metadata(meta))
+    cp.write(pa.table({"id": [7, 8], "score": [[3.0], [4.0]]}).replace_schema_metadata(meta))
+    before = os.path.getsize(tmp_path / "ds" / "part-00000.parquet")
+    cp._unify_parts()  # then killed, before the bookkeeping goes and _SUCCESS is written
+    assert os.path.getsize(tmp_path / "ds" / "part-00000.parquet") != before
+    resumed = Checkpoint.open(target, cfg, [str(data)], resume=True)
+    assert resumed.rows_done == 4
+    assert pq.read_schema(tmp_path / "ds" / "part-00000.parquet").field("id").type == pa.int64()
+    # a part whose footer does not hold the journaled rows is not taken
+    pq.write_table(pa.table({"id": [1], "score": [[1.0]]}), tmp_path / "ds" / "part-00001.parquet")
+    assert Checkpoint.open(target, cfg, [str(data)], resume=True).rows_done == 2

@@ -162,6 +162,24 @@ class PartStore:
             _start(self.folder, self._job, self.dataset)
             self._job = None
         name = f"part-{len(self.parts):05d}.{self.fmt}"
+        self._write(name, table)
+        part = Part(name, self.rows_done, table.num_rows, os.path.getsize(self.path(name)))
+        with open(self.path(JOURNAL), "a", encoding="utf-8") as journal:
+            journal.write(json.dumps(part.__dict__) + "\n")
+            journal.flush()
+            os.fsync(journal.fileno())
+        self.parts.append(part)
+        return part
+
+    def rewrite(self, name: str, table: pa.Table) -> None:
+        """Replace the Parquet part `name` with `table` (the same rows, e.g. under a final
+        schema), as durably as `add` writes. The journal keeps the old size: recovery accepts
+        a part whose footer holds the journaled rows (`_intact`)."""
+        self._write(name, table)
+
+    def _write(self, name: str, table: pa.Table) -> None:
+        """`table` as the file `name`: written under a temporary name, fsync'ed, renamed, and
+        the folder fsync'ed."""
         tmp = self.path(f".{name}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -178,13 +196,6 @@ class PartStore:
             _unlink(tmp)
             raise
         fsync_dir(self.folder)
-        part = Part(name, self.rows_done, table.num_rows, os.path.getsize(self.path(name)))
-        with open(self.path(JOURNAL), "a", encoding="utf-8") as journal:
-            journal.write(json.dumps(part.__dict__) + "\n")
-            journal.flush()
-            os.fsync(journal.fileno())
-        self.parts.append(part)
-        return part
 
     # ---- reading back -----------------------------------------------------------------
 
@@ -357,12 +368,10 @@ def _recover(folder: str, fmt: str) -> list[Part]:
         expected = f"part-{len(parts):05d}.{fmt}"
         if part is None or part.file != expected or part.first_row != sum(p.rows for p in parts):
             break
-        try:
-            if os.path.getsize(os.path.join(folder, part.file)) != part.bytes:
-                break
-        except OSError:
+        size = _intact(os.path.join(folder, part.file), part, fmt)
+        if size is None:
             break
-        parts.append(part)
+        parts.append(Part(part.file, part.first_row, part.rows, size))
     keep = {p.file for p in parts} | {JOB, JOURNAL}
     for name in os.listdir(folder):
         if ours(name) and name not in keep:
@@ -370,6 +379,24 @@ def _recover(folder: str, fmt: str) -> list[Part]:
     _rewrite_journal(journal, parts)
     fsync_dir(folder)
     return parts
+
+
+def _intact(path: str, part: Part, fmt: str) -> int | None:
+    """The size of the part file at `path` if it holds what the journal says, else None: its
+    journaled size, or (a Parquet part rewritten under the final schema) a footer that reads and
+    counts the journaled rows; files only ever appear whole under a part's name."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size == part.bytes:
+        return size
+    if fmt != "parquet":
+        return None
+    try:
+        return size if pq.ParquetFile(path).metadata.num_rows == part.rows else None
+    except Exception:  # not Parquet, or torn: pyarrow raises several kinds
+        return None
 
 
 def _parse_part(line: bytes) -> Part | None:
