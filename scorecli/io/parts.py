@@ -9,9 +9,8 @@ Parquet dataset) holding:
 - `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
   byte size), appended and fsync'ed only after the part is in place.
 
-One run at a time: a run holds an exclusive `flock` on the folder itself (`hold`) from the moment
-it uses it until it ends, and another run on the same folder is refused (`Busy`), so two runs
-never interleave their parts.
+One run at a time: a run holds the folder (`folder_lock.hold`) from the moment it uses it until
+it ends, and another run on the same folder is refused, so two runs never interleave their parts.
 
 A kill at any instant leaves a folder that `open_store(..., resume=True)` accepts: parts the
 journal does not list (half-written, or written but not yet journaled) are removed and their
@@ -35,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import UsageError
+from scorecli.io.folder_lock import hold, release
 from scorecli.io.output import fsync_dir
 
 JOB = "_scorecli_job.json"
@@ -56,50 +56,6 @@ class Part:
 
 class FingerprintMismatch(UsageError):
     """`--resume` on a folder of a different job."""
-
-
-class Busy(UsageError):
-    """Another run is writing the folder now."""
-
-
-_HELD: dict[str, list[int]] = {}  # folders this process holds: real path -> [locked descriptor, holders]
-
-
-def hold(folder: str) -> str:
-    """Hold `folder` for this process: an exclusive, non-blocking `flock` on the directory,
-    kept until every holder has called `release` (stores of one process share it). Where the
-    file system has no flock, nothing is held and nothing refused. Returns the key to release.
-
-    Raises:
-        Busy: another process holds it.
-    """
-    key = os.path.realpath(folder)
-    if key in _HELD:
-        _HELD[key][1] += 1
-        return key
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise Busy(f"another scorecli run is writing {folder} now: wait for it to end, or give another --out") from None
-    except (ImportError, OSError):  # not POSIX, or a file system without flock
-        pass
-    _HELD[key] = [fd, 1]
-    return key
-
-
-def release(key: str | None) -> None:
-    """One holder of `key` (from `hold`) is done; the last one closes the descriptor, which
-    drops the lock."""
-    held = _HELD.get(key) if key else None
-    if held is not None:
-        held[1] -= 1
-        if held[1] == 0:
-            del _HELD[key]
-            os.close(held[0])
 
 
 def ours(name: str) -> bool:
