@@ -13,7 +13,7 @@ import torch
 
 from scorecli import Scorer
 from scorecli.io.readers import RawRow
-from tests.reference import load_reference, reference_rows
+from tests.reference import load_reference, reference_rows, sequence_ids
 
 WORDS = "the quick brown fox jumps over a lazy dog while yes no maybe relevant passage answers query".split()
 
@@ -352,3 +352,48 @@ def test_cls_pooling_does_not_share(llama_reward):
     rows = [{"query": f"{PREAMBLE} {q}", "items": ["a dog", "no"]} for q in ("yes", "maybe so")]
     assert not Scorer(llama_reward, pooled_hidden_states=True, pooling="cls").shares_prefix
     assert len(Scorer(llama_reward).prepare([RawRow(r, "t") for r in rows]).shared) >= 16
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "llama_reward"])
+def test_items_ending_in_the_pad_token_are_read_where_the_models_head_reads(fixture, request):
+    """A sequence classifier's own head (transformers' `*ForSequenceClassification`) reads the
+    last token that is not its pad token; items ending in it (pad = eos, as many configs set:
+    text ending in the EOS string, or `item_ids` ending in its id) are read there, in MIS and
+    single mode: scores and pooled states equal the model's own forward over P + I_k."""
+    path = request.getfixturevalue(fixture)
+    model, tok = load_reference(path, "seq-cls")
+    pad = model.config.pad_token_id
+    assert isinstance(pad, int)
+    pad_text = tok.convert_ids_to_tokens(pad)
+    rng = np.random.default_rng(3)
+    ids = lambda n: rng.integers(5, 900, size=n).tolist()  # noqa: E731
+    rows = [
+        {"id": 0, "query_ids": ids(6), "item_ids": [ids(4) + [pad], ids(3) + [pad, pad], ids(5), [pad], ids(2) + [pad] + ids(2)]},
+        {"id": 1, "query": "which planet is red", "items": ["mars" + pad_text, "bananas", pad_text + pad_text]},
+    ]  # fmt: skip
+
+    @torch.inference_mode()
+    def reference(seq: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        out = model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+        last = max(j for j, t in enumerate(seq) if t != pad)
+        return out.logits[0].numpy(), out.hidden_states[-1][0, last].numpy()
+
+    ref = []
+    for row in rows:
+        pairs = [reference(sequence_ids(tok, row.get("query", row.get("query_ids")), item))
+                 for item in row.get("items", row.get("item_ids"))]  # fmt: skip
+        ref.append((np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])))
+    assert any(sequence_ids(tok, rows[1]["query"], it)[-1] == pad for it in rows[1]["items"])  # the case is there
+    for mode in ("mis", "single"):
+        _, scores, hidden = scorer_outputs(path, rows, mode=mode)
+        assert_matches(rows, ref, scores, hidden)
+
+
+def test_an_item_of_pad_tokens_after_a_prefix_ending_in_one_is_a_bad_row(qwen3_seq_cls):
+    """Where the model's head would read inside the prefix, before its last token, scorecli
+    does not guess: the row is a bad row (exit 2, or null with --skip-bad-rows)."""
+    pad = load_reference(qwen3_seq_cls, "seq-cls")[0].config.pad_token_id
+    rows = [{"id": 0, "query_ids": [11, 12, pad], "item_ids": [[13, 14], [pad, pad]]}]
+    table = Scorer(qwen3_seq_cls, device="cpu", skip_bad_rows=True).score_rows(raw_rows(rows))
+    assert table["score"].to_pylist() == [None]
+    assert "pad token" in table["error"].to_pylist()[0] and "'items'[1]" in table["error"].to_pylist()[0]

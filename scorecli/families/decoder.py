@@ -45,6 +45,11 @@ class DecoderFamily(FamilyDefaults):
         self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls"
                               and support.packed)  # fmt: skip
         self.head = self._make_head()
+        # a sequence classifier's own head reads the last token that is not its pad token
+        # (transformers' `*ForSequenceClassification`): items are read there too (`_read_where_hf_does`)
+        text = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+        pad = getattr(text, "pad_token_id", None) if spec.kind == "seq-cls" else None
+        self.pad_id = pad if isinstance(pad, int) else None
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
@@ -75,7 +80,25 @@ class DecoderFamily(FamilyDefaults):
             enc = EncodedRow(enc.prefix, items, enc.suffix_len)
             check_chunks_fit(enc, counts, spec.max_seq_len, where)
             enc = truncate_items(enc, spec.max_seq_len, "error", where)  # the prefix's and empty items' checks
+        if self.pad_id is not None:
+            enc = self._read_where_hf_does(enc, where)
         return pack_row(enc, first, spec.mis, spec.max_seq_len), counts
+
+    def _read_where_hf_does(self, enc: EncodedRow, where: str) -> EncodedRow:
+        """Items without their trailing pad tokens: the model's own head reads P + I_k at its
+        last token that is not the pad token, and under causal attention the tokens after that
+        one change nothing before it, so the shorter item is read exactly there. An item of pad
+        tokens only is read at the prefix's last token, unless that is a pad token too."""
+        pad, items = self.pad_id, []
+        for k, item in enumerate(enc.items):
+            keep = len(item)
+            while keep and item[keep - 1] == pad:
+                keep -= 1
+            if keep == 0 and len(item) and (not len(enc.prefix) or enc.prefix[-1] == pad):
+                raise InputError(f"{where}: field 'items'[{k}]: the item and the end of its prefix are the model's pad "
+                                 f"token ({pad}) only: its head would read inside the prefix")  # fmt: skip
+            items.append(item[:keep] if keep < len(item) else item)
+        return EncodedRow(enc.prefix, items, enc.suffix_len)
 
     def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
         pooled = (forward or self.forward)(batch, self.pooling)
