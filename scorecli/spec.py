@@ -173,19 +173,40 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
     if requested is None:
         return limit
     if requested > limit:
-        raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens")
+        switch = _rope_switch(loaded.model.config)
+        why = (f" (LongRoPE: past {switch} tokens transformers switches the rotary frequencies of a whole forward "
+               "call by its longest sequence, so one long item would change the scores of the others)"
+               if switch == limit else "")  # fmt: skip
+        raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens{why}")
     return requested
 
 
 def sequence_limit(model) -> int:
     """The longest sequence scorecli runs through `model`: the positions it can embed,
-    within its sliding window, at most MAX_SEQ_LEN_CAP."""
+    within its sliding window and below a LongRoPE switch, at most MAX_SEQ_LEN_CAP."""
     limit = min(_position_limit(model), MAX_SEQ_LEN_CAP)
     window = _sliding_window(model.config)
     if window:
         # beyond the window, packed and single sequences would see different keys
         limit = min(limit, window)
+    switch = _rope_switch(model.config)
+    if switch:
+        limit = min(limit, switch)
     return limit
+
+
+def _rope_switch(config) -> int | None:
+    """The length past which a LongRoPE model (Phi-3.5, Phi-4-mini) changes its rotary
+    frequencies: transformers picks the short or long factors from the largest position in a
+    forward call, so a batch or packed sequence with one item past it would move every item's
+    scores. Up to it, every sequence uses the short factors, as it would alone."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    sets = [params] if "rope_type" in params or "type" in params else [v for v in params.values() if isinstance(v, dict)]
+    found = [int(p.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", 0) or 0)
+             for p in sets if p.get("rope_type", p.get("type")) in ("longrope", "su")]  # fmt: skip
+    found = [n for n in found if n > 0]
+    return min(found) if found else None
 
 
 def _position_limit(model) -> int:

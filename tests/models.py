@@ -322,6 +322,20 @@ def build_qwen3_seq_cls(out_dir, num_labels: int = 1, **size_overrides) -> str:
     return _save(model, tok, out_dir)
 
 
+def build_phi3_longrope_seq_cls(out_dir, switch: int = 200) -> str:
+    """Tiny ``Phi3ForSequenceClassification`` with LongRoPE (as Phi-3.5 and Phi-4-mini): short
+    rotary factors up to `switch` positions, long ones (very different here) past it."""
+    from transformers import Phi3Config, Phi3ForSequenceClassification
+
+    tok = build_bpe_tokenizer(add_bos=False)
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8,
+            "long_factor": [2.0 ** k for k in range(8)], "original_max_position_embeddings": switch}  # fmt: skip
+    cfg = _decoder_config(Phi3Config, tok, _TINY_DECODER, {}, num_labels=1, original_max_position_embeddings=switch,
+                          max_position_embeddings=4 * switch, rope_parameters=rope)  # fmt: skip
+    torch.manual_seed(0)
+    return _save(Phi3ForSequenceClassification(cfg), tok, out_dir)
+
+
 def build_qwen3_causal_lm(out_dir, **size_overrides) -> str:
     """Tiny ``Qwen3ForCausalLM`` (same sizes and tokenizer as the classifier)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM

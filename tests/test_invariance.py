@@ -397,3 +397,36 @@ def test_an_item_of_pad_tokens_after_a_prefix_ending_in_one_is_a_bad_row(qwen3_s
     table = Scorer(qwen3_seq_cls, device="cpu", skip_bad_rows=True).score_rows(raw_rows(rows))
     assert table["score"].to_pylist() == [None]
     assert "pad token" in table["error"].to_pylist()[0] and "'items'[1]" in table["error"].to_pylist()[0]
+
+
+def test_longrope_sequences_stop_where_the_rotary_factors_switch(tmp_path):
+    """LongRoPE (Phi-3.5, Phi-4-mini): transformers picks short or long rotary factors by the
+    longest position of a whole forward call, so an item past the switch would move the scores
+    of every item batched or packed with it. scorecli runs sequences up to the switch only,
+    where every item is exact; past it, an item is a bad row and --max-seq-len is refused."""
+    from scorecli.errors import UsageError
+    from tests.models import build_phi3_longrope_seq_cls
+
+    path = build_phi3_longrope_seq_cls(tmp_path / "phi3", switch=200)
+    model, tok = load_reference(path, "seq-cls")
+    words = "mars red planet iron oxide sun moon rice water library".split()
+    long_item = " ".join(words[k % 10] for k in range(400))
+    fits = tok(long_item, add_special_tokens=False).input_ids[:190]
+    rows = [{"id": 0, "query_ids": tok("which planet is red").input_ids, "item_ids": [fits[:5], fits]},
+            {"id": 1, "query": "a rice question", "items": ["rice in water", "the library"]}]  # fmt: skip
+    for mode in ("mis", "single"):
+        _, scores, hidden = scorer_outputs(path, rows, mode=mode, max_batch_tokens=4096)
+        assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)
+    long_row = raw_rows([{"query": "q", "items": ["a", long_item]}])
+    table = Scorer(path, device="cpu", skip_bad_rows=True, truncate="error").score_rows(long_row)
+    assert table["score"].to_pylist() == [None] and "exceed --max-seq-len 200" in table["error"].to_pylist()[0]
+    # --truncate item (the default): the long item is cut at the switch, and the short one beside it stays exact
+    # (run past the switch, the pair would take the long factors, and the short item's score with them)
+    p, a = tok("q").input_ids, tok("a", add_special_tokens=False).input_ids
+    cut = tok(long_item, add_special_tokens=False).input_ids[: 200 - len(p)]
+    ref = [reference_rows(model, tok, "seq-cls", [{"query_ids": p, "item_ids": [a, cut]}])[0][0]]
+    for mode in ("mis", "single"):
+        table = Scorer(path, device="cpu", mode=mode, max_batch_tokens=4096).score_rows(long_row)
+        np.testing.assert_allclose(np.array(table["scores"].to_pylist()[0]), ref[0], atol=1e-4, rtol=0)
+    with pytest.raises(UsageError, match="LongRoPE"):
+        Scorer(path, device="cpu", max_seq_len=300)
