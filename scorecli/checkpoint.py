@@ -120,8 +120,9 @@ class Checkpoint:
         return f"{self.store.durable_rows():,} rows kept in {self.shown}; run the same command with --resume to continue"
 
     def write(self, table: pa.Table) -> None:
-        """Keep one window's output as a durable part (non-finite values as null, as `Sink`)."""
-        table, nulled = null_nonfinite(table)
+        """Keep one window's output as a durable part (non-finite scores as null, as `Sink` writes
+        Parquet: a NaN float id stays NaN; a JSON lines output nulls it when it is made)."""
+        table, nulled = null_nonfinite(table, scalars=False)
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)

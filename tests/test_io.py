@@ -512,6 +512,31 @@ def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
     assert row["id"] != row["id"] and row["score"] == [None]
 
 
+def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_seq_cls):
+    """Through the whole run as the CLI makes it (windows kept as parts, then the output): a NaN
+    id from a float64 Parquet id column is NaN in Parquet output and in a dataset, as README
+    says, and null in JSON lines (JSON has no NaN)."""
+    import pyarrow.dataset as ds
+
+    from scorecli.checkpoint import Checkpoint
+    from scorecli.config import ScoreConfig
+    from scorecli.io.output import resolve_output
+    from scorecli.run import run_score
+
+    inp = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1.5, float("nan")], "query": ["q", "r"], "items": [["a"], ["b"]]}), inp)
+    cfg = ScoreConfig(model=qwen3_seq_cls)
+    for name in ("out.parquet", "out.jsonl", "ds/"):
+        target = resolve_output(str(tmp_path / name), [str(inp)])
+        checkpoint = Checkpoint.open(target, cfg, [str(inp)], resume=False)
+        assert checkpoint is not None
+        run_score(cfg, [str(inp)], target, None, None, None, checkpoint=checkpoint)
+    for ids in (pq.read_table(tmp_path / "out.parquet")["id"].to_pylist(),
+                ds.dataset(str(tmp_path / "ds")).to_table()["id"].to_pylist()):  # fmt: skip
+        assert ids[0] == 1.5 and ids[1] != ids[1], ids  # NaN
+    assert [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [1.5, None]
+
+
 # ---- ids (scorecli.io.ids) -------------------------------------------------------------
 
 
