@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Optional
 
@@ -170,11 +170,21 @@ def _check_template(name: str) -> None:
 
 def _resolve_model(model: str | None) -> tuple[str, str]:
     """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
-    if model:
-        return model, "plain"
     from scorecli.default_model import default_model_path
 
+    if model:  # the bundled judge named by its path keeps its template
+        return model, "yes-no-chat" if _same_file(model, default_model_path) else "plain"
     return default_model_path(), "yes-no-chat"
+
+
+def _same_file(path: str, other: Callable[[], str]) -> bool:
+    """Whether `path` is the file `other()` names (False when either cannot be found)."""
+    if not path.endswith(".gguf") or not os.path.isfile(path):
+        return False
+    try:
+        return os.path.samefile(path, other())
+    except Exception:  # noqa: BLE001 - the bundled model is not installed, or its path is unreadable
+        return False
 
 
 @app.command()
@@ -192,7 +202,7 @@ def inspect(
     from scorecli.inspect import describe
 
     _quiet_transformers()
-    for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir):
+    for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check):
         typer.echo(line)
     if check:
         from scorecli.inspect import check as self_check

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 
 
-def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None) -> list[str]:
+def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
+             mis_line: bool = True) -> list[str]:  # fmt: skip
     """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens. The
-    checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`)."""
+    checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
+    `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one)."""
     from scorecli.config import ScoreConfig
     from scorecli.encode import leading_special_ids
     from scorecli.model import load_tokenizer, open_checkpoint
@@ -39,8 +41,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
         f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(skeleton)})",
         f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
-        "multi-item:     " + _multi_item(kind, skeleton),
-    ]
+    ] + (["multi-item:     " + _multi_item(kind, skeleton)] if mis_line else [])
     for token in label_tokens or ():
         ids = tokenizer.encode(token, add_special_tokens=False)
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
@@ -76,7 +77,10 @@ def _multi_item(kind: str, skeleton) -> str:
     if kind == "embedding":
         return "no (query and items are embedded as their own sequences)"
     reason = stateful_reason(skeleton)
-    return f"no: single-item only ({reason})" if reason else "yes (MIS by default)"
+    if reason:
+        return f"no: single-item only ({reason})"
+    # whether its attention goes through scorecli's backend takes a forward: `check` runs it
+    return "yes (MIS by default), if its attention goes through transformers' attention interface (--check tells)"
 
 
 def _skeleton(config, trust_remote_code: bool):

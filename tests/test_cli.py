@@ -477,6 +477,27 @@ def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
     text = result.stdout.decode()
     assert text.count("self-check:     passed (max relative difference") == 2
     assert "(mis, sdpa, float32 on cpu)" in text and "(single, sdpa, float32 on cpu)" in text
+    assert "multi-item:" not in text and "mode:           mis (--mode auto)" in text  # the check's answer only
+
+
+def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
+    """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
+    the template it gets when --model is left out; any other model gets `plain`."""
+    from scorecli.cli import _resolve_model
+    from scorecli.default_model import default_model_path
+    from scorecli.errors import UsageError
+
+    try:
+        bundled = default_model_path()
+    except UsageError:
+        pytest.skip("the bundled judge is not installed")
+    link = tmp_path / "judge.gguf"
+    link.symlink_to(bundled)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    assert _resolve_model(None) == (bundled, "yes-no-chat")
+    assert _resolve_model(bundled)[1] == _resolve_model(str(link))[1] == "yes-no-chat"
+    assert _resolve_model(str(other))[1] == _resolve_model(str(tmp_path))[1] == "plain"
 
 
 def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
