@@ -22,7 +22,7 @@ from rich.console import Console
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line, first_line
-from scorecli.process import finish, interrupted_code, pipe_closed, reserve_stdin, watch_signals
+from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
 # paths and user text are printed as they are: no markup, no :emoji: codes
@@ -281,7 +281,7 @@ def _device_name(device: str) -> str:
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
     watch_signals(_say_interrupted)
-    reserve_stdin()
+    reserve_standard_fds()
     try:
         code = app(standalone_mode=False)
     except OutputClosed:

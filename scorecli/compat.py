@@ -78,13 +78,17 @@ def _support(model: torch.nn.Module) -> Support:
     return Support(True)
 
 
+def text_config(config):
+    """The config of the text model: `config` itself, or a multimodal config's text part."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The base model's stack of decoder layers: the first ModuleList as long as the text
     config's layer count (not a vision tower's blocks), else the longest."""
     base = model.base_model
     lists = [m for m in base.modules() if isinstance(m, torch.nn.ModuleList)]
-    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    n = getattr(text, "num_hidden_layers", None)
+    n = getattr(text_config(model.config), "num_hidden_layers", None)
     sized = [m for m in lists if len(m) == n]
     return list(sized[0] if sized else max(lists, key=len)) if lists else [base]
 

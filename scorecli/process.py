@@ -86,7 +86,7 @@ def interrupted_code() -> int:
     return 128 + _signals[0] if _signals else 130
 
 
-def reserve_stdin() -> None:
+def reserve_standard_fds() -> None:
     """Started with stdin, stdout or stderr closed (`<&-`, `>&-`): keep each such descriptor on
     /dev/null, so that no file we open (an input, a part, the output) takes its number and
     receives what a library writes to it or reads from it; reading `-` and writing `--out -`
@@ -99,5 +99,3 @@ def reserve_stdin() -> None:
             if opened != fd:
                 os.dup2(opened, fd)
                 os.close(opened)
-
-

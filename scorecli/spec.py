@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorecli.compat import Support, check_backend
+from scorecli.compat import Support, check_backend, text_config
 from scorecli.config import SIMILARITIES, ScoreConfig
 from scorecli.encode import leading_special_ids
 from scorecli.errors import UsageError
@@ -200,7 +200,7 @@ def _rope_switch(config) -> int | None:
     frequencies: transformers picks the short or long factors from the largest position in a
     forward call, so a batch or packed sequence with one item past it would move every item's
     scores. Up to it, every sequence uses the short factors, as it would alone."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
     sets = [params] if "rope_type" in params or "type" in params else [v for v in params.values() if isinstance(v, dict)]
     found = [int(p.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", 0) or 0)

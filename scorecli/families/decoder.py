@@ -25,7 +25,7 @@ class DecoderFamily(FamilyDefaults):
 
     def __init__(self, scorer):
         from scorecli.attention import make_backend
-        from scorecli.compat import backend_for
+        from scorecli.compat import backend_for, text_config
 
         cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
         if cfg.runtime in ONNX_RUNTIMES:
@@ -47,8 +47,7 @@ class DecoderFamily(FamilyDefaults):
         self.head = self._make_head()
         # a sequence classifier's own head reads the last token that is not its pad token
         # (transformers' `*ForSequenceClassification`): items are read there too (`_read_where_hf_does`)
-        text = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
-        pad = getattr(text, "pad_token_id", None) if spec.kind == "seq-cls" else None
+        pad = getattr(text_config(loaded.config), "pad_token_id", None) if spec.kind == "seq-cls" else None
         self.pad_id = pad if isinstance(pad, int) else None
 
     def _make_head(self):
