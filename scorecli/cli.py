@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
-from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line, first_line
+from scorecli.errors import Notice, OutputClosed, ScorecliError, UsageError, error_line, first_line
 from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
@@ -344,7 +344,10 @@ def _one_line_warnings(quiet: bool) -> None:
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if not quiet or os.path.abspath(filename).startswith(ours):
+        if issubclass(category, Notice):
+            if not quiet:
+                _say(f"note: {first_line(str(message))}")
+        elif not quiet or os.path.abspath(filename).startswith(ours):
             _say(f"warning: {first_line(str(message))}")
 
     warnings.showwarning = show

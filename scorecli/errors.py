@@ -23,6 +23,18 @@ class InputError(ScorecliError):
     exit_code = 2
 
 
+class Notice(UserWarning):
+    """Something a run says on stderr that is no problem, e.g. a kernel compiled on first use, so
+    that a long pause is never silent (`notice`). The CLI prints it as `note: ...`, not under --quiet."""
+
+
+def notice(text: str) -> None:
+    """Say `text` once per place it is said from (Python's warning registry keeps the count)."""
+    import warnings
+
+    warnings.warn(text, Notice, stacklevel=2)
+
+
 class OutputClosed(ScorecliError):
     """The reader of the output (stdout, a FIFO) went away, e.g. `| head -1`: not an error."""
 

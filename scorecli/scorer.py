@@ -24,6 +24,7 @@ from scorecli import __version__
 from scorecli.batching import collate, plan_batches
 from scorecli.config import ScoreConfig, batch_tokens
 from scorecli.encode import Fields, Row, parse_row
+from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, error_line
 from scorecli.families import Family, make_family
 from scorecli.io.ids import id_array
@@ -218,25 +219,27 @@ class Scorer:
     # ---- model stages -----------------------------------------------------------------
 
     def run(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
-        """Score a prepared window; `on_batch(items, tokens)` is called after each batch."""
+        """Score a prepared window; `on_batch(items, tokens)` is called as each batch is done.
+
+        Batches are launched back to back; their results stay on the device until the window
+        ends and come back in one copy (`engine.batches.Readback`)."""
         n_labels, chunks = len(self.spec.label_names), prepared.chunks
-        out = np.zeros((prepared.num_entries, self.family.entry_width), dtype=np.float32)
         done = self.family.done_entries(prepared.item_offsets, chunks)  # entries that complete an item
+        readback = Readback(self.loaded.device, on_batch, done)
         if self.shares_prefix:
             self.forward.share(prepared.shared)
         streams = len(self.streams)
         concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
         for index, tokens, result in (self._run_streams if concurrent else self._run_serial)(prepared):
-            out[index] = result
-            if on_batch:
-                on_batch(len(index) if done is None else int(done[index].sum()), tokens)
+            readback.add(index, tokens, result)
+        out = readback.gather(prepared.num_entries, self.family.entry_width)
         out = self.family.finish(out, prepared.item_offsets)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         return self._table(prepared, out[:, :n_labels], out[:, n_labels:])
 
-    def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
-        """(item index, tokens, scores [N, labels + hidden]) of every batch, one at a time;
+    def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
+        """(item index, tokens, scores [N, labels + hidden] on the device) of every batch, one at a time;
         a batch that runs out of device memory is retried as two halves."""
         pending = list(reversed(prepared.batches))
         while pending:
@@ -268,7 +271,7 @@ class Scorer:
         self.fallback = None
         _free_cache(self.loaded.device)
 
-    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
+    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
         """(item index, tokens, scores) of every batch, in plan order, computed by `self.streams`
         in threads that split torch's CPU threads between them."""
         threads = torch.get_num_threads()
@@ -276,7 +279,7 @@ class Scorer:
         for forward in self.streams:
             free.put(forward)
 
-        def score(index: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+        def score(index: np.ndarray) -> tuple[np.ndarray, int, torch.Tensor]:
             forward = free.get()
             try:
                 batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
@@ -291,7 +294,7 @@ class Scorer:
         finally:
             torch.set_num_threads(threads)
 
-    def _score_batch(self, batch, forward=None) -> np.ndarray:
+    def _score_batch(self, batch, forward=None) -> torch.Tensor:
         return self.family.score_batch(batch, forward)
 
     def score_rows(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> pa.Table:

@@ -34,6 +34,7 @@ the backend first plans on a CUDA device. This module knows nothing about tokeni
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ import torch
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.batching import Batch
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, notice
 
 UINT16_MAX = np.iinfo(np.uint16).max
 MIS_KERNELS = ("paged", "custom")
@@ -207,6 +208,8 @@ class FlashInferBackend:
         self._plan_args: tuple = ()
         self._plan_kwargs: dict = {}
         self._planned_for: tuple | None = None
+        self._plan_copied: torch.cuda.Event | None = None  # after the last plan's copy to the device
+        self._on_cuda = False
         self._warned_fp32 = False
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
@@ -214,6 +217,7 @@ class FlashInferBackend:
         layer, when head counts, head size and scale are known, and serves every layer."""
         if self._wrappers is None:
             self._wrappers = _make_wrappers(device, self.workspace_bytes)
+        self._on_cuda = device.type == "cuda"
         self.mode = "causal" if is_single_item(batch) else self.mis_kernel
         arrays = [batch.input_ids, batch.position_ids, batch.pool_index, batch.first_index]
         if self.mode == "paged":
@@ -262,6 +266,12 @@ class FlashInferBackend:
             raise UsageError(f"--attention flashinfer: its kernels take head sizes {names}, this model's is "
                              f"{dqk}; use --attention sdpa")
         sizes = (heads, kv_heads, dqk, 1) if self.mode == "paged" else (heads, kv_heads, dqk)
+        # plan() writes its schedule into a pinned host buffer and queues a copy of it to the
+        # device without waiting: batches are launched without a synchronization each, so the
+        # next plan must not overwrite that buffer before the GPU has taken the last copy (else a
+        # batch runs with the next batch's schedule). The host stays about one batch ahead.
+        if self._plan_copied is not None:
+            self._plan_copied.synchronize()
         self._wrappers[self.mode].plan(
             *self._plan_args,
             *sizes,
@@ -272,6 +282,9 @@ class FlashInferBackend:
             kv_data_type=kdtype,
             **self._plan_kwargs,
         )
+        if self._on_cuda:
+            self._plan_copied = torch.cuda.Event()
+            self._plan_copied.record()
         self._planned_for = key
 
     def _warn_fp32(self, dtype: torch.dtype) -> None:
@@ -309,6 +322,7 @@ def _make_wrappers(device: torch.device, workspace_bytes: int) -> dict:
     """One shared workspace and a wrapper per mode, created once per backend."""
     import flashinfer
 
+    _say_jit_builds()
     workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
     return {
         "causal": flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD"),
@@ -317,3 +331,30 @@ def _make_wrappers(device: torch.device, workspace_bytes: int) -> dict:
         "custom": flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend="fa2"),
         "paged": flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD"),
     }
+
+
+JIT_NOTE = ("flashinfer is compiling its attention kernels for this GPU, dtype and head size: the first "
+            "run on this machine waits a minute or two; later runs load them from ~/.cache/flashinfer")  # fmt: skip
+
+
+class _JitNote(logging.Handler):
+    """Turns flashinfer's "Building JIT module ..." log record into scorecli's one note."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Building JIT module"):
+            notice(JIT_NOTE)
+
+
+def _say_jit_builds() -> None:
+    """flashinfer's JIT logger writes timestamped lines straight to stderr (also under --quiet);
+    keep its log file, drop its stderr handler and say one note when a kernel is compiled."""
+    try:
+        from flashinfer.jit.core import logger
+    except ImportError:  # another flashinfer layout, or the tests' stand-in
+        return
+    if any(isinstance(h, _JitNote) for h in logger.handlers):
+        return
+    for handler in list(logger.handlers):
+        if type(handler) is logging.StreamHandler:
+            logger.removeHandler(handler)
+    logger.addHandler(_JitNote())

@@ -59,8 +59,9 @@ class Family(Protocol):
         """A row's sequences (entries numbered from `first`) and [items] chunks of each item."""
         ...
 
-    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
-        """[entries of the batch, labels + hidden] float32, in `batch.item_index` order."""
+    def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
+        """[entries of the batch, labels + hidden] float32 where it was computed (a GPU's results
+        are read back once per window), in `batch.item_index` order."""
         ...
 
     def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:

@@ -99,10 +99,10 @@ class DecoderFamily(FamilyDefaults):
             items.append(item[:keep] if keep < len(item) else item)
         return EncodedRow(enc.prefix, items, enc.suffix_len)
 
-    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+    def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         pooled = (forward or self.forward)(batch, self.pooling)
         parts = [self.head(pooled.score_states).float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
-        return torch.cat(parts, dim=1).cpu().numpy()
+        return torch.cat(parts, dim=1)
 
     def use_backend(self, name: str) -> None:
         from scorecli.attention import make_backend

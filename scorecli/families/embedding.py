@@ -184,12 +184,12 @@ class EmbeddingFamily(FamilyDefaults):
                             np.array([first + k], dtype=np.int64)))  # fmt: skip
         return seqs, np.ones(len(enc.items), dtype=np.int64)
 
-    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+    def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         """[texts, embedding dim] float32: what `SentenceTransformer.encode` returns for them."""
         hidden = (forward or self.forward)(batch).float()  # [T, H]
         lens, skip = (torch.as_tensor(a, device=hidden.device) for a in (batch.seq_lens, batch.prefix_lens))
         pooled = pool(hidden, lens, skip, self.modules.pooling)  # [S, H * modes]
-        return self.modules.after_pooling(pooled).cpu().numpy()
+        return self.modules.after_pooling(pooled)
 
     def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
         """Entry embeddings [entries, D] -> [items, 1 + hidden]: each item's similarity with its

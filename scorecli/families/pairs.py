@@ -65,11 +65,11 @@ class PairFamily(FamilyDefaults):
         """One sequence per pair (per chunk when chunked), and [items] pairs of each item."""
         return enc.seqs(first), enc.chunk_counts()
 
-    def score_batch(self, batch: Batch, forward=None) -> np.ndarray:
+    def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         pooled = (forward or self.forward)(batch, self.pooling)
         scores = activate(pooled.logits, self.spec.activation)
         parts = [scores.float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
-        return torch.cat(parts, dim=1).cpu().numpy()
+        return torch.cat(parts, dim=1)
 
     def use_backend(self, name: str) -> None:
         raise RuntimeError("a cross-encoder runs its own attention: no backend to switch")
