@@ -20,7 +20,8 @@ POOLINGS = ("last", "cls")
 TRUNCATES = ("item", "error")
 HIDDEN_DTYPES = ("float32", "float16")
 CHUNK_AGGREGATES = ("max", "mean", "first")
-RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")  # onnx-int8: opt-in only, `auto` never picks it
+RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
+COMPILES = ("auto", "on", "off")  # torch.compile around a decoder's layers (`runtimes.compiled`); auto: on CUDA  # onnx-int8: opt-in only, `auto` never picks it
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ScoreConfig:
     device: str = "auto"
     dtype: str = "auto"
     attention: str = "auto"
+    compile: str = "auto"
     runtime: str = "auto"  # CPU encoders: torch, or ONNX Runtime on a cached export (`runtime_onnx`), or its int8 copy
     max_batch_tokens: int | None = None  # None: by device (`batch_tokens`)
     max_seq_len: int | None = None
@@ -75,6 +77,7 @@ class ScoreConfig:
         _choice("--activation", self.activation, ACTIVATIONS, optional=True)
         _choice("--attention", self.attention, ATTENTIONS)
         _choice("--runtime", self.runtime, RUNTIMES)
+        _choice("--compile", self.compile, COMPILES)
         if self.runtime == "onnx-int8" and not self.self_check:
             raise UsageError("--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
                              "scores drift from the model's own forward: drop --no-self-check")  # fmt: skip

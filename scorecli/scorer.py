@@ -25,7 +25,7 @@ from scorecli.batching import collate, plan_batches
 from scorecli.config import ScoreConfig, batch_tokens
 from scorecli.encode import Fields, Row, parse_row
 from scorecli.engine.batches import Readback
-from scorecli.errors import InputError, error_line
+from scorecli.errors import InputError, UsageError, error_line
 from scorecli.families import Family, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
@@ -88,6 +88,8 @@ class Scorer:
         self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
         self.family: Family = make_family(self)  # everything that depends on the kind
+        if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
+            raise UsageError(f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model")
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails
         self.self_check_error: float | None = None
@@ -136,10 +138,14 @@ class Scorer:
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
         except SelfCheckError as err:
-            if self.fallback is None:
+            compiled = getattr(self.family, "compiled", None)
+            if compiled is not None and compiled.active and not compiled.strict:
+                compiled.restore(f"the compiled layers failed the self-check ({err})")
+            elif self.fallback is None:
                 raise
-            self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
-            self.self_check_error = self_check(self)
+            else:
+                self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
+            return self._self_check()
         if self.self_check_error is None:
             return "skipped (no room for the probe)"
         return f"passed (max relative difference {self.self_check_error:.2g})"

@@ -50,6 +50,9 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 
+_DISPATCH = torch.compiler.disable(_dispatch)
+
+
 def set_implementation(model: torch.nn.Module, name: str) -> None:
     """`model.set_attn_implementation(name)` without transformers' note that a model whose
     attention ignores the interface cannot switch (`scorecli.compat` finds such layers itself,
@@ -65,10 +68,13 @@ def set_implementation(model: torch.nn.Module, name: str) -> None:
 
 
 def register() -> None:
-    """Make the "scorecli" attention name known to transformers (idempotent)."""
+    """Make the "scorecli" attention name known to transformers (idempotent).
+
+    The function is `torch.compiler.disable`d: a layer under `torch.compile`
+    (`runtimes.compiled`) compiles around attention, and the backend runs as it does eagerly."""
     from transformers import AttentionInterface
 
-    AttentionInterface.register(ATTN_NAME, _dispatch)
+    AttentionInterface.register(ATTN_NAME, _DISPATCH)
 
 
 def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32) -> AttentionBackend:

@@ -18,6 +18,7 @@ from scorecli.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.ranking import Chunking, chunk_items
 from scorecli.runtime_onnx import ONNX_RUNTIMES
+from scorecli.runtimes import compile_layers
 
 
 class DecoderFamily(FamilyDefaults):
@@ -40,6 +41,7 @@ class DecoderFamily(FamilyDefaults):
         # flashinfer JIT-compiles its kernels: a missing toolchain fails late
         self.fallback = "sdpa" if cfg.attention == "auto" and backend.name == "flashinfer" else None
         self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
+        self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device)
         self.padded = backend.is_padded
         # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
         self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls"

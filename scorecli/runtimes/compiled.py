@@ -1,0 +1,96 @@
+"""`torch.compile` wrapped around a decoder's layers: the code is transformers' own, made fast.
+
+Eagerly, a decoder layer on a GPU spends most of its time outside its matrix products: every
+RMSNorm, rotary embedding, activation and residual add is several kernels that stream the
+activations through memory (measured on an H200, Qwen3-0.6B shapes, 64k-token MIS batches: 64%
+of the device time; benchmarks/RESULTS.md). Inductor fuses each of them into one kernel.
+
+- Every layer but the last runs `torch.compile(type(layer).forward, dynamic=True)`: one
+  compiled function shared by all layers (their weights are its inputs) and by every batch's
+  token count; the last layer stays eager (`forward.RowsLastLayer` computes only the rows read).
+- Attention stays outside the compiled graphs: transformers' attention function for scorecli
+  is `torch.compiler.disable`d (`attention.registry`), so every backend runs as it does
+  eagerly, planned once per batch.
+- A compile that fails (no compiler, an unsupported construct) puts the layers back as they
+  were, with one warning, when the run chose compilation itself (`--compile auto`); a compiled
+  forward that scores differently is caught by the start-up self-check, which does the same.
+
+Knows nothing about batches, kinds or files.
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+
+import torch
+
+from scorecli.errors import notice
+
+COMPILE_NOTE = ("compiling the model's layers with torch.compile for this device (the first run on this machine "
+                "waits for it; --compile off skips it)")  # fmt: skip
+
+
+def _compiler_errors() -> tuple[type[BaseException], ...]:
+    from torch._dynamo.exc import TorchDynamoException
+
+    errors: list[type[BaseException]] = [TorchDynamoException]
+    try:
+        from torch._inductor.exc import InductorError
+
+        errors.append(InductorError)
+    except ImportError:  # older torch: inductor's errors reach us as dynamo's
+        pass
+    return tuple(errors)
+
+
+COMPILER_ERRORS = _compiler_errors()
+
+
+class CompiledLayers:
+    """A decoder's layers (but the last) run compiled until `restore()`.
+
+    Args:
+        layers: the model's decoder layers (a `torch.nn.ModuleList` of one class).
+        strict: re-raise a compile failure instead of falling back (`--compile on`).
+    """
+
+    def __init__(self, layers: torch.nn.ModuleList, strict: bool = False) -> None:
+        self.layers, self.strict = layers, strict
+        self.active = True
+        self.said = False
+        layer_type = type(layers[0])
+        compiled = torch.compile(layer_type.forward, dynamic=True)
+        eager = layer_type.forward
+
+        def forward(layer, *args, **kwargs):
+            if not self.active:
+                return eager(layer, *args, **kwargs)
+            if not self.said:
+                self.said = True
+                notice(COMPILE_NOTE)
+            try:
+                return compiled(layer, *args, **kwargs)
+            except COMPILER_ERRORS as exc:  # the compiler failed, not the model
+                if self.strict:
+                    raise
+                self.restore(f"torch.compile failed ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]})")
+                return eager(layer, *args, **kwargs)
+
+        for layer in layers[:-1]:
+            layer.forward = types.MethodType(forward, layer)
+
+    def restore(self, why: str) -> None:
+        """Run the layers eagerly from now on, saying `why` once."""
+        if self.active:
+            self.active = False
+            for layer in self.layers[:-1]:
+                layer.__dict__.pop("forward", None)
+            warnings.warn(f"--compile: {why}; running the layers uncompiled", RuntimeWarning, stacklevel=2)
+
+
+def compilable(base: torch.nn.Module) -> bool:
+    """Whether `base` (a decoder's base model) has layers `CompiledLayers` can wrap: a
+    `ModuleList` of one class, at least two of them."""
+    layers = getattr(base, "layers", None)
+    return isinstance(layers, torch.nn.ModuleList) and len(layers) >= 2 and len({type(m) for m in layers}) == 1
