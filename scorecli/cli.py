@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Optional
@@ -71,7 +72,7 @@ def score(
     attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
     runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
     compile_layers: Annotated[str, typer.Option("--compile", help="Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if the compiler fails) | on | off.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch, padding counted (default: 2048 on CPU, 16384 on CUDA).")] = None,
+    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the free memory holds, 16384 to 131072).")] = None,
     max_seq_len: Annotated[Optional[int], typer.Option(help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
     window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
@@ -132,13 +133,14 @@ def score(
 
             preflight(cfg, paths, iter(()))  # the driver reads the inputs itself
             run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
-                          checkpoint=checkpoint)  # fmt: skip
+                          checkpoint=checkpoint, started=_STARTED[-1] if _STARTED else None)  # fmt: skip
             return
         rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
         run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
-                  checkpoint=checkpoint)  # fmt: skip
+                  checkpoint=checkpoint, started=_STARTED[-1] if _STARTED else None)  # fmt: skip
 
 
+_STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
 _interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
 _interrupt_said: list[bool] = []
 
@@ -226,7 +228,7 @@ def bench(
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch (default: 2048 on CPU, 16384 on CUDA).")] = None,
+    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch (default: 2048 on CPU; on CUDA sized from the free memory, 16384 to 131072).")] = None,
     label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens (default: any two).")] = None,
     repeats: Annotated[int, typer.Option(help="Timed repeats (median reported) after one warm-up.")] = 3,
     peak_tflops: Annotated[Optional[float], typer.Option(help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
@@ -281,6 +283,7 @@ def _device_name(device: str) -> str:
 
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
+    _STARTED.append(time.perf_counter())
     watch_signals(_say_interrupted)
     reserve_standard_fds()
     try:

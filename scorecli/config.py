@@ -52,7 +52,7 @@ class ScoreConfig:
     attention: str = "auto"
     compile: str = "auto"
     runtime: str = "auto"  # CPU encoders: torch, or ONNX Runtime on a cached export (`runtime_onnx`), or its int8 copy
-    max_batch_tokens: int | None = None  # None: by device (`batch_tokens`)
+    max_batch_tokens: int | None = None  # None: by device and model (`runtimes.budget`)
     max_seq_len: int | None = None
     truncate: str = "item"
     window_rows: int = 2048
@@ -108,22 +108,6 @@ class ScoreConfig:
             raise UsageError("--window-rows must be at least 1")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
-
-
-# Default token budgets of one forward batch. On CPU, activations of a 16k-token batch
-# (~100 MB per layer for a small model's MLP) fall far out of cache and every elementwise op
-# streams them through memory; 2k-token batches ran 1.35x faster end to end on the
-# cross-encoder benchmark (median of 3; benchmarks/sweep_batch_tokens.py, RESULTS.md).
-# GPUs want large batches.
-CPU_BATCH_TOKENS = 2048
-CUDA_BATCH_TOKENS = 16384
-
-
-def batch_tokens(config: ScoreConfig, device_type: str) -> int:
-    """The run's token budget: `--max-batch-tokens`, else the device's default."""
-    if config.max_batch_tokens is not None:
-        return config.max_batch_tokens
-    return CUDA_BATCH_TOKENS if device_type == "cuda" else CPU_BATCH_TOKENS
 
 
 def _choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:

@@ -90,12 +90,15 @@ def progress_bar(console: Console | None, total: int | None) -> Progress:
 
 
 def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "") -> None:
-    """One line: rows scored (and skipped), items, tokens, time, items/s, NaN scores; `note`:
-    how the run's mode was chosen, when it was not the default."""
-    items_s = counts.items / seconds if seconds > 0 else 0.0
+    """One line: rows scored (and skipped), items, tokens, time (start-up and scoring apart),
+    items/s of the scoring, NaN scores; `note`: how the run's mode was chosen, when it was not
+    the default. `seconds`: since the process started; scoring counts from `counts.started`."""
+    scoring = max(time.perf_counter() - counts.started, 0.0)
+    startup = max(seconds - scoring, 0.0)
+    items_s = counts.items / scoring if scoring > 0 else 0.0
     scored = counts.rows - counts.skipped
-    line = (f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens "
-            f"in {seconds:.1f} s ({items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    line = (f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens in {seconds:.1f} s "
+            f"(start-up {startup:.1f} s, scoring {scoring:.1f} s: {items_s:,.1f} items/s) -> {out}")  # fmt: skip
     if note:
         line += f" ({note})"
     if counts.resumed:

@@ -178,7 +178,7 @@ def _raise_failure(type_name: str, message: str) -> None:
 
 def run_score_ray(
     cfg: ScoreConfig, paths: list[str], out: str | Target, *, address: str | None, num_workers: int | None, console,
-    checkpoint: Checkpoint | None = None,
+    checkpoint: Checkpoint | None = None, started: float | None = None,
 ) -> None:
     """Score `paths` into `out` on Ray workers; same output, order and errors as `run_score`.
 
@@ -198,7 +198,7 @@ def run_score_ray(
     if STDIN in paths:
         raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
     ray = import_ray()
-    start = time.perf_counter()
+    start = started if started is not None else time.perf_counter()  # the summary's time counts from here
     target = out if isinstance(out, Target) else resolve_output(out, paths)
     id_type = schema_id_type(paths, cfg.id_field)
     done = checkpoint.rows_done if checkpoint else 0

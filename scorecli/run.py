@@ -74,12 +74,14 @@ def _is_stream(path: str) -> bool:
 def run_score(
     cfg: ScoreConfig, paths: list[str], out: str | Target, total_rows: int | None, console: Console | None,
     stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None, checkpoint: Checkpoint | None = None,
+    started: float | None = None,
 ) -> None:  # fmt: skip
     """Score `paths` into `out`; progress and summary go to `console` (None: silent).
 
     `rows` (from `open_rows`, maybe through `preflight`) replaces reading `paths` afresh.
     `checkpoint` (`Checkpoint.open`): windows are kept as parts and become `out` at the end;
     the rows it already holds are not read again. None: written straight through a `Sink`.
+    `started`: when the command began (`time.perf_counter`), for the summary's start-up time.
     """
     from transformers.utils import logging as hf_logging
 
@@ -90,7 +92,7 @@ def run_score(
     # our own progress is the only one: transformers' "Loading weights" bar would break
     # --quiet and the one-line error contract
     hf_logging.disable_progress_bar()
-    start = time.perf_counter()
+    start = started if started is not None else time.perf_counter()  # the summary's time counts from here
     done = checkpoint.rows_done if checkpoint else 0
     if rows is None:
         rows = open_rows(cfg, paths, stdin, checkpoint)

@@ -22,7 +22,7 @@ import torch
 
 from scorecli import __version__
 from scorecli.batching import collate, plan_batches
-from scorecli.config import ScoreConfig, batch_tokens
+from scorecli.config import ScoreConfig
 from scorecli.encode import Fields, Row, parse_row
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line
@@ -33,6 +33,7 @@ from scorecli.model import Loaded, load_model
 from scorecli.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.ranking import Chunking, aggregate, top_k
 from scorecli.spec import RunSpec, resolve_spec
+from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.templates import load_template
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
@@ -85,7 +86,7 @@ class Scorer:
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
-        self.max_batch_tokens = batch_tokens(cfg, loaded.device.type)
+        self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
         self.family: Family = make_family(self)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
