@@ -138,6 +138,11 @@ def score(
         rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
         run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
                   checkpoint=checkpoint, started=_STARTED[-1] if _STARTED else None)  # fmt: skip
+    from scorecli import timings
+
+    timings.mark("done")
+    if (line := timings.line()) and not quiet:
+        _say(line)
 
 
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
@@ -284,6 +289,10 @@ def _device_name(device: str) -> str:
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
     _STARTED.append(time.perf_counter())
+    if os.environ.get("SCORECLI_TIMINGS"):
+        from scorecli import timings
+
+        timings.enable(_STARTED[-1])
     watch_signals(_say_interrupted)
     reserve_standard_fds()
     try:

@@ -35,6 +35,7 @@ from scorecli.ranking import Chunking, aggregate, top_k
 from scorecli.spec import RunSpec, resolve_spec
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.templates import load_template
+from scorecli.timings import mark
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
 # (`attention.shared`); shorter ones stay in every sequence.
@@ -76,9 +77,11 @@ class Scorer:
 
     def __init__(self, model: str | Loaded, config: ScoreConfig | None = None, **overrides: Any):
         name = model.path if isinstance(model, Loaded) else model
+        mark("imports")
         self.config = config or ScoreConfig(model=name, **overrides)
         self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
+        mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
         from scorecli.compat import support_of
 
@@ -95,7 +98,9 @@ class Scorer:
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails
         self.self_check_error: float | None = None
         self.drift = None  # `drift.Drift` of an approximate runtime (onnx-int8), measured by the self-check
+        mark("scorer built")
         self.self_check_note = self._self_check()  # recorded in the metadata
+        mark("self-checked")
 
     @property
     def hidden_pooling(self) -> str | None:
@@ -237,9 +242,14 @@ class Scorer:
             self.forward.share(prepared.shared)
         streams = len(self.streams)
         concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
+        checked = hasattr(self, "self_check_note")  # not the self-check's own probe
         for index, tokens, result in (self._run_streams if concurrent else self._run_serial)(prepared):
             readback.add(index, tokens, result)
+            if checked:
+                mark("first batch launched")
         out = readback.gather(prepared.num_entries, self.family.entry_width)
+        if checked:
+            mark("first window scored")
         out = self.family.finish(out, prepared.item_offsets)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from scorecli.io.readers import RawRow
+from scorecli.timings import mark
 
 if TYPE_CHECKING:
     from scorecli.scorer import Prepared, Scorer
@@ -48,6 +49,7 @@ def score_stream(
     try:
         future = pool.submit(next_prepared)
         while (prepared := future.result()) is not None:
+            mark("window prepared")
             future = pool.submit(next_prepared)
             yield prepared, scorer.run(prepared, on_batch)
     finally:
