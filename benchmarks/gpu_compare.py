@@ -161,10 +161,11 @@ def main() -> int:
     ap.add_argument("--steady-rows", type=int, default=10_000)
     ap.add_argument("--skip", default="", help="comma-separated contenders to leave out (st, hf, sdpa, noc)")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per process")
+    ap.add_argument("--work", default="/tmp/scorecli-compare-work", help="rows and outputs (large: not in --out)")
     args = ap.parse_args()
-    out = Path(args.out)
-    (out / "work").mkdir(parents=True, exist_ok=True)
-    work_dir = out / "work"
+    out, work_dir = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
     from transformers import AutoTokenizer
 
     from benchmarks.bench_gpu import QWEN3_06B, TINY, build_model
