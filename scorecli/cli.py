@@ -100,7 +100,7 @@ def score(
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.output import resolve_output
-    from scorecli.io.readers import count_rows, resolve_inputs
+    from scorecli.io.readers import count_rows, estimate_tokens, resolve_inputs
 
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths)
@@ -115,6 +115,7 @@ def score(
         max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows, top_k=top_k,
         chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate, similarity=similarity,
         query_prompt=query_prompt, item_prompt=item_prompt, self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
+        job_tokens=estimate_tokens(paths),
     )  # fmt: skip
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
@@ -355,6 +356,7 @@ def _one_line_warnings(quiet: bool) -> None:
 
     ours = os.path.dirname(os.path.abspath(scorecli.__file__))
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+    warnings.filterwarnings("ignore", module=r"torch\._(inductor|dynamo)")  # the compiler's notes to its developers
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, Notice):

@@ -70,6 +70,9 @@ class ScoreConfig:
     allow_pickle: bool = False
     cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
     extra_metadata: tuple[tuple[str, str], ...] = field(default=())
+    # not a flag: about how many tokens the whole job holds (the CLI estimates it from its inputs'
+    # sizes; None: unknown, e.g. stdin or the library); `--compile auto` compiles jobs long enough
+    job_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _choice("--kind", self.kind, KINDS, optional=True)

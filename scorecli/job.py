@@ -21,7 +21,7 @@ from scorecli import __version__
 from scorecli.config import ScoreConfig
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "cache_dir"}
+NOT_CONTENT = {"window_rows", "cache_dir", "job_tokens"}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt")
 
 

@@ -93,3 +93,23 @@ def test_compile_auto_is_off_on_cpu_and_on_refuses_what_it_cannot_compile(qwen3_
     with pytest.raises(UsageError, match="--compile on"):
         Scorer(bert_cross_encoder, compile="on", runtime="torch")
     assert Scorer(bert_cross_encoder, runtime="torch").family.__dict__.get("compiled") is None
+
+
+def test_compile_auto_only_for_jobs_long_enough(qwen3_seq_cls, monkeypatch, tmp_path):
+    """`auto` compiles when 2 x parameters x the job's tokens reaches COMPILE_MIN_FLOPS (the CLI
+    estimates the tokens from its inputs' sizes); an unknown size (stdin, the library) compiles."""
+    from scorecli.io.readers import estimate_tokens
+
+    monkeypatch.setattr(runtimes, "AUTO_DEVICES", ("cuda", "cpu"))
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"query": "q", "items": ["a"]}\n' * 20000)
+    small = tmp_path / "small.jsonl"
+    small.write_text('{"query": "q", "items": ["a"]}\n')
+    assert estimate_tokens([str(big)]) == big.stat().st_size // 4 and estimate_tokens(["-"]) is None
+    base = Scorer(qwen3_seq_cls, compile="off").forward.base
+    monkeypatch.setattr(runtimes, "COMPILE_MIN_FLOPS", 2.0 * sum(p.numel() for p in base.parameters()) * 1000)
+    compiled = {n: runtimes.compile_layers("auto", base, torch.device("cpu"), estimate_tokens([str(p)]))
+                for n, p in [("big", big), ("small", small)]}  # fmt: skip
+    assert compiled["small"] is None and compiled["big"] is not None
+    compiled["big"].restore("test over")
+    assert runtimes.compile_layers("auto", base, torch.device("cpu"), None) is not None

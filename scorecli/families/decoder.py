@@ -41,7 +41,7 @@ class DecoderFamily(FamilyDefaults):
         # flashinfer JIT-compiles its kernels: a missing toolchain fails late
         self.fallback = "sdpa" if cfg.attention == "auto" and backend.name == "flashinfer" else None
         self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
-        self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device)
+        self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
         self.padded = backend.is_padded
         # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
         self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls"

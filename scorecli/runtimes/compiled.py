@@ -31,20 +31,18 @@ COMPILE_NOTE = ("compiling the model's layers with torch.compile for this device
                 "waits for it; --compile off skips it)")  # fmt: skip
 
 
-def _compiler_errors() -> tuple[type[BaseException], ...]:
+def is_compiler_error(exc: BaseException) -> bool:
+    """Whether `exc` is the compiler's (dynamo's or inductor's) rather than the model's; inductor
+    is imported only when something failed (importing it costs seconds)."""
     from torch._dynamo.exc import TorchDynamoException
 
-    errors: list[type[BaseException]] = [TorchDynamoException]
+    if isinstance(exc, TorchDynamoException):
+        return True
     try:
         from torch._inductor.exc import InductorError
-
-        errors.append(InductorError)
     except ImportError:  # older torch: inductor's errors reach us as dynamo's
-        pass
-    return tuple(errors)
-
-
-COMPILER_ERRORS = _compiler_errors()
+        return False
+    return isinstance(exc, InductorError)
 
 
 class CompiledLayers:
@@ -71,8 +69,8 @@ class CompiledLayers:
                 notice(COMPILE_NOTE)
             try:
                 return compiled(layer, *args, **kwargs)
-            except COMPILER_ERRORS as exc:  # the compiler failed, not the model
-                if self.strict:
+            except Exception as exc:
+                if self.strict or not is_compiler_error(exc):  # the model's errors (OOM...) go on up
                     raise
                 self.restore(f"torch.compile failed ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]})")
                 return eager(layer, *args, **kwargs)
