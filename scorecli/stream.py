@@ -31,12 +31,14 @@ def iter_windows(rows: Iterable[RawRow], size: int):
 
 
 def score_stream(
-    scorer: Scorer, rows: Iterable[RawRow], on_batch: Callable[[int, int], None] | None = None
+    scorer: Scorer, rows: Iterable[RawRow], on_batch: Callable[[int, int], None] | None = None,
+    prefetch: bool = True,
 ) -> Iterator[tuple[Prepared, pa.Table]]:
     """Score rows window by window, preparing the next window while this one runs.
 
     Yields each window's `Prepared` (for row counts) and output table, in input order.
-    Memory holds at most two windows, however many rows the input has.
+    Memory holds at most two windows, however many rows the input has. `prefetch=False`
+    prepares each window only when it is needed (a baseline for tests and benchmarks).
     """
     windows = iter_windows(rows, scorer.config.window_rows)
 
@@ -50,8 +52,12 @@ def score_stream(
         future = pool.submit(next_prepared)
         while (prepared := future.result()) is not None:
             mark("window prepared")
-            future = pool.submit(next_prepared)
-            yield prepared, scorer.run(prepared, on_batch)
+            if prefetch:
+                future = pool.submit(next_prepared)
+            table = scorer.run(prepared, on_batch)
+            if not prefetch:
+                future = pool.submit(next_prepared)
+            yield prepared, table
     finally:
         # on failure, do not wait for a reader blocked on a stalled stdin (the CLI exits at once)
         pool.shutdown(wait=future is None or future.done(), cancel_futures=True)
