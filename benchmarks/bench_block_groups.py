@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from scorecli.attention import blocks
-from scorecli.batching import collate
-from scorecli.pack import EncodedRow, pack_row
+from scorecli.core.batching import collate
+from scorecli.core.pack import EncodedRow, pack_row
 
 CASES = {  # name: (prefix tokens, item lengths low..high, items)
     "bench 3 (qwen3-reranker prompt, 24 items of 34-76 tokens)": (84, (34, 76), 24),

@@ -2,7 +2,7 @@
 
 1. Checkpointing: the same `scorecli score` job, whole processes, alternated: as users run it
    (every window kept as a durable part in `<out>.partial/`, merged into `<out>` at the end)
-   and with parts disabled internally (`scorecli.checkpoint.PARTS = False`: straight into the
+   and with parts disabled internally (`scorecli.engine.checkpoint.PARTS = False`: straight into the
    atomic sink, as before §11). Goal: parts cost under 3% of the whole-process time.
 2. Resuming: the job is killed (SIGKILL) once 75% of its rows are kept, then run again with
    `--resume`; that second process, start-up included, against the uninterrupted run.
@@ -32,7 +32,7 @@ import _common as C
 
 # both contenders start the same way (the console script's main() under `python -c`), so they
 # differ in the switch alone
-LAUNCH = "import sys, scorecli.checkpoint as c; c.PARTS = {parts}; from scorecli.cli import main; sys.argv[0] = 'scorecli'; main()"
+LAUNCH = "import sys, scorecli.engine.checkpoint as c; c.PARTS = {parts}; from scorecli.cli import main; sys.argv[0] = 'scorecli'; main()"
 
 
 def write_rows(path: Path, n: int, seed: int, pool: list[str]) -> None:

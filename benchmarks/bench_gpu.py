@@ -134,7 +134,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from scorecli.cli import _quiet_transformers
-    from scorecli.model import load_model
+    from scorecli.model.load import load_model
 
     _quiet_transformers()
     sizes = TINY if args.quick else QWEN3_06B

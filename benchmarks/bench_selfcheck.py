@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from scorecli import Scorer
     from scorecli.config import ScoreConfig
-    from scorecli.model import load_model
-    from scorecli.selfcheck import self_check
+    from scorecli.model.load import load_model
+    from scorecli.checks.selfcheck import self_check
 
     cfg = ScoreConfig(model=args.model, template=args.template, mode=args.mode, attention=args.attention,
                       self_check=False)  # fmt: skip

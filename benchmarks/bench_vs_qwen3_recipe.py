@@ -1,7 +1,7 @@
 """scorecli (MIS, qwen3-reranker template) vs the official Qwen3-Reranker transformers recipe.
 
 Model: the real SmolLM2-135M-Instruct (the bundled demo GGUF), through the dequantized
-safetensors folder that scorecli caches (`scorecli.gguf.materialize`), so both contenders
+safetensors folder that scorecli caches (`scorecli.model.gguf.materialize`), so both contenders
 load the same plain HF checkpoint. Data: seeded rows of one query (8-16 words) and 24 items
 of 20-60 words each.
 Contender A: `scorecli score in.jsonl --out a.parquet --model FOLDER --template qwen3-reranker
@@ -27,8 +27,8 @@ import _common as C
 
 
 def model_folder() -> str:
-    from scorecli.default_model import default_model_path
-    from scorecli.gguf import materialize
+    from scorecli.model.default_model import default_model_path
+    from scorecli.model.gguf import materialize
 
     gguf = default_model_path()
     return materialize(os.path.dirname(gguf), os.path.basename(gguf), None)
@@ -166,7 +166,7 @@ def forward_work(model: str, data, rows: list[dict], batch_size: int) -> Work:
 
 
 def _template_tokens(tok) -> int:
-    from scorecli.templates import QWEN3_ITEM, QWEN3_PREFIX, DEFAULT_INSTRUCTION
+    from scorecli.core.templates import QWEN3_ITEM, QWEN3_PREFIX, DEFAULT_INSTRUCTION
 
     text = QWEN3_PREFIX.replace("{instruction}", DEFAULT_INSTRUCTION).replace("{query}", "") + QWEN3_ITEM.replace("{item}", "")
     return len(tok(text, add_special_tokens=False)["input_ids"])

@@ -137,11 +137,11 @@ def _fake_cuda() -> None:
 
 def run(args) -> None:
     from benchmarks.bench_gpu import QWEN3_06B, TINY, build_model
-    from scorecli.batching import collate
+    from scorecli.core.batching import collate
     from scorecli.bench import Workload, non_embedding_params, synthetic_rows
     from scorecli.cli import _quiet_transformers
     from scorecli.config import ScoreConfig
-    from scorecli.model import load_model
+    from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
 
     _quiet_transformers()

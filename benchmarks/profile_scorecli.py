@@ -67,7 +67,7 @@ def startup(model: str | None = None, extra: str = "") -> None:
         ("import torch", "import torch"),
         ("import torch, transformers (+ AutoModel classes)", "import torch, transformers; from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification"),
         ("import scorecli.cli (what `scorecli --help` pays)", "import scorecli.cli"),
-        ("import scorecli.scorer (torch, transformers, pyarrow, rich)", "import scorecli.scorer, scorecli.run"),
+        ("import scorecli.scorer (torch, transformers, pyarrow, rich)", "import scorecli.scorer, scorecli.engine.run"),
         ("import sentence_transformers", "import sentence_transformers"),
     ]
     if model:

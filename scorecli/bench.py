@@ -60,9 +60,9 @@ def run_bench(
     """Time every (attention, mode) pair on the same rows; the model loads once. `modes` None:
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
     that way (`compat.Support`); modes given are run as asked, and refused as `score` refuses."""
-    from scorecli.model import load_model
+    from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
-    from scorecli.spec import any_label_ids
+    from scorecli.kinds.spec import any_label_ids
 
     loaded = load_model(cfg)
     if loaded.kind in ("cross-encoder", "embedding"):
@@ -75,7 +75,7 @@ def run_bench(
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
     if modes is None:
-        from scorecli.compat import support_of
+        from scorecli.model.compat import support_of
 
         support = support_of(loaded)
         modes = ["mis", "single"] if support.packed else ["single"]

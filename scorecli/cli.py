@@ -122,15 +122,15 @@ def score(
     _check_template(cfg.template)
     _one_line_warnings(quiet)
     console = None if quiet else err
-    from scorecli.checkpoint import Checkpoint
-    from scorecli.run import open_rows, preflight, run_score
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.engine.run import open_rows, preflight, run_score
 
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
         _say(f"warning: {checkpoint.note}")
     with _noting_interrupts():
         if engine == "ray":
-            from scorecli.ray import run_score_ray
+            from scorecli.engine.ray import run_score_ray
 
             preflight(cfg, paths, iter(()))  # the driver reads the inputs itself
             run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
@@ -172,14 +172,14 @@ def _check_template(name: str) -> None:
     """Unknown template names and bad template files fail before the model loads
     (`yes-no-chat` needs the model's tokenizer: it is checked with the model)."""
     if name != "yes-no-chat":
-        from scorecli.templates import load_template
+        from scorecli.core.templates import load_template
 
         load_template(name)
 
 
 def _resolve_model(model: str | None) -> tuple[str, str]:
     """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
-    from scorecli.default_model import default_model_path
+    from scorecli.model.default_model import default_model_path
 
     if model:  # the bundled judge named by its path keeps its template
         return model, "yes-no-chat" if _same_file(model, default_model_path) else "plain"
@@ -281,7 +281,7 @@ def _quiet_transformers() -> None:
 def _device_name(device: str) -> str:
     import torch
 
-    from scorecli.model import resolve_device
+    from scorecli.model.load import resolve_device
 
     dev = resolve_device(device)
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"

@@ -11,13 +11,13 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
     checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one)."""
     from scorecli.config import ScoreConfig
-    from scorecli.encode import leading_special_ids
-    from scorecli.model import load_tokenizer, open_checkpoint
-    from scorecli.spec import class_names, sequence_limit
+    from scorecli.core.encode import leading_special_ids
+    from scorecli.model.load import load_tokenizer, open_checkpoint
+    from scorecli.kinds.spec import class_names, sequence_limit
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     path, config, kind = open_checkpoint(cfg)
-    from scorecli.sentence import is_sentence_folder, transformer_folder
+    from scorecli.model.sentence import is_sentence_folder, transformer_folder
 
     tokenizer = load_tokenizer(transformer_folder(path) if is_sentence_folder(path) else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
@@ -51,7 +51,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
 
 def _embedding_lines(model: str, path: str, config) -> list[str]:
     """An embedding model's pooling, modules after it, prompts and similarity (SPEC §13)."""
-    from scorecli.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
+    from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
 
     modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
     modules = modules.resolved(modules.transformer_dir, config)
@@ -70,7 +70,7 @@ def _embedding_lines(model: str, path: str, config) -> list[str]:
 
 def _multi_item(kind: str, skeleton) -> str:
     """Whether MIS applies, as far as the config and module types tell (`--check` runs the rest)."""
-    from scorecli.compat import stateful_reason
+    from scorecli.model.compat import stateful_reason
 
     if kind == "cross-encoder":
         return "no (bidirectional encoder: single-item)"
@@ -94,15 +94,15 @@ def _skeleton(config, trust_remote_code: bool):
 
 def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
           device: str = "auto", dtype: str = "auto", attention: str = "auto") -> tuple[list[str], bool]:  # fmt: skip
-    """Load the weights and run the start-up self-check (`scorecli.selfcheck`) in every mode
+    """Load the weights and run the start-up self-check (`scorecli.checks.selfcheck`) in every mode
     the model supports. Returns (lines, whether every mode passed)."""
     import dataclasses
 
     from scorecli.config import ScoreConfig
-    from scorecli.model import load_model
+    from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
-    from scorecli.selfcheck import SelfCheckError
-    from scorecli.spec import any_label_ids
+    from scorecli.checks.selfcheck import SelfCheckError
+    from scorecli.kinds.spec import any_label_ids
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir, device=device,
                       dtype=dtype, attention=attention)  # fmt: skip
@@ -112,7 +112,7 @@ def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: b
         cfg = dataclasses.replace(cfg, **labels)
     lines, ok, modes = [], True, ("single",)
     if loaded.kind != "cross-encoder":
-        from scorecli.compat import support
+        from scorecli.model.compat import support
 
         allowed = support(loaded.model, loaded.kind)  # a model no mode reproduces: UsageError, one line
         modes = ("mis", "single") if allowed.packed else ("single",)

@@ -4,7 +4,7 @@
 `Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
 table); `stream.score_stream` overlaps the two across windows. What depends on the model's
 kind (encoding, packing, forward, heads, the self-check's reference) is its family's
-(`scorecli.families`): the Scorer never asks which kind it runs. Knows nothing about files,
+(`scorecli.kinds`): the Scorer never asks which kind it runs. Knows nothing about files,
 progress bars or the command line.
 """
 
@@ -21,20 +21,20 @@ import pyarrow as pa
 import torch
 
 from scorecli import __version__
-from scorecli.batching import collate, plan_batches
+from scorecli.core.batching import collate, plan_batches
 from scorecli.config import ScoreConfig
-from scorecli.encode import Fields, Row, parse_row
+from scorecli.core.encode import Fields, Row, parse_row
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line
-from scorecli.families import Family, make_family
+from scorecli.kinds import Family, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
-from scorecli.model import Loaded, load_model
-from scorecli.pack import Seq, drop_shared, shared_prefix_len
-from scorecli.ranking import Chunking, aggregate, top_k
-from scorecli.spec import RunSpec, resolve_spec
+from scorecli.model.load import Loaded, load_model
+from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
+from scorecli.core.ranking import Chunking, aggregate, top_k
+from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.runtimes.budget import default_batch_tokens
-from scorecli.templates import load_template
+from scorecli.core.templates import load_template
 from scorecli.timings import mark
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
@@ -83,7 +83,7 @@ class Scorer:
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
-        from scorecli.compat import support_of
+        from scorecli.model.compat import support_of
 
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
@@ -129,17 +129,17 @@ class Scorer:
         return self.family.shares_prefix
 
     def _self_check(self) -> str:
-        """Run the start-up self-check (`scorecli.selfcheck`) when it applies; its outcome."""
+        """Run the start-up self-check (`scorecli.checks.selfcheck`) when it applies; its outcome."""
         if not self.config.self_check:
             return "off"
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
         if self.runtime == "onnx-int8":  # approximate: drift measured and recorded, not judged
-            from scorecli.drift import measure_drift
+            from scorecli.checks.drift import measure_drift
 
             self.drift = measure_drift(self)
             return self.drift.note
-        from scorecli.selfcheck import SelfCheckError, self_check
+        from scorecli.checks.selfcheck import SelfCheckError, self_check
 
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch

@@ -21,8 +21,7 @@ def pytest_configure(config):
 def onnx_cache(tmp_path_factory):
     """ONNX exports made by runs without --cache-dir (`--runtime auto` picks ONNX Runtime for
     CPU encoders where it is installed) go to a session folder, not ~/.cache/scorecli."""
-    from scorecli import runtime_onnx
-
+    from scorecli.runtimes import onnx as runtime_onnx
     folder = str(tmp_path_factory.mktemp("onnx_cache"))
     patch = pytest.MonkeyPatch()
     patch.setattr(runtime_onnx, "default_cache_dir", lambda: folder)

@@ -52,7 +52,7 @@ def candidate_types() -> list[str]:
     """Model types with a sequence classifier that scorecli would run as a decoder."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
-    from scorecli.model import ENCODER_TYPES
+    from scorecli.model.load import ENCODER_TYPES
 
     return sorted(set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) - ENCODER_TYPES)
 

@@ -36,10 +36,10 @@ from scorecli.attention.flashinfer import (
     position_in_item,
 )
 from scorecli.attention.flex import FlexBackend, build_block_mask, mis_mask_mod, ragged_inputs
-from scorecli.batching import Batch, collate
+from scorecli.core.batching import Batch, collate
 from scorecli.errors import UsageError
 from scorecli.attention.shared import SharedKV
-from scorecli.pack import EncodedRow, drop_shared, pack_row
+from scorecli.core.pack import EncodedRow, drop_shared, pack_row
 from tests.test_invariance import make_rows, scorer_outputs
 
 # ---- random batches and the dense reference ------------------------------------------------
@@ -684,7 +684,7 @@ def test_auto_falls_back_when_flashinfer_fails_the_self_check(fake_flashinfer, q
     """A flashinfer whose MIS mask does nothing (simulated on the stand-in: plain causal) fails
     the start-up self-check: `auto` then runs sdpa, with a warning; explicit flashinfer stops."""
     from scorecli import Scorer
-    from scorecli.selfcheck import SelfCheckError
+    from scorecli.checks.selfcheck import SelfCheckError
     from tests import fake_flashinfer as fake
 
     causal = lambda self, s, q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q)  # noqa: E731
@@ -778,7 +778,7 @@ class TestFlashInferCuda:
 
 
 def test_auto_choices_for_dtype_and_backend(monkeypatch):
-    from scorecli.model import resolve_dtype
+    from scorecli.model.load import resolve_dtype
 
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16

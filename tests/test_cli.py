@@ -484,7 +484,7 @@ def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
     the template it gets when --model is left out; any other model gets `plain`."""
     from scorecli.cli import _resolve_model
-    from scorecli.default_model import default_model_path
+    from scorecli.model.default_model import default_model_path
     from scorecli.errors import UsageError
 
     try:

@@ -21,7 +21,7 @@ import torch
 from scorecli import Scorer
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
-from scorecli.selfcheck import SelfCheckError
+from scorecli.checks.selfcheck import SelfCheckError
 from tests.embedding_models import build_sentence_model
 from tests.test_cli import SCORECLI, _env
 
@@ -196,7 +196,7 @@ def test_truncate_error_and_empty_decoder_text_name_the_item(built):
 
 def test_self_check_catches_pooling_that_is_not_the_models(built, monkeypatch):
     """Simulated: the pooled run forgets that the prompt is excluded (`include_prompt: false`)."""
-    import scorecli.families.embedding as family
+    import scorecli.kinds.embedding as family
 
     real = family.pool
     monkeypatch.setattr(family, "pool", lambda hidden, lens, skip, modes: real(hidden, lens, torch.zeros_like(skip), modes))

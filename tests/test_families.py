@@ -2,7 +2,7 @@
 
 The families are discovered from transformers' auto mappings (`tests.families`), built tiny
 and seeded, and scored in MIS and single mode on every CPU backend with the self-check off, so
-that nothing but scorecli's up-front decisions (`scorecli.compat`) stands between a family and
+that nothing but scorecli's up-front decisions (`scorecli.model.compat`) stands between a family and
 a wrong score: each run either equals the model's own eager forward over P + I_k (<= 1e-4 on
 scores, <= 1e-3 on pooled hidden states) or is refused with a one-line ScorecliError. A
 default run (`--mode auto`, self-check on) must be exact for every family it accepts. A few
@@ -143,8 +143,8 @@ def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory
 def test_the_self_check_catches_a_family_compat_would_let_through(tmp_path_factory, monkeypatch):
     """The net behind the up-front decisions: were a state-carrying or backend-bypassing family
     let through in MIS, the start-up self-check stops it."""
-    from scorecli import compat
-    from scorecli.selfcheck import SelfCheckError
+    from scorecli.model.load import compat
+    from scorecli.checks.selfcheck import SelfCheckError
 
     for model_type in ("qwen3_next", "openai-gpt"):
         path = _family_path(tmp_path_factory, model_type)
@@ -214,7 +214,7 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
 def test_backend_for_a_single_item_only_model():
     """`--attention auto` picks a padded backend for it (never flashinfer's or flex's ragged
     row); an explicit ragged backend or MIS is refused; a packed model keeps its choice."""
-    from scorecli.compat import Support, backend_for
+    from scorecli.model.compat import Support, backend_for
     from scorecli.errors import UsageError
 
     single = Support(False, "layer 0 (mamba) carries state")

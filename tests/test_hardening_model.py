@@ -229,7 +229,7 @@ ROWS = [
 
 @pytest.mark.parametrize("data, message", ROWS, ids=range(len(ROWS)))
 def test_parse_row_names_the_field_and_what_is_wrong(data, message):
-    from scorecli.encode import Fields, parse_row
+    from scorecli.core.encode import Fields, parse_row
     from scorecli.errors import InputError
 
     with pytest.raises(InputError) as info:
@@ -239,7 +239,7 @@ def test_parse_row_names_the_field_and_what_is_wrong(data, message):
 
 def test_parse_row_takes_the_columns_that_are_given():
     """A Parquet file with text and token-id columns: each row uses the pair it fills."""
-    from scorecli.encode import Fields, parse_row
+    from scorecli.core.encode import Fields, parse_row
 
     row = parse_row({"query": None, "items": None, "query_ids": [1], "item_ids": [[2]]}, "r", Fields())
     assert row.pretokenized and row.query == [1] and row.items == [[2]]
@@ -267,8 +267,8 @@ class _Picky:
 def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cross_encoder):
     from transformers import AutoTokenizer
 
-    from scorecli.encode import DecoderEncoder, PairEncoder, Row
-    from scorecli.templates import load_template
+    from scorecli.core.encode import DecoderEncoder, PairEncoder, Row
+    from scorecli.core.templates import load_template
 
     rows = [Row("q", ["fine"], None, None), Row("q", ["fine", "x BOOM"], None, None), Row("BOOM", ["a"], None, None)]
     where = ["f:1", "f:2", "f:3"]
@@ -285,7 +285,7 @@ def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cro
 
 def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monkeypatch):
     from scorecli.errors import UsageError
-    from scorecli.model import locate
+    from scorecli.model.load import locate
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models").mkdir()
@@ -305,8 +305,8 @@ def test_self_check_says_when_the_models_own_forward_is_not_finite(qwen3_seq_cls
     self-check names the model's own output, not "this architecture"."""
     from scorecli import Scorer
     from scorecli.config import ScoreConfig
-    from scorecli.model import load_model
-    from scorecli.selfcheck import SelfCheckError
+    from scorecli.model.load import load_model
+    from scorecli.checks.selfcheck import SelfCheckError
 
     loaded = load_model(ScoreConfig(model=qwen3_seq_cls))
     with torch_no_grad():

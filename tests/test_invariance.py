@@ -330,7 +330,7 @@ def test_shared_prefix_changes_between_windows(qwen3_seq_cls):
     raw = [RawRow(r, f"test:{k + 1}") for k, r in enumerate(rows)]
     raw.insert(4, RawRow({"query": 3}, "test:bad"))
     scorer = Scorer(qwen3_seq_cls, pooled_hidden_states=True, window_rows=3, skip_bad_rows=True)
-    from scorecli.stream import score_stream
+    from scorecli.engine.local import score_stream
 
     windows = list(score_stream(scorer, raw))  # rows 0-2 | 3, bad, 4 | 5-7 (two kinds) | 8
     assert [len(p.shared) >= 16 for p, _ in windows] == [True, True, False, False]

@@ -518,10 +518,10 @@ def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_se
     says, and null in JSON lines (JSON has no NaN)."""
     import pyarrow.dataset as ds
 
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.config import ScoreConfig
     from scorecli.io.output import resolve_output
-    from scorecli.run import run_score
+    from scorecli.engine.run import run_score
 
     inp = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [1.5, float("nan")], "query": ["q", "r"], "items": [["a"], ["b"]]}), inp)

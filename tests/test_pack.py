@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scorecli.batching import batch_cost, collate, plan_batches
+from scorecli.core.batching import batch_cost, collate, plan_batches
 from scorecli.errors import InputError
-from scorecli.pack import EncodedRow, drop_shared, pack_row, shared_prefix_len, truncate_items
+from scorecli.core.pack import EncodedRow, drop_shared, pack_row, shared_prefix_len, truncate_items
 
 
 def _row(prefix_len, item_lens, suffix_len=0):

@@ -15,7 +15,7 @@ from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError
 from scorecli.io.parts import JOB, JOURNAL, FingerprintMismatch, open_store
 from scorecli.io.readers import iter_rows
-from scorecli.job import fingerprint
+from scorecli.engine.job import fingerprint
 
 FP = {"model": "m", "--template": "plain"}
 
@@ -119,7 +119,7 @@ def test_a_leftover_unfinished_dataset_is_replaced_with_a_note_a_finished_one_si
 
 
 def test_partial_that_is_a_file_or_a_symlink_is_refused_before_any_work(tmp_path):
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
 
     data = tmp_path / "in.jsonl"
@@ -137,7 +137,7 @@ def test_partial_that_is_a_file_or_a_symlink_is_refused_before_any_work(tmp_path
 def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch):
     """SIGINT/SIGTERM while the parts are removed, after the output was renamed into place:
     the message says the output is whole, not 'no output written'."""
-    from scorecli.checkpoint import Checkpoint, Interrupted
+    from scorecli.engine.checkpoint import Checkpoint, Interrupted
     from scorecli.io.output import resolve_output
     from scorecli.io.parts import PartStore
 
@@ -230,7 +230,7 @@ def test_skip_does_not_parse_skipped_lines(tmp_path):
 
 
 def test_dataset_parts_share_one_schema_when_a_column_type_appears_late(tmp_path):
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
 
     import pyarrow.dataset as ds
@@ -262,7 +262,7 @@ def test_dataset_parts_share_one_schema_when_a_column_type_appears_late(tmp_path
 def test_a_kill_while_dataset_parts_get_their_final_schema_keeps_them(tmp_path):
     """A dataset's parts rewritten under the final schema at the end (an id type known late)
     still count for --resume after a kill there: nothing is scored again."""
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
 
     target = resolve_output(str(tmp_path / "ds") + "/")

@@ -16,7 +16,7 @@ import torch
 
 from scorecli import Scorer
 from scorecli.io.readers import RawRow
-from scorecli.stream import score_stream
+from scorecli.engine.local import score_stream
 from tests.test_invariance import make_rows
 
 DEVICE_S = 0.1  # per batch

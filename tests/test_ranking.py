@@ -20,8 +20,8 @@ from scorecli import Scorer
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
-from scorecli.ranking import Chunking, aggregate, chunk_items, chunk_windows, top_k
-from scorecli.templates import load_template
+from scorecli.core.ranking import Chunking, aggregate, chunk_items, chunk_windows, top_k
+from scorecli.core.templates import load_template
 from tests.reference import load_reference, reference_item
 from tests.test_invariance import WORDS
 
@@ -312,7 +312,7 @@ def test_bad_values_are_usage_errors(llama_reward):
 
 
 def test_resume_fingerprint_covers_the_new_flags():
-    from scorecli.job import fingerprint
+    from scorecli.engine.job import fingerprint
 
     base = fingerprint(ScoreConfig(model="m"), [], "parquet")
     for kw in ({"top_k": 3}, {"chunk_tokens": 8}, {"chunk_tokens": 8, "chunk_overlap": 2},
@@ -364,9 +364,9 @@ def test_resume_continues_a_chunked_ranked_job_and_refuses_other_flags(tmp_path,
     --resume with another --top-k / --chunk-* value is refused (nothing changed)."""
     from dataclasses import replace
 
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
-    from scorecli.run import run_score
+    from scorecli.engine.run import run_score
     from tests.test_cli import jsonl, write
 
     rows = long_rows(6, seed=21)

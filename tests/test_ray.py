@@ -22,8 +22,8 @@ ray = pytest.importorskip("ray")
 from scorecli.config import ScoreConfig  # noqa: E402
 from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
 from scorecli.io.readers import resolve_inputs  # noqa: E402
-from scorecli.ray import ROW_INDEX, ScorecliPredictor, import_ray, run_score_ray  # noqa: E402
-from scorecli.run import run_score  # noqa: E402
+from scorecli.engine.ray import ROW_INDEX, ScorecliPredictor, import_ray, run_score_ray  # noqa: E402
+from scorecli.engine.run import run_score  # noqa: E402
 from tests.test_invariance import make_rows  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +165,7 @@ def test_usage_errors(local_ray, qwen3_seq_cls, inputs, tmp_path):
 
 
 def test_imports_without_ray_and_says_how_to_install(monkeypatch):
-    code = "import sys, scorecli.ray; assert 'ray' not in sys.modules"
+    code = "import sys, scorecli.engine.ray; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray sees
     with pytest.raises(UsageError, match=r"pip install 'scorecli\[ray\]'"):

@@ -259,7 +259,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_s
 def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_rows(tmp_path, job_input, qwen3_seq_cls):
     """A run of another job on a leftover folder, failing or interrupted before its first part,
     does not say the old job's rows are kept for it to --resume, and leaves them as they were."""
-    from scorecli.checkpoint import Checkpoint, Interrupted
+    from scorecli.engine.checkpoint import Checkpoint, Interrupted
     from scorecli.config import ScoreConfig
     from scorecli.errors import InputError
     from scorecli.io.output import resolve_output
@@ -406,9 +406,9 @@ def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen
     """--skip-bad-rows: a row whose id kind differs from the kept rows' ids, met after --resume,
     has the error text an uninterrupted run writes (where the first id was), not the folder's."""
     from scorecli.config import ScoreConfig
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
-    from scorecli.run import open_rows, run_score
+    from scorecli.engine.run import open_rows, run_score
 
     rows = [{"query": "q", "items": ["a b", "c"]}] + [
         {"id": "nine" if i == 9 else i, "query": WORDS[i], "items": [WORDS[i + 1], WORDS[i + 2]]} for i in range(1, 12)]

@@ -1,4 +1,4 @@
-"""`--runtime onnx-int8` (`scorecli.runtime_int8`, `scorecli.drift`): opt-in only, its drift from
+"""`--runtime onnx-int8` (`scorecli.runtimes.int8`, `scorecli.checks.drift`): opt-in only, its drift from
 the torch forward measured by the self-check and recorded in the metadata and on stderr, never
 silent; the int8 model cached next to the float32 export, and never left half written."""
 
@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scorecli.drift import DRIFT_ITEMS, pairs_ordered_alike
+from scorecli.checks.drift import DRIFT_ITEMS, pairs_ordered_alike
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
-from scorecli.selfcheck import PROBE_QUERY, SelfCheckError
+from scorecli.checks.selfcheck import PROBE_QUERY, SelfCheckError
 from tests.models import build_bert_cross_encoder
 
 pytest.importorskip("onnxruntime")
@@ -156,8 +156,7 @@ def test_failed_quantization_leaves_no_file(cross_encoder, tmp_path, monkeypatch
 
 
 def test_non_finite_int8_scores_still_fail(cross_encoder, tmp_path, monkeypatch):
-    from scorecli import runtime_onnx
-
+    from scorecli.runtimes import onnx as runtime_onnx
     real = runtime_onnx.OnnxForward.__call__
 
     def nan(self, batch, pooling):

@@ -1,4 +1,4 @@
-"""The ONNX Runtime CPU runtime (`scorecli.runtime_onnx`): equal to the torch forward, cached
+"""The ONNX Runtime CPU runtime (`scorecli.runtimes.onnx`): equal to the torch forward, cached
 once per model's weights, and a missing onnxruntime falls back with one line."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_onnx_equals_torch_forward_minilm(tmp_path):
 
 
 def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
-    import scorecli.runtime_onnx as ro
+    import scorecli.runtimes.onnx as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
     exports = []
@@ -97,7 +97,7 @@ def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
 
 
 def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
-    import scorecli.runtime_onnx as ro
+    import scorecli.runtimes.onnx as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
     monkeypatch.setattr(ro, "export_error", lambda model, p, *a: 0.5)
@@ -214,10 +214,10 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
 
     import pyarrow.parquet as pq
 
-    from scorecli.checkpoint import Checkpoint
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.config import ScoreConfig
     from scorecli.io.output import resolve_output
-    from scorecli.run import open_rows, run_score
+    from scorecli.engine.run import open_rows, run_score
 
     model = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
     words = "mars red planet iron oxide sun moon rice water library nine weekday".split()

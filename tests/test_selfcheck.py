@@ -6,7 +6,7 @@ import pytest
 
 from scorecli import Scorer
 from scorecli.attention import blocks, dense, kernel
-from scorecli.selfcheck import SelfCheckError
+from scorecli.checks.selfcheck import SelfCheckError
 from tests import models
 
 
@@ -27,10 +27,10 @@ def test_self_check_on_label_token_scores(qwen3_causal_lm, activation):
 def test_self_check_stops_an_unreproduced_logit_transform(tmp_path, monkeypatch):
     """Simulated: the head forgets Cohere's logit_scale. The Scorer refuses to start;
     self_check=False (--no-self-check) starts it anyway."""
-    import scorecli.families.decoder
+    import scorecli.kinds.decoder
 
     path = models.build_logit_transform_lm(tmp_path, "cohere")
-    monkeypatch.setattr(scorecli.families.decoder, "lm_logit_transform", lambda model: (None, 1.0))
+    monkeypatch.setattr(scorecli.kinds.decoder, "lm_logit_transform", lambda model: (None, 1.0))
     with pytest.raises(SelfCheckError, match="differ from the model's own forward"):
         Scorer(path, label_tokens=("yes", "no"))
     Scorer(path, label_tokens=("yes", "no"), self_check=False)
@@ -52,7 +52,7 @@ def test_self_check_stops_an_ignored_attention_argument(gemma2_seq_cls, monkeypa
 def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls, max_seq_len):
     from transformers import AutoTokenizer
 
-    from scorecli.selfcheck import probe_rows
+    from scorecli.checks.selfcheck import probe_rows
 
     rows = probe_rows(AutoTokenizer.from_pretrained(qwen3_seq_cls), max_seq_len)
     assert all(len(q) + len(item) <= max_seq_len and item for q, items in rows for item in items)
@@ -70,8 +70,7 @@ def test_self_check_on_the_fused_cross_encoder(request, fixture):
 
 def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch):
     """Simulated: the fused projections scale the queries wrongly."""
-    from scorecli import fast_encoder
-
+    from scorecli.runtimes import fast_encoder
     real = fast_encoder._fuse
 
     def wrong(sa):
@@ -91,9 +90,9 @@ def test_inspect_check_reports_each_mode(qwen3_causal_lm, monkeypatch):
     assert mode == "mode:           mis (--mode auto)"
     assert len(lines) == 2 and all(line.startswith("self-check:     passed (max relative") for line in lines)
     assert "(mis, sdpa, float32 on cpu)" in lines[0] and "(single, sdpa, float32 on cpu)" in lines[1]
-    import scorecli.families.decoder
+    import scorecli.kinds.decoder
 
-    monkeypatch.setattr(scorecli.families.decoder, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
+    monkeypatch.setattr(scorecli.kinds.decoder, "lm_logit_transform", lambda model: (None, 0.5))  # a wrong head
     (mode, *lines), ok = check(qwen3_causal_lm, None, False)  # no label tokens: any two
     assert not ok and len(lines) == 2 and all("FAILED: scorecli's scores" in line for line in lines)
 
@@ -102,7 +101,7 @@ def test_the_probe_looks_like_real_work(qwen3_seq_cls):
     """Two rows (two sequences in one batch in either mode), items of very different lengths,
     packed rows longer than small models' sliding windows."""
     from scorecli.io.readers import RawRow
-    from scorecli.selfcheck import probe_rows
+    from scorecli.checks.selfcheck import probe_rows
 
     scorer = Scorer(qwen3_seq_cls, mode="mis")
     rows = probe_rows(scorer.loaded.tokenizer, scorer.spec.max_seq_len)
@@ -115,8 +114,7 @@ def test_the_probe_looks_like_real_work(qwen3_seq_cls):
 
 def test_self_check_compares_hidden_states(qwen3_seq_cls, monkeypatch):
     """Simulated: the pooled hidden states go wrong while the scores stay right."""
-    from scorecli import forward
-
+    from scorecli.kinds import forward
     real = forward.DecoderForward._pooled
 
     def wrong(self, inputs, kwargs, pooling):

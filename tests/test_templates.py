@@ -14,7 +14,7 @@ import random
 import pytest
 
 from scorecli.errors import UsageError
-from scorecli.templates import PRESETS, Template, load_template
+from scorecli.core.templates import PRESETS, Template, load_template
 
 IM_START, IM_END, EOT, BOS = "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>"
 CHATML = (

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from scorecli.attention.kernel import attention
-from scorecli.batching import Batch
+from scorecli.core.batching import Batch
 
 # What one more item group costs (its gathers, SDPA call and scatter per layer), in attention
 # scores per head: a group is split off only when the padding it saves outweighs this.

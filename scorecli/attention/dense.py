@@ -14,7 +14,7 @@ from scorecli.attention import ModelInputs, pad_ragged, to_device
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost
 from scorecli.attention.kernel import attention, attention_math
 from scorecli.attention.shared import SharedKV
-from scorecli.batching import Batch
+from scorecli.core.batching import Batch
 
 
 def mis_allowed(segment: torch.Tensor, shared_len: int = 0) -> torch.Tensor:

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import ModelInputs, to_device
-from scorecli.batching import Batch
+from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, notice
 
 UINT16_MAX = np.iinfo(np.uint16).max

@@ -37,7 +37,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from scorecli.attention import ModelInputs, to_device
-from scorecli.batching import Batch
+from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, error_line
 
 

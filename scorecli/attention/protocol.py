@@ -12,7 +12,7 @@ from typing import Protocol
 import torch
 
 from scorecli.attention.shared import SharedKV
-from scorecli.batching import Batch
+from scorecli.core.batching import Batch
 
 
 @dataclass(frozen=True, slots=True)

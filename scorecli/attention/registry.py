@@ -55,7 +55,7 @@ _DISPATCH = torch.compiler.disable(_dispatch)
 
 def set_implementation(model: torch.nn.Module, name: str) -> None:
     """`model.set_attn_implementation(name)` without transformers' note that a model whose
-    attention ignores the interface cannot switch (`scorecli.compat` finds such layers itself,
+    attention ignores the interface cannot switch (`scorecli.model.compat` finds such layers itself,
     and a refusal stays one line)."""
     from transformers.utils import logging as hf_logging
 

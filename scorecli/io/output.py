@@ -3,7 +3,7 @@
 - `-` and `/dev/stdout`: JSON lines on standard output, streamed window by window.
 - A device or FIFO (after following symlinks), or an open descriptor (`/dev/stderr`,
   `/dev/fd/3`, whatever it points to): written through, never replaced.
-- A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.checkpoint`).
+- A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.engine.checkpoint`).
 - Anything else: a regular file, written under a temporary name beside its real path (a
   symlink's target: the link stays) and renamed onto it at the end.
 The format comes from the name as given: `.parquet` or no suffix: Parquet; `.jsonl`,
@@ -37,7 +37,7 @@ class Target:
         out: the path as the user gave it (for messages).
         format: "parquet", "jsonl" or "jsonl.gz".
         kind: "stdout", "special" (a device or FIFO: written through), "file", or "dataset"
-            (a directory of Parquet parts, `scorecli.checkpoint`).
+            (a directory of Parquet parts, `scorecli.engine.checkpoint`).
         path: the file written (symlinks resolved); None for stdout.
     """
 
@@ -102,7 +102,7 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
 
 
 def _dataset(out: str) -> Target:
-    """A directory `--out`: a Parquet dataset of part files (`scorecli.checkpoint`)."""
+    """A directory `--out`: a Parquet dataset of part files (`scorecli.engine.checkpoint`)."""
     real = os.path.realpath(out)
     if os.path.exists(real) and not os.path.isdir(real):
         raise UsageError(f"cannot write output {out}: not a directory")

@@ -1,7 +1,10 @@
 """What runs a model's forward, and speed-ups wrapped around it.
 
 - `compiled`: `torch.compile` around a decoder's layers (norms, projections, rotary and MLP
-  fused), attention left to scorecli's backends.
+  fused), attention left to scorecli's backends; `compile_layers` below decides `--compile`;
+- `budget`: the default token budget of a batch (the device's free memory on CUDA);
+- `onnx`, `int8`: ONNX Runtime for BERT-family encoders on CPU, and its int8 copy (`--runtime`);
+- `fast_encoder`: BERT-family encoders with fused QKV and a last layer computed at the rows read.
 This package knows nothing about files, rows or the command line.
 """
 

@@ -9,24 +9,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from scorecli.batching import Batch
-from scorecli.encode import DecoderEncoder
+from scorecli.core.batching import Batch
+from scorecli.core.encode import DecoderEncoder
 from scorecli.errors import InputError, UsageError
-from scorecli.families import FamilyDefaults
-from scorecli.forward import DecoderForward
-from scorecli.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
-from scorecli.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
-from scorecli.ranking import Chunking, chunk_items
-from scorecli.runtime_onnx import ONNX_RUNTIMES
+from scorecli.kinds import FamilyDefaults
+from scorecli.kinds.forward import DecoderForward
+from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
+from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
+from scorecli.core.ranking import Chunking, chunk_items
+from scorecli.runtimes.onnx import ONNX_RUNTIMES
 from scorecli.runtimes import compile_layers
 
 
 class DecoderFamily(FamilyDefaults):
-    """How a decoder kind scores rows (see `scorecli.families.Family`)."""
+    """How a decoder kind scores rows (see `scorecli.kinds.Family`)."""
 
     def __init__(self, scorer):
         from scorecli.attention import make_backend
-        from scorecli.compat import backend_for, text_config
+        from scorecli.model.compat import backend_for, text_config
 
         cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
         if cfg.runtime in ONNX_RUNTIMES:
@@ -113,6 +113,6 @@ class DecoderFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.selfcheck import decoder_errors, probe_rows
+        from scorecli.checks.selfcheck import decoder_errors, probe_rows
 
         return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))

@@ -16,7 +16,7 @@ run scorecli's fused encoder (BERT family), against the loaded model's own forwa
 models embed a probe row (items of very different lengths) in the run's own batches; every
 similarity and item embedding is compared with each text run alone through the model's own
 forward (eager attention for decoders), pooled text by text. Which probe a run gets is its
-kind family's choice (`families`, `probe_errors`). This module knows nothing about files or
+kind's choice (`kinds`, `probe_errors`). This module knows nothing about files or
 the CLI.
 """
 
@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from scorecli.errors import ScorecliError
-from scorecli.encode import Row
-from scorecli.heads import activate
+from scorecli.core.encode import Row
+from scorecli.kinds.heads import activate
 from scorecli.io.readers import RawRow
-from scorecli.sentence import similarity
+from scorecli.model.sentence import similarity
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")

@@ -17,14 +17,14 @@ from typing import BinaryIO
 
 from rich.console import Console
 
-from scorecli.checkpoint import Checkpoint
+from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError
 from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
-from scorecli.progress import Tracker, note, summary
+from scorecli.engine.progress import Tracker, note, summary
 
 
 def open_rows(
@@ -47,7 +47,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
     unless `cfg.skip_bad_rows`.
     """
-    from scorecli.encode import Fields, parse_row
+    from scorecli.core.encode import Fields, parse_row
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     firsts: list[RawRow] = []
@@ -85,9 +85,9 @@ def run_score(
     """
     from transformers.utils import logging as hf_logging
 
-    from scorecli.drift import stderr_line
+    from scorecli.checks.drift import stderr_line
     from scorecli.scorer import Scorer
-    from scorecli.stream import score_stream
+    from scorecli.engine.local import score_stream
 
     # our own progress is the only one: transformers' "Loading weights" bar would break
     # --quiet and the one-line error contract

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from scorecli.cache import build_once
+from scorecli.model.cache import build_once
 from scorecli.errors import UsageError
 
 

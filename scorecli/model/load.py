@@ -1,7 +1,7 @@
 """Load a Hugging Face checkpoint (weights, tokenizer) and detect its kind.
 
 What a run does with the model (mode, labels, lengths) is resolved in `spec.py`; what a kind
-needs at run time in `families`. Knows nothing about input rows or output files. Loading is safe by default: no remote
+needs at run time in `kinds`. Knows nothing about input rows or output files. Loading is safe by default: no remote
 code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
-from scorecli.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
+from scorecli.model.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
                                transformer_folder)
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
@@ -123,7 +123,7 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     is dequantized into a cached folder first; the kind is `cfg.kind`, else detected."""
     path, gguf_file = locate(cfg.model)
     if gguf_file:
-        from scorecli.gguf import materialize
+        from scorecli.model.gguf import materialize
 
         path = materialize(path, gguf_file, cfg.cache_dir)
     sentence = is_sentence_folder(path)

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from scorecli.cache import build_once
+from scorecli.model.cache import build_once
 
 WEIGHT_TYPE = "QUInt8"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scorecli.pack import Seq, segment_ids
+from scorecli.core.pack import Seq, segment_ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,12 @@ dequantized checkpoints) and the versions that shape the graph. Before a new exp
 cached, ONNX Runtime's scores of a probe batch are compared with the torch forward (at most
 `EXPORT_TOLERANCE`); a graph that differs is never cached. `OnnxForward` is called like
 `forward.EncoderForward` (a padded batch in, `Pooled` out), `OnnxTextForward` like
-`families.embedding.EmbeddingForward` (ragged last hidden states out).
+`kinds.embedding.EmbeddingForward` (ragged last hidden states out).
 
 `--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
 
 Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
-a run uses is decided by `choose` from the frozen config (called by the families).
+a run uses is decided by `choose` from the frozen config (called by the kinds).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from scorecli.attention import pad_ragged
-from scorecli.batching import Batch
-from scorecli.cache import build_once
+from scorecli.core.batching import Batch
+from scorecli.model.cache import build_once
 from scorecli.errors import UsageError
-from scorecli.forward import Pooled
+from scorecli.kinds.forward import Pooled
 
 EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the torch forward
 OPSET = 17
@@ -57,7 +57,7 @@ def weight_files(folder: str) -> list[str]:
 
 def default_cache_dir() -> str:
     """The cache directory when none is given (the one dequantized GGUF models use)."""
-    from scorecli.gguf import default_cache_dir as shared
+    from scorecli.model.gguf import default_cache_dir as shared
 
     return shared()
 
@@ -108,8 +108,8 @@ def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
-    from scorecli.fast_encoder import FastEncoder
-    from scorecli.forward import with_encoder
+    from scorecli.runtimes.fast_encoder import FastEncoder
+    from scorecli.kinds.forward import with_encoder
 
     with torch.no_grad():  # the fused weights become constants of the graph
         fast = FastEncoder(model)
@@ -216,7 +216,7 @@ class OnnxForward:
 
 class OnnxTextForward:
     """An encoder's last hidden states of a batch's texts, ragged [T, H], through an ONNX
-    Runtime session (drop-in for `families.embedding.EmbeddingForward` of an encoder)."""
+    Runtime session (drop-in for `kinds.embedding.EmbeddingForward` of an encoder)."""
 
     def __init__(self, path: str, threads: int = 1):
         self.path, self.threads = path, threads
@@ -271,7 +271,7 @@ def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str
     export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
     path, _ = materialize(model, folder, cache_dir, what)
     if runtime == "onnx-int8":
-        from scorecli.runtime_int8 import quantized
+        from scorecli.runtimes.int8 import quantized
 
         path, _ = quantized(path)
     return path

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from scorecli import fast_encoder
+from scorecli.runtimes import fast_encoder
 from scorecli.attention import bound, pad_ragged, to_device
-from scorecli.batching import Batch
-from scorecli.encode import Row, tokenize
-from scorecli.families import FamilyDefaults
-from scorecli.families.pairs import CPU_STREAMS
-from scorecli.forward import with_encoder
-from scorecli.pack import Seq
-from scorecli.ranking import Chunking
-from scorecli.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
+from scorecli.core.batching import Batch
+from scorecli.core.encode import Row, tokenize
+from scorecli.kinds import FamilyDefaults
+from scorecli.kinds.pairs import CPU_STREAMS
+from scorecli.kinds.forward import with_encoder
+from scorecli.core.pack import Seq
+from scorecli.core.ranking import Chunking
+from scorecli.model.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +130,11 @@ class EmbeddingForward:
 
 
 class EmbeddingFamily(FamilyDefaults):
-    """How an embedding model scores rows (see `scorecli.families.Family`)."""
+    """How an embedding model scores rows (see `scorecli.kinds.Family`)."""
 
     def __init__(self, scorer):
         from scorecli.attention import make_backend
-        from scorecli.compat import backend_for
+        from scorecli.model.compat import backend_for
 
         cfg, loaded, spec = scorer.config, scorer.loaded, scorer.spec
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
@@ -146,8 +146,7 @@ class EmbeddingFamily(FamilyDefaults):
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
         fast = backend is None and cfg.attention in ("auto", "sdpa") and fast_encoder.supports(loaded.model)
-        from scorecli import runtime_onnx
-
+        from scorecli.runtimes import onnx as runtime_onnx
         self.runtime = runtime_onnx.choose(cfg, loaded, fast)
         if self.runtime in runtime_onnx.ONNX_RUNTIMES:
             folder = loaded.model.name_or_path
@@ -212,14 +211,14 @@ class EmbeddingFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.selfcheck import embedding_errors
+        from scorecli.checks.selfcheck import embedding_errors
 
         return embedding_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(the run's, the model's own) similarities [items + 1] of the probe query with `items`
         and a long text."""
-        from scorecli.selfcheck import embedding_probe
+        from scorecli.checks.selfcheck import embedding_probe
 
         return embedding_probe(scorer, items)["scores"]
 

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from scorecli.errors import InputError, UsageError, first_line
-from scorecli.longtext import Bounder
-from scorecli.pack import EncodedRow, Seq
-from scorecli.ranking import Chunking, chunk_items
-from scorecli.templates import Template, text_problem
+from scorecli.core.longtext import Bounder
+from scorecli.core.pack import EncodedRow, Seq
+from scorecli.core.ranking import Chunking, chunk_items
+from scorecli.core.templates import Template, text_problem
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from scorecli.io.output import Target
 from scorecli.io.parts import PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.writers import Sink
-from scorecli.job import fingerprint
+from scorecli.engine.job import fingerprint
 
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
@@ -148,7 +148,7 @@ class Checkpoint:
             return cfg
         kept = self.metadata().get("runtime")
         if kept == "onnx":
-            from scorecli.runtime_onnx import available
+            from scorecli.runtimes.onnx import available
 
             if not available():
                 raise UsageError("--resume: the kept rows were scored by ONNX Runtime (--runtime auto chose it), "

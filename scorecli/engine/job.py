@@ -57,7 +57,7 @@ def _model(name: str) -> dict[str, Any]:
         st = os.stat(name)
         return {"path": os.path.realpath(name), "weights": [[os.path.basename(name), st.st_size]]}
     if os.path.isdir(name):
-        from scorecli.sentence import module_folders
+        from scorecli.model.sentence import module_folders
 
         weights = sorted(  # a sentence-transformers folder's modules (Dense) keep weights in subfolders
             [os.path.join(sub, n), os.path.getsize(os.path.join(name, sub, n))]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scorecli.errors import UsageError
-from scorecli.selfcheck import PROBE_ITEMS, SelfCheckError
+from scorecli.checks.selfcheck import PROBE_ITEMS, SelfCheckError
 
 DRIFT_ITEMS = PROBE_ITEMS + (
     " Mars looks red because of the iron oxide dust on its surface.",

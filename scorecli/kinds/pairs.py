@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from scorecli.batching import Batch
-from scorecli.encode import EncodedPairs, PairEncoder
-from scorecli.families import FamilyDefaults
-from scorecli.forward import EncoderForward
-from scorecli.heads import activate
-from scorecli.pack import Seq
-from scorecli.ranking import Chunking
+from scorecli.core.batching import Batch
+from scorecli.core.encode import EncodedPairs, PairEncoder
+from scorecli.kinds import FamilyDefaults
+from scorecli.kinds.forward import EncoderForward
+from scorecli.kinds.heads import activate
+from scorecli.core.pack import Seq
+from scorecli.core.ranking import Chunking
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -24,13 +24,13 @@ CPU_STREAMS = 2
 
 
 class PairFamily(FamilyDefaults):
-    """How a cross-encoder scores rows (see `scorecli.families.Family`)."""
+    """How a cross-encoder scores rows (see `scorecli.kinds.Family`)."""
 
     padded = True
 
     def __init__(self, scorer):
-        from scorecli import runtime_onnx
-        from scorecli.fast_encoder import supports
+        from scorecli.runtimes import onnx as runtime_onnx
+        from scorecli.runtimes.fast_encoder import supports
 
         cfg, loaded = scorer.config, scorer.loaded
         self.loaded, self.spec = loaded, scorer.spec
@@ -76,12 +76,12 @@ class PairFamily(FamilyDefaults):
 
     def probe_errors(self, scorer) -> dict[str, float] | None:
         """None when the probe's pairs do not fit --max-seq-len."""
-        from scorecli.selfcheck import pair_errors
+        from scorecli.checks.selfcheck import pair_errors
 
         return pair_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
-        from scorecli.selfcheck import pair_scores
+        from scorecli.checks.selfcheck import pair_scores
 
         return pair_scores(scorer, items)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorecli.compat import Support, check_backend, text_config
+from scorecli.model.compat import Support, check_backend, text_config
 from scorecli.config import SIMILARITIES, ScoreConfig
-from scorecli.encode import leading_special_ids
+from scorecli.core.encode import leading_special_ids
 from scorecli.errors import UsageError
-from scorecli.model import Loaded
-from scorecli.templates import Template, text_problem
+from scorecli.model.load import Loaded
+from scorecli.core.templates import Template, text_problem
 
 MAX_SEQ_LEN_CAP = 8192
 

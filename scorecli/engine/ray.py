@@ -1,7 +1,7 @@
 """Distributed scoring on Ray Data: the same `Scorer` on many workers, one ordered output.
 
 `ScorecliPredictor` is the callable class for `ray.data.Dataset.map_batches`; `run_score_ray`
-is the `--engine ray` counterpart of `scorecli.run.run_score`. Ray is imported only inside
+is the `--engine ray` counterpart of `scorecli.engine.run.run_score`. Ray is imported only inside
 functions, so this module imports without it. Knows nothing about flags or tokenizers.
 
 How a run keeps input order and the local engine's error contract:
@@ -37,15 +37,15 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from scorecli.checkpoint import Checkpoint
+from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.ids import schema_id_type
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, count_rows
-from scorecli.progress import Counts, Tracker, note, summary
-from scorecli.ray_cluster import connected, plan_workers, quiet_ray_data
-from scorecli.run import open_rows
+from scorecli.engine.progress import Counts, Tracker, note, summary
+from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
+from scorecli.engine.run import open_rows
 
 ROW_INDEX = "__row_index"
 INSTALL_HINT = "pip install 'scorecli[ray]'"
@@ -243,7 +243,7 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow]) -> tu
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
     """
-    from scorecli.encode import Fields, parse_row
+    from scorecli.core.encode import Fields, parse_row
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     refs, total = [], 0
@@ -325,7 +325,7 @@ def _write_in_order(blocks: Iterator[pa.Table], out: Target | Checkpoint, cfg: S
     """Write scored blocks to one output in input order (a `Checkpoint` keeps each as a part and
     makes the output at the end); stop at the first bad row unless skipping. `rows`: (rows an
     earlier run kept, rows to score now)."""
-    from scorecli.drift import stderr_line
+    from scorecli.checks.drift import stderr_line
     from scorecli.io.writers import Sink
 
     done, total = rows
@@ -361,7 +361,7 @@ def _public(table: pa.Table, cfg: ScoreConfig) -> pa.Table:
 def _write_empty(ray, worker_cfg: ScoreConfig, resources: dict, out: Target | Checkpoint, cfg: ScoreConfig,
                  id_type, console) -> Counts:  # fmt: skip
     """No input rows: one worker builds the Scorer for the output's columns and metadata."""
-    from scorecli.drift import stderr_line
+    from scorecli.checks.drift import stderr_line
     from scorecli.io.writers import Sink
 
     status, first, second = ray.get(ray.remote(**resources)(_empty_output).remote(worker_cfg, id_type))

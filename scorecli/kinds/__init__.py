@@ -1,4 +1,4 @@
-"""Model kinds as families: each kind decided once, at load, into one object.
+"""Model kinds: each kind decided once, at load, into one object (its "family").
 
 A family owns what differs between kinds: how rows become sequences (`encode`, `pack`), how a
 batch runs (`forward`, `score_batch`), how a batch's states become scores, and what the start-up
@@ -18,9 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
-from scorecli.batching import Batch
-from scorecli.pack import Seq
-from scorecli.ranking import Chunking, last_chunks
+from scorecli.core.batching import Batch
+from scorecli.core.pack import Seq
+from scorecli.core.ranking import Chunking, last_chunks
 
 
 class Family(Protocol):
@@ -113,13 +113,13 @@ def make_family(scorer) -> Family:
     """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
     kind = scorer.spec.kind
     if kind == "cross-encoder":
-        from scorecli.families.pairs import PairFamily
+        from scorecli.kinds.pairs import PairFamily
 
         return PairFamily(scorer)
     if kind == "embedding":
-        from scorecli.families.embedding import EmbeddingFamily
+        from scorecli.kinds.embedding import EmbeddingFamily
 
         return EmbeddingFamily(scorer)
-    from scorecli.families.decoder import DecoderFamily
+    from scorecli.kinds.decoder import DecoderFamily
 
     return DecoderFamily(scorer)
