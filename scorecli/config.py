@@ -8,20 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scorecli.attention import backends as attention_backends
 from scorecli.errors import UsageError
+from scorecli.kinds import FAMILIES
 
-KINDS = ("seq-cls", "causal-lm", "cross-encoder", "embedding")
+KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
 MODES = ("auto", "mis", "single")
 ACTIVATIONS = ("none", "softmax", "sigmoid")
-ATTENTIONS = ("auto", "flashinfer", "flex", "sdpa", "eager")
+ATTENTIONS = attention_backends.NAMES
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 POOLINGS = ("last", "cls")
 TRUNCATES = ("item", "error")
 HIDDEN_DTYPES = ("float32", "float16")
 CHUNK_AGGREGATES = ("max", "mean", "first")
 RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
-COMPILES = ("auto", "on", "off")  # torch.compile around a decoder's layers (`runtimes.compiled`); auto: on CUDA  # onnx-int8: opt-in only, `auto` never picks it
+COMPILES = ("auto", "on", "off")  # torch.compile around a decoder's layers (`runtimes.compiled`)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import ModelInputs, to_device
+from scorecli.attention.backends import FLASHINFER_HEAD_DIMS
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, notice
 
@@ -178,10 +179,8 @@ def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float16
 
 
-# Head sizes flashinfer's prefill kernels are built for (0.7.2 on an H100: a model with head_dim 16
-# failed inside the kernel, "Invalid configuration : NUM_MMA_Q=2 NUM_MMA_D_QK=1 ..."); others are
-# refused at the first layer with a usage error, which `--attention auto` turns into sdpa.
-HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
+# the head sizes its kernels take, as declared in `backends` (checked at the first layer)
+HEAD_DIMS: tuple[int, ...] = FLASHINFER_HEAD_DIMS
 
 
 class FlashInferBackend:

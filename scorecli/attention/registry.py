@@ -78,36 +78,9 @@ def register() -> None:
 
 
 def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32) -> AttentionBackend:
-    """Build the backend for `--attention`.
+    """Build the backend for `--attention name` on `device` (`backends.choose` decides `auto`:
+    flashinfer on CUDA when it is installed and the dtype is 16-bit, else sdpa; an explicit
+    backend that cannot run here is a UsageError naming why)."""
+    from scorecli.attention.backends import build, choose
 
-    `auto` is flashinfer on CUDA when it is installed and the dtype is 16-bit (flashinfer
-    has no float32 prefill kernels), else sdpa.
-    """
-    if name == "auto":
-        name = "sdpa"
-        if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
-            try:
-                import flashinfer  # noqa: F401
-
-                name = "flashinfer"
-            except ImportError:
-                pass
-    if name == "sdpa":
-        from scorecli.attention.dense import SdpaBackend
-
-        return SdpaBackend()
-    if name == "eager":
-        from scorecli.attention.dense import EagerBackend
-
-        return EagerBackend()
-    if name == "flex":
-        from scorecli.attention.flex import FlexBackend
-
-        return FlexBackend()
-    if name == "flashinfer":
-        if device.type != "cuda":
-            raise UsageError("--attention flashinfer needs a CUDA device")
-        from scorecli.attention.flashinfer import FlashInferBackend
-
-        return FlashInferBackend()
-    raise UsageError(f"--attention: unknown backend {name!r}")
+    return build(choose(name, device.type, dtype in (torch.bfloat16, torch.float16), packed=True).name)

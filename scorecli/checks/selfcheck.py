@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention.backends import float32_exact
 from scorecli.errors import ScorecliError
 from scorecli.core.encode import Row
 from scorecli.kinds.heads import activate
@@ -68,7 +69,7 @@ def self_check(scorer) -> float | None:
     errors = scorer.family.probe_errors(scorer)  # what each kind compares against
     if errors is None:
         return None  # the probe does not fit whole
-    exact = loaded.dtype == torch.float32 and scorer.backend_name != "flashinfer"
+    exact = loaded.dtype == torch.float32 and float32_exact(scorer.backend_name)
     tolerance = TOLERANCE_FP32 if exact else TOLERANCE_16BIT
     what, error = max(errors.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else np.inf)
     if not error <= tolerance:  # NaN fails too

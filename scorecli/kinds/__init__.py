@@ -109,17 +109,19 @@ class FamilyDefaults:
         return len(self.spec.label_names) + self.hidden_width
 
 
+# every kind and the family that scores it ("module:Class", imported when a run needs it): adding a
+# kind is its module here and one entry (docs/ARCHITECTURE.md)
+FAMILIES: dict[str, str] = {
+    "seq-cls": "scorecli.kinds.decoder:DecoderFamily",
+    "causal-lm": "scorecli.kinds.decoder:DecoderFamily",
+    "cross-encoder": "scorecli.kinds.pairs:PairFamily",
+    "embedding": "scorecli.kinds.embedding:EmbeddingFamily",
+}
+
+
 def make_family(scorer) -> Family:
     """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
-    kind = scorer.spec.kind
-    if kind == "cross-encoder":
-        from scorecli.kinds.pairs import PairFamily
+    import importlib
 
-        return PairFamily(scorer)
-    if kind == "embedding":
-        from scorecli.kinds.embedding import EmbeddingFamily
-
-        return EmbeddingFamily(scorer)
-    from scorecli.kinds.decoder import DecoderFamily
-
-    return DecoderFamily(scorer)
+    module, cls = FAMILIES[scorer.spec.kind].split(":")
+    return getattr(importlib.import_module(module), cls)(scorer)

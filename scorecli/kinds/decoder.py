@@ -25,6 +25,7 @@ class DecoderFamily(FamilyDefaults):
     """How a decoder kind scores rows (see `scorecli.kinds.Family`)."""
 
     def __init__(self, scorer):
+        from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for, text_config
 
@@ -38,8 +39,8 @@ class DecoderFamily(FamilyDefaults):
         self.encoder = DecoderEncoder(loaded.tokenizer, scorer.template, cfg.instruction, vocab, spec.max_seq_len)
         backend = make_backend(backend_for(support, cfg.attention, spec.mis), loaded.device, loaded.dtype)
         self.backend_name = backend.name
-        # flashinfer JIT-compiles its kernels: a missing toolchain fails late
-        self.fallback = "sdpa" if cfg.attention == "auto" and backend.name == "flashinfer" else None
+        # a kernel compiled on first use (flashinfer's JIT) fails late: `auto` then switches
+        self.fallback = attention_backends.fallback(cfg.attention, backend.name)
         self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
         self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
         self.padded = backend.is_padded

@@ -133,6 +133,7 @@ class EmbeddingFamily(FamilyDefaults):
     """How an embedding model scores rows (see `scorecli.kinds.Family`)."""
 
     def __init__(self, scorer):
+        from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for
 
@@ -145,7 +146,8 @@ class EmbeddingFamily(FamilyDefaults):
         backend = None
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
-        fast = backend is None and cfg.attention in ("auto", "sdpa") and fast_encoder.supports(loaded.model)
+        fast = backend is None and attention_backends.capabilities(cfg.attention).fused_encoder and \
+            fast_encoder.supports(loaded.model)
         from scorecli.runtimes import onnx as runtime_onnx
         self.runtime = runtime_onnx.choose(cfg, loaded, fast)
         if self.runtime in runtime_onnx.ONNX_RUNTIMES:
@@ -158,7 +160,7 @@ class EmbeddingFamily(FamilyDefaults):
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
             backend.name if backend else ("sdpa (fused encoder)" if fast else "model"))
-        self.fallback = "sdpa" if cfg.attention == "auto" and self.backend_name == "flashinfer" else None
+        self.fallback = attention_backends.fallback(cfg.attention, self.backend_name)
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
 

@@ -30,13 +30,14 @@ class PairFamily(FamilyDefaults):
 
     def __init__(self, scorer):
         from scorecli.runtimes import onnx as runtime_onnx
+        from scorecli.attention.backends import capabilities
         from scorecli.runtimes.fast_encoder import supports
 
         cfg, loaded = scorer.config, scorer.loaded
         self.loaded, self.spec = loaded, scorer.spec
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
-        fast = cfg.attention in ("auto", "sdpa") and supports(loaded.model)
+        fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
         why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
         self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
         if self.runtime in runtime_onnx.ONNX_RUNTIMES:

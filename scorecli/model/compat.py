@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from scorecli.attention.backends import capabilities
 from scorecli.errors import UsageError, error_line
 
 # layer kinds (config `layer_types` values) that are attention computed by the backend
@@ -207,6 +208,6 @@ def check_backend(support: Support, backend: str, mis: bool) -> None:
         return
     if mis:
         raise UsageError(f"--mode mis: {support.reason}; this model runs single-item only (--mode single or auto)")
-    if backend in ("flex", "flashinfer"):
+    if capabilities(backend).ragged:
         raise UsageError(f"--attention {backend}: {support.reason}, and this backend concatenates a batch's sequences "
                          "into one row; use --attention sdpa or eager")  # fmt: skip

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from scorecli.attention.backends import capabilities
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.model.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
@@ -109,8 +110,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
 
         register()
         set_implementation(model, ATTN_NAME)
-    elif cfg.attention in ("sdpa", "eager"):
-        model.set_attn_implementation(cfg.attention)
+    elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
+        model.set_attn_implementation(own)
     if kind == "cross-encoder" and dtype != torch.float32:
         float32_heads(model)
     model.to(device).eval()
