@@ -114,6 +114,19 @@ def _dataset(out: str) -> Target:
     return Target(out, "parquet", "dataset", real)
 
 
+def unwritable_file(path: str) -> str | None:
+    """Why the regular file `path` cannot be made or replaced (its directory missing or
+    read-only, a read-only file, a directory, a socket), or None when it can."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return e.strerror or str(e)
+    return _unwritable(real, st)
+
+
 def _unwritable(real: str, st: os.stat_result | None) -> str | None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         return "is a directory"
