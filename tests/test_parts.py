@@ -198,12 +198,12 @@ def test_fingerprint_covers_inputs_model_and_content_flags(tmp_path):
     cfg = ScoreConfig(model=str(model))
     base = fingerprint(cfg, [str(data)], "parquet")
     assert base == json.loads(json.dumps(base))
-    assert base["model"]["weights"] == [["model.safetensors", 5]]
+    assert base["model file"] == {"model.safetensors": [5, os.stat(model / "model.safetensors").st_mtime_ns]}
     same = fingerprint(ScoreConfig(model=str(model), window_rows=7, cache_dir="/elsewhere"), [str(data)], "parquet")
     assert same == base  # how the work is done is not the job
     assert fingerprint(ScoreConfig(model=str(model), template="yes-no-chat"), [str(data)], "parquet")["--template"] == "yes-no-chat"
     (model / "model.safetensors").write_bytes(b"123456")
-    assert fingerprint(cfg, [str(data)], "parquet")["model"] != base["model"]
+    assert fingerprint(cfg, [str(data)], "parquet")["model file"] != base["model file"]
     data.write_text('{"query": "q2", "items": []}\n')
     assert fingerprint(cfg, [str(data)], "parquet")["input files"] != base["input files"]
 

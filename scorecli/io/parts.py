@@ -298,10 +298,14 @@ def _write_job(folder: str, job: dict) -> None:
 
 def _compare(saved: dict, now: dict, folder: str) -> None:
     for key in sorted(set(saved) | set(now)):
-        if saved.get(key) != now.get(key):
+        old, new = saved.get(key), now.get(key)
+        if old != new:
+            if isinstance(old, dict) and isinstance(new, dict):  # name the entry that differs: "model file x"
+                entry = next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+                key, old, new = f"{key} {entry}", old.get(entry), new.get(entry)
             raise FingerprintMismatch(
                 f"--resume: {folder} holds a job with a different {key} "
-                f"({_short(saved.get(key))} then, {_short(now.get(key))} now); run without --resume to start over"
+                f"({_short(old)} then, {_short(new)} now); run without --resume to start over"
             )
 
 
