@@ -11,7 +11,6 @@ quietly by SIGPIPE. torch is imported only inside commands, so `--help` is insta
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -22,7 +21,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
+from scorecli.config import ScoreConfig
 from scorecli.errors import Notice, OutputClosed, ScorecliError, UsageError, error_line, first_line
 from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
 
@@ -128,6 +127,7 @@ def score(
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     _check_template(cfg.template)
+    _check_cache_and_runtime(cache_dir, runtime)
     _one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.checkpoint import Checkpoint
@@ -185,6 +185,16 @@ def _check_template(name: str) -> None:
         load_template(name)
 
 
+def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> None:
+    """An explicit --cache-dir that cannot be written, or an explicit ONNX runtime whose packages
+    are missing, stop the run before the model loads (`--runtime auto` falls back instead)."""
+    from scorecli.cache import check_writable
+    from scorecli.runtime_onnx import check_packages
+
+    check_writable(cache_dir)
+    check_packages(runtime)
+
+
 def _resolve_model(model: str | None) -> tuple[str, str]:
     """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
     from scorecli.default_model import default_model_path
@@ -218,6 +228,7 @@ def inspect(
     """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
     from scorecli.inspect import describe
 
+    _check_cache_and_runtime(cache_dir)
     _quiet_transformers()
     for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check):
         typer.echo(line)
@@ -254,24 +265,13 @@ def bench(
 
     from rich.table import Table
 
-    from scorecli.bench import Workload, as_json, run_bench
+    from scorecli.bench import Workload, as_json, check_arguments, run_bench
 
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
                       label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
-    # every argument is checked before the model loads (exit 2, one line)
-    for name in _csv(attention):
-        check_choice("--attention", name, ATTENTIONS)
-    for mode in _csv(modes) or ():
-        check_choice("--modes", mode, MODES)
-    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
-        raise UsageError(f"--peak-tflops: expected a positive number of TFLOP/s, got {peak_tflops}")
-    if json_out and json_out != "-":
-        from scorecli.io.output import unwritable_file
-
-        reason = unwritable_file(json_out)
-        if reason:
-            raise UsageError(f"--json: cannot write {json_out}: {reason}")
+    check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
+    _check_cache_and_runtime(cache_dir)
     _quiet_transformers()
     work = Workload(rows, items, query_tokens, item_tokens)
     results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)) if modes else None, repeats, peak_tflops,

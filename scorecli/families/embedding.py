@@ -149,11 +149,9 @@ class EmbeddingFamily(FamilyDefaults):
         from scorecli import runtime_onnx
 
         self.runtime = runtime_onnx.choose(cfg, loaded, fast)
-        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
-            folder = loaded.model.name_or_path
-            path = runtime_onnx.model_file(self.runtime, loaded.model, folder, cfg.cache_dir, "texts")
-            self.forward = runtime_onnx.OnnxTextForward(path, threads=1)
-        else:
+        self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "texts")
+        if self.forward is None:  # torch, chosen or fallen back to
+            self.runtime = "torch"
             self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
