@@ -70,11 +70,12 @@ class Checkpoint:
             if resume and target.kind == "stdout":
                 raise UsageError(f"--resume: {target.out} is standard output, which keeps no parts to resume from")
             return None  # a device or FIFO keeps no parts: with --resume, the job just starts
+        dataset = target.kind == "dataset"
         if "-" in paths:
             if resume:
                 raise UsageError("--resume: stdin (-) cannot be read again; give the input as files")
-            return None  # a run from stdin cannot continue: no parts to keep
-        dataset = target.kind == "dataset"
+            if not dataset:
+                return None  # a run from stdin cannot continue: no parts to keep (a dataset's parts are its output)
         folder = target.path if dataset else target.path + ".partial"
         shown = target.out if dataset else target.out + ".partial"
         if os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target

@@ -107,10 +107,10 @@ def score(
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.output import resolve_output
-    from scorecli.io.readers import count_rows, estimate_tokens, resolve_inputs
+    from scorecli.io.readers import count_rows, estimate_tokens, input_folders, resolve_inputs
 
     paths = resolve_inputs(inputs)
-    target = resolve_output(out, paths)
+    target = resolve_output(out, paths, input_folders(inputs))
     model_path, default_template = _resolve_model(model)
     cfg = ScoreConfig(
         model=model_path, kind=kind, mode=mode, template=template or default_template, instruction=instruction,

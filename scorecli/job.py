@@ -19,6 +19,7 @@ from typing import Any
 
 from scorecli import __version__
 from scorecli.config import ScoreConfig
+from scorecli.io.readers import STDIN
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {"window_rows", "cache_dir", "job_tokens"}
@@ -33,7 +34,7 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
 
     Args:
         cfg: the run's configuration.
-        paths: the input files (as `resolve_inputs` gives them; no stdin).
+        paths: the input files (as `resolve_inputs` gives them; `-`, stdin, only in a job never resumed).
         output: the output's format, e.g. `parquet`, `jsonl`, `jsonl.gz`, `dataset`.
     """
     out: dict[str, Any] = {
@@ -51,7 +52,7 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
 
 
 def _file(path: str) -> list:
-    return [os.path.realpath(path), *_stamp(path)]
+    return [path] if path == STDIN else [os.path.realpath(path), *_stamp(path)]  # stdin: never resumed
 
 
 def _model_files(name: str) -> dict[str, list]:
