@@ -100,24 +100,37 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         runs[name] = Run(["score", *inputs, "--out", out, "--model", model, "-q", *extra], **kw)
         expect[name] = exp or Expect()
 
-    # item 1: every target a run writes against every input, before anything is written
-    folder = tmp / "shards"
-    parts = shards(folder)
-    (tmp / "link").symlink_to("shards")
-    (tmp / "elsewhere").mkdir()
-    kept = [folder, tmp / "link"]
+    # item 1: every target a run writes against every input, before anything is written; each
+    # case has its own shards (and a symlink to them), so that one run's damage shows in its test
+    def own(name: str) -> tuple[Path, list[Path], list[Path]]:
+        base = tmp / name
+        parts = shards(base / "shards")
+        (base / "link").symlink_to("shards")
+        (base / "elsewhere").mkdir()
+        return base, parts, [base]
+
     holds = ["holds the input", "part-00000.parquet"]
-    add("dataset_over_its_input_folder", [str(folder)], f"{folder}/", exp=Expect(2, [f"{folder}/", *holds], kept))
-    add("dataset_over_one_input_shard", [str(parts[0])], f"{folder}/", exp=Expect(2, holds, kept))
-    add("dataset_over_a_glob", [f"{folder}/*.parquet"], f"{folder}/", exp=Expect(2, holds, kept))
-    add("dataset_through_a_symlinked_input", [str(tmp / "link")], f"{folder}/", exp=Expect(2, holds, kept))
-    add("dataset_through_a_symlinked_out", [str(folder)], f"{tmp / 'link'}/", exp=Expect(2, holds, kept))
-    add("dataset_through_dotdot", [str(folder)], f"{tmp}/elsewhere/../shards/", exp=Expect(2, holds, kept))
-    add("dataset_relative", ["shards"], "./shards", exp=Expect(2, holds, kept), cwd=tmp)
+    base, parts, kept = own("over_folder")
+    add("dataset_over_its_input_folder", [str(parts[0].parent)], f"{base}/shards/",
+        exp=Expect(2, [f"{base}/shards/", *holds], kept))  # fmt: skip
+    base, parts, kept = own("over_shard")
+    add("dataset_over_one_input_shard", [str(parts[0])], f"{base}/shards/", exp=Expect(2, holds, kept))
+    base, parts, kept = own("over_glob")
+    add("dataset_over_a_glob", [f"{base}/shards/*.parquet"], f"{base}/shards/", exp=Expect(2, holds, kept))
+    base, parts, kept = own("link_in")
+    add("dataset_through_a_symlinked_input", [str(base / "link")], f"{base}/shards/", exp=Expect(2, holds, kept))
+    base, parts, kept = own("link_out")
+    add("dataset_through_a_symlinked_out", [f"{base}/shards"], f"{base}/link/", exp=Expect(2, holds, kept))
+    base, parts, kept = own("dotdot")
+    add("dataset_through_dotdot", [f"{base}/shards"], f"{base}/elsewhere/../shards/", exp=Expect(2, holds, kept))
+    base, parts, kept = own("relative")
+    add("dataset_relative", ["shards"], "./shards", exp=Expect(2, holds, kept), cwd=base)
     inside = ["lies inside the input folder"]
-    add("file_inside_the_input_folder", [str(folder)], str(folder / "scores.parquet"),
-        exp=Expect(2, [str(folder / "scores.parquet"), *inside], kept))  # fmt: skip
-    add("dataset_inside_the_input_folder", [str(folder)], f"{folder}/out/", exp=Expect(2, inside, kept))
+    base, parts, kept = own("file_inside")
+    add("file_inside_the_input_folder", [f"{base}/shards"], f"{base}/shards/scores.parquet",
+        exp=Expect(2, [f"{base}/shards/scores.parquet", *inside], kept))  # fmt: skip
+    base, parts, kept = own("dataset_inside")
+    add("dataset_inside_the_input_folder", [f"{base}/shards"], f"{base}/shards/out/", exp=Expect(2, inside, kept))
     partial = tmp / "p" / "scores.parquet.partial"
     rows = Path(write(partial / "rows.jsonl", good.read_bytes()))
     add("input_inside_the_parts_folder", [str(rows)], str(tmp / "p" / "scores.parquet"),
@@ -126,13 +139,14 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         exp=Expect(2, ["its parts folder", "holds the input"], [partial]))  # fmt: skip
     copy = Path(write(tmp / "stdin" / "rows.jsonl", good.read_bytes()))
     add("stdin_redirected_from_the_output", ["-"], str(copy), exp=Expect(2, ["is the input -"], [copy]), stdin=copy)
+    copy = Path(write(tmp / "stdout" / "rows.jsonl", good.read_bytes()))
     add("stdout_appended_to_an_input", [str(copy)], "-", exp=Expect(2, ["standard output is the input"], [copy]),
         stdout=copy)  # fmt: skip
-    theirs = tmp / "theirs"
-    shards(theirs)
     not_ours = ["files scorecli did not write", "part-00000.parquet"]
-    add("dataset_into_another_writers_parts", [str(good)], f"{theirs}/", exp=Expect(2, not_ours, [theirs]))
-    add("stdin_dataset_into_another_writers_parts", ["-"], f"{theirs}/", exp=Expect(2, not_ours, [theirs]), stdin=good)
+    base, parts, kept = own("theirs")
+    add("dataset_into_another_writers_parts", [str(good)], f"{base}/shards/", exp=Expect(2, not_ours, kept))
+    base, parts, kept = own("theirs_stdin")
+    add("stdin_dataset_into_another_writers_parts", ["-"], f"{base}/shards/", exp=Expect(2, not_ours, kept), stdin=good)
     notes = Path(write(tmp / "q" / "scores.parquet.partial" / "notes.txt", b"mine\n"))
     add("file_whose_parts_folder_holds_other_files", [str(good)], str(tmp / "q" / "scores.parquet"),
         exp=Expect(2, ["files scorecli did not write", "notes.txt"], [notes.parent]))  # fmt: skip
@@ -146,11 +160,13 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     add("zero_rows_dataset", [str(tmp / "empty.parquet")], f"{tmp / 'zero_dataset'}/")
     add("one_row", [str(tmp / "one.parquet")], str(tmp / "one_out.parquet"))
 
-    # item 4: integer flags, checked while parsing
-    for flag, value in [("--top-k", BIG), ("--window-rows", "0"), ("--max-batch-tokens", BIG), ("--max-seq-len", "1"),
-                        ("--chunk-tokens", "-1"), ("--chunk-overlap", str(2**64)), ("--num-workers", BIG),
-                        ("--label-token-ids", f"1,{BIG}")]:  # fmt: skip
-        add(f"flag{flag}", [str(good)], str(tmp / "flags.parquet"), [flag, value], Expect(2, [flag]), model=no_model)
+    # item 4: integer flags, range-checked while parsing (typer's message), before the model loads
+    for flag, value in [("--top-k", BIG), ("--window-rows", BIG), ("--max-batch-tokens", BIG), ("--max-seq-len", BIG),
+                        ("--chunk-tokens", BIG), ("--chunk-overlap", "-1"), ("--num-workers", BIG)]:  # fmt: skip
+        add(f"flag{flag}", [str(good)], str(tmp / "flags.parquet"), [flag, value],
+            Expect(2, [f"Invalid value for '{flag}'"]), model=no_model)  # fmt: skip
+    add("flag--label-token-ids", [str(good)], str(tmp / "flags.parquet"), ["--label-token-ids", f"1,{BIG}"],
+        Expect(2, [f"--label-token-ids: {BIG} is not a token id"]), model=no_model)  # fmt: skip
 
     # item 5: bench's arguments, checked before any work
     for name, extra, what in [("rows", ["--rows", "-1"], "--rows"), ("repeats", ["--repeats", "0"], "--repeats"),
@@ -183,6 +199,7 @@ class Runs:
     runs: dict[str, Run]
     expect: dict[str, Expect]
     results: dict[str, Result]
+    before: dict[str, dict[str, bytes | None]]  # what must stay untouched, as it was
 
 
 @pytest.fixture(scope="module")
@@ -190,12 +207,9 @@ def runs(tmp_path_factory, qwen3_seq_cls, bert_cross_encoder) -> Runs:
     tmp = tmp_path_factory.mktemp("hardening3")
     declared, expect = declare(tmp, qwen3_seq_cls, bert_cross_encoder)
     before = {name: snapshot(e.untouched) for name, e in expect.items() if e.untouched}
-    results = {}
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        results.update(zip(declared, pool.map(run, declared.values())))
-    for name, snap in before.items():
-        assert snapshot(expect[name].untouched) == snap, name
-    return Runs(tmp, declared, expect, results)
+        results = dict(zip(declared, pool.map(run, declared.values())))
+    return Runs(tmp, declared, expect, results, before)
 
 
 REFUSED = ["dataset_over_its_input_folder", "dataset_over_one_input_shard", "dataset_over_a_glob",
@@ -220,7 +234,9 @@ def test_refused_with_one_line_before_any_work(runs, name):
     assert result.stdout == b""
     args = runs.runs[name].args
     out = args[args.index("--out") + 1] if "--out" in args else None
-    if out and out != "-" and not exp.untouched:
+    if exp.untouched:
+        assert snapshot(exp.untouched) == runs.before[name]
+    elif out and out != "-":
         assert not os.path.lexists(out), out
 
 
