@@ -3,9 +3,10 @@
 Two runs are the same job when they read the same input files (resolved paths, sizes,
 modification times), load the same model (its resolved path, and the names, sizes and
 modification times of the files that make it: weights, configs, tokenizer), run the same
-scorecli version and set every flag that changes the output's content the same way. Flags that only change how the work is done (`--window-rows`, `--quiet`, the
-engine and its workers, the GGUF cache folder) are left out, so a resumed run may change them
-(a resumed job still goes on in its own windows: `Checkpoint.part_rows`).
+scorecli version and set every flag that changes the output's content the same way. Flags that
+only change how the work is done (`--window-rows`, `--quiet`, the engine and its workers, the
+GGUF cache folder) are left out, so a resumed run may change them (a resumed job still goes on
+in its own windows: `Checkpoint.part_rows`).
 
 Knows flags and files; nothing about scoring or how parts are stored (`io.parts`).
 """
