@@ -40,7 +40,8 @@ def build_once(target: str, build: Callable[[str], None], what: str, ready: str 
         what: names the thing in the one-line error when it cannot be cached.
         ready: the file whose presence says `target` is whole (default: `target` itself).
     Raises:
-        UsageError: an OSError while building or renaming (a full disk, a read-only cache).
+        UsageError: an OSError while making the cache folder, building or renaming (a full
+            disk, a read-only cache or HOME).
     """
     ready = ready or target
     if os.path.isfile(ready):

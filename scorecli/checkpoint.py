@@ -58,7 +58,8 @@ class Checkpoint:
 
     @classmethod
     def open(cls, target: Target, cfg: ScoreConfig, paths: list[str], resume: bool) -> Checkpoint | None:
-        """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO).
+        """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO), or
+        a file written from stdin (nothing to resume). A dataset from stdin keeps its parts.
 
         Raises:
             UsageError: `--resume` for a streamed output or stdin input, or a folder of a

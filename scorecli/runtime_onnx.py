@@ -14,7 +14,8 @@ cached, ONNX Runtime's scores of a probe batch are compared with the torch forwa
 `--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
 
 Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
-a run uses is decided by `choose` from the frozen config (called by the families).
+a run uses is decided by `choose` from the frozen config, and `open_forward` opens it or, under
+`--runtime auto`, falls back to torch (both called by the families).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ BACKEND_NAMES = {"onnx": "onnxruntime (fused encoder export)",
 def onnxruntime():
     """The onnxruntime module, imported with its import-time log lines kept off stderr (a coloured
     telemetry warning where the user's cache cannot be written, device discovery notes): scorecli's
-    stderr holds its own lines only (README: Runtimes). Its later logs go at errors only."""
+    stderr holds its own lines only (README: the `--runtime` flag). Its later logs go at errors only."""
     import sys
 
     if "onnxruntime" not in sys.modules:
@@ -307,7 +308,7 @@ def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward 
     A cached export that does not load (a truncated or corrupt `model.onnx`) is set aside and
     built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
     exporter, an unwritable cache, an export or load error) means torch, with one warning line
-    (README: Runtimes); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
+    (README: the `--runtime` flag); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
     """
     if runtime not in ONNX_RUNTIMES:
         return None
