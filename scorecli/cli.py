@@ -235,6 +235,8 @@ def inspect(
     if check:
         from scorecli.inspect import check as self_check
 
+        _one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
+
         lines, ok = self_check(model, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
         for line in lines:
             typer.echo(line)

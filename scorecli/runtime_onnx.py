@@ -47,19 +47,20 @@ def onnxruntime():
     stderr holds its own lines only (README: the `--runtime` flag). Its later logs go at errors only."""
     import sys
 
-    if "onnxruntime" not in sys.modules:
-        import tempfile
+    if sys.modules.get("onnxruntime") is not None:
+        return sys.modules["onnxruntime"]
+    import tempfile
 
-        saved = os.dup(2)
-        try:
-            with tempfile.TemporaryFile() as sink:  # the lines are printed by C++ on descriptor 2
-                os.dup2(sink.fileno(), 2)
-                import onnxruntime as ort
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        ort.set_default_logger_severity(3)
-    return sys.modules["onnxruntime"]
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:  # the lines are printed by C++ on descriptor 2
+            os.dup2(sink.fileno(), 2)
+            import onnxruntime as ort  # ImportError where it is missing (or blocked: None in sys.modules)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    ort.set_default_logger_severity(3)
+    return ort
 
 
 def available() -> bool:

@@ -184,6 +184,9 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     add("auto_without_onnx", [str(good)], str(tmp / "no_onnx.parquet"), ["--cache-dir", str(tmp / "cache_a")],
         model=cross, env=no_onnx)  # fmt: skip
     add("auto_with_a_read_only_home", [str(good)], str(tmp / "read_only.parquet"), model=cross, env=read_only)
+    runs["inspect_check_without_onnx"] = Run(["inspect", cross, "--check", "--cache-dir", str(tmp / "cache_i")],
+                                             env=no_onnx)  # fmt: skip
+    expect["inspect_check_without_onnx"] = Expect()
     add("onnx_without_onnx", [str(good)], str(tmp / "x.parquet"), ["--runtime", "onnx"],
         Expect(2, ["--runtime onnx needs onnx"]), model=no_model, env=no_onnx)  # fmt: skip
     add("unwritable_cache_dir", [str(good)], str(tmp / "x.parquet"), ["--cache-dir", str(home_file / "c")],
@@ -304,6 +307,11 @@ def test_auto_without_the_onnx_exporter_runs_torch(runs):
     ok(runs, "torch")
     assert "onnx" in fallback_line(ok(runs, "auto_without_onnx"))
     same_scores(runs.tmp / "no_onnx.parquet", runs.tmp / "torch.parquet")
+
+
+def test_inspect_check_says_the_fallback_in_one_line(runs):
+    result = ok(runs, "inspect_check_without_onnx")
+    assert "onnx" in fallback_line(result) and b"self-check:     passed" in result.stdout
 
 
 def test_auto_with_a_home_that_cannot_be_written_runs_torch_quietly(runs):
