@@ -7,6 +7,7 @@ on CUDA, the fraction of the GPU's bf16 FLOP limit reached. Knows nothing about 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -15,7 +16,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from scorecli.config import ScoreConfig
+from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
+from scorecli.errors import UsageError
+from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
@@ -42,6 +45,21 @@ class BenchResult:
     flop_fraction: float | None
 
 
+def check_arguments(attentions: tuple[str, ...], modes: tuple[str, ...], peak_tflops: float | None,
+                    json_out: str | None) -> None:  # fmt: skip
+    """UsageError for an argument that would fail the benchmark after its work: an unknown
+    backend or mode, a peak that is not a positive number, a --json path that cannot be written."""
+    for name in attentions:
+        check_choice("--attention", name, ATTENTIONS)
+    for mode in modes:
+        check_choice("--modes", mode, MODES)
+    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
+        raise UsageError(f"--peak-tflops: expected a positive number of TFLOP/s, got {peak_tflops}")
+    reason = unwritable_file(json_out) if json_out and json_out != "-" else None
+    if reason:
+        raise UsageError(f"--json: cannot write {json_out}: {reason}")
+
+
 def synthetic_rows(work: Workload, vocab: int) -> list[RawRow]:
     """Pre-tokenized rows with exact lengths, ids drawn away from special tokens."""
     rng = np.random.default_rng(work.seed)
@@ -66,8 +84,6 @@ def run_bench(
 
     loaded = load_model(cfg)
     if loaded.kind in ("cross-encoder", "embedding"):
-        from scorecli.errors import UsageError
-
         raise UsageError(f"scorecli bench measures decoder models (MIS vs single); a {loaded.kind} model is single-item "
                          "only (benchmarks/ compares it with sentence-transformers)")  # fmt: skip
     vocab = loaded.model.get_input_embeddings().num_embeddings

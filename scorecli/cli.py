@@ -29,6 +29,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batc
 # paths and user text are printed as they are: no markup, no :emoji: codes
 err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
+# needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
+MAX_INT = 2**31 - 1
 
 Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
 CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli).")]
@@ -42,9 +45,13 @@ def _csv_ints(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
     try:
-        return tuple(int(v) for v in value.split(","))
+        ids = tuple(int(v) for v in value.split(","))
     except ValueError:
         raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
+    for i in ids:
+        if not 0 <= i <= MAX_INT:
+            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_INT})")
+    return ids
 
 
 @app.command()
@@ -72,14 +79,14 @@ def score(
     attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
     runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
     compile_layers: Annotated[str, typer.Option("--compile", help="Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if the compiler fails) | on | off.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the free memory holds, 16384 to 131072).")] = None,
-    max_seq_len: Annotated[Optional[int], typer.Option(help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
+    max_batch_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the free memory holds, 16384 to 131072).")] = None,
+    max_seq_len: Annotated[Optional[int], typer.Option(min=2, max=MAX_INT, help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
     truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
-    window_rows: Annotated[int, typer.Option(help="Rows read, scored and written per window.")] = 2048,
+    window_rows: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Rows read, scored and written per window.")] = 2048,
     skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
-    top_k: Annotated[Optional[int], typer.Option(help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
-    chunk_tokens: Annotated[Optional[int], typer.Option(help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
-    chunk_overlap: Annotated[int, typer.Option(help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
+    top_k: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
+    chunk_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
+    chunk_overlap: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
     chunk_aggregate: Annotated[str, typer.Option(help="max | mean | first: an item's score from its chunks'.")] = "max",
     similarity: Annotated[Optional[str], typer.Option(help="Embedding models: cosine | dot (default: the model's own, else cosine).")] = None,
     query_prompt: Annotated[Optional[str], typer.Option(help="Embedding models: the query's prompt, by name or as text (default: the model's 'query').")] = None,
@@ -92,7 +99,7 @@ def score(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the job whose finished rows <out>.partial/ (or a directory --out) keeps; without one, start it.")] = False,
     engine: Annotated[str, typer.Option(help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", show_envvar=True, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
-    num_workers: Annotated[Optional[int], typer.Option(min=1, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
+    num_workers: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
 ) -> None:
     """Score every item of every input row against its query; write one output row per input row."""
     if engine not in ("local", "ray"):
@@ -100,10 +107,10 @@ def score(
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.output import resolve_output
-    from scorecli.io.readers import count_rows, estimate_tokens, resolve_inputs
+    from scorecli.io.readers import count_rows, estimate_tokens, input_folders, resolve_inputs
 
     paths = resolve_inputs(inputs)
-    target = resolve_output(out, paths)
+    target = resolve_output(out, paths, input_folders(inputs))
     model_path, default_template = _resolve_model(model)
     cfg = ScoreConfig(
         model=model_path, kind=kind, mode=mode, template=template or default_template, instruction=instruction,
@@ -120,6 +127,7 @@ def score(
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     _check_template(cfg.template)
+    _check_cache_and_runtime(cache_dir, runtime)
     _one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
@@ -177,6 +185,16 @@ def _check_template(name: str) -> None:
         load_template(name)
 
 
+def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> None:
+    """An explicit --cache-dir that cannot be written, or an explicit ONNX runtime whose packages
+    are missing, stop the run before the model loads (`--runtime auto` falls back instead)."""
+    from scorecli.model.cache import check_writable
+    from scorecli.runtimes.onnx import check_packages
+
+    check_writable(cache_dir)
+    check_packages(runtime)
+
+
 def _resolve_model(model: str | None) -> tuple[str, str]:
     """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
     from scorecli.model.default_model import default_model_path
@@ -210,11 +228,14 @@ def inspect(
     """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
     from scorecli.inspect import describe
 
+    _check_cache_and_runtime(cache_dir)
     _quiet_transformers()
     for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check):
         typer.echo(line)
     if check:
         from scorecli.inspect import check as self_check
+
+        _one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
         lines, ok = self_check(model, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
         for line in lines:
@@ -226,17 +247,17 @@ def inspect(
 @app.command()
 def bench(
     model: Model = None,
-    rows: Annotated[int, typer.Option(help="Synthetic rows.")] = 32,
-    items: Annotated[int, typer.Option(help="Items per row.")] = 32,
-    query_tokens: Annotated[int, typer.Option(help="Tokens per query (prefix).")] = 128,
-    item_tokens: Annotated[int, typer.Option(help="Tokens per item.")] = 32,
+    rows: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Synthetic rows.")] = 32,
+    items: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Items per row.")] = 32,
+    query_tokens: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Tokens per query (prefix).")] = 128,
+    item_tokens: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Tokens per item.")] = 32,
     attention: Annotated[str, typer.Option(help="Comma-separated backends to compare.")] = "sdpa",
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(help="Token budget of one forward batch (default: 2048 on CPU; on CUDA sized from the free memory, 16384 to 131072).")] = None,
+    max_batch_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Token budget of one forward batch (default: 2048 on CPU; on CUDA sized from the free memory, 16384 to 131072).")] = None,
     label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens (default: any two).")] = None,
-    repeats: Annotated[int, typer.Option(help="Timed repeats (median reported) after one warm-up.")] = 3,
+    repeats: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Timed repeats (median reported) after one warm-up.")] = 3,
     peak_tflops: Annotated[Optional[float], typer.Option(help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
     json_out: Annotated[Optional[str], typer.Option("--json", help="Also write results as JSON to this path (- for stdout).")] = None,
     cache_dir: CacheDir = None,
@@ -246,12 +267,14 @@ def bench(
 
     from rich.table import Table
 
-    from scorecli.bench import Workload, as_json, run_bench
+    from scorecli.bench import Workload, as_json, check_arguments, run_bench
 
-    _quiet_transformers()
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
                       label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
+    check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
+    _check_cache_and_runtime(cache_dir)
+    _quiet_transformers()
     work = Workload(rows, items, query_tokens, item_tokens)
     results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)) if modes else None, repeats, peak_tflops,
                         note=lambda line: typer.echo(f"scorecli bench: {line}", err=True))  # fmt: skip

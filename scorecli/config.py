@@ -77,20 +77,20 @@ class ScoreConfig:
     job_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        _choice("--kind", self.kind, KINDS, optional=True)
-        _choice("--mode", self.mode, MODES)
-        _choice("--activation", self.activation, ACTIVATIONS, optional=True)
-        _choice("--attention", self.attention, ATTENTIONS)
-        _choice("--runtime", self.runtime, RUNTIMES)
-        _choice("--compile", self.compile, COMPILES)
+        check_choice("--kind", self.kind, KINDS, optional=True)
+        check_choice("--mode", self.mode, MODES)
+        check_choice("--activation", self.activation, ACTIVATIONS, optional=True)
+        check_choice("--attention", self.attention, ATTENTIONS)
+        check_choice("--runtime", self.runtime, RUNTIMES)
+        check_choice("--compile", self.compile, COMPILES)
         if self.runtime == "onnx-int8" and not self.self_check:
             raise UsageError("--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
                              "scores drift from the model's own forward: drop --no-self-check")  # fmt: skip
-        _choice("--dtype", self.dtype, DTYPES)
-        _choice("--pooling", self.pooling, POOLINGS, optional=True)
-        _choice("--truncate", self.truncate, TRUNCATES)
-        _choice("--hidden-dtype", self.hidden_dtype, HIDDEN_DTYPES)
-        _choice("--similarity", self.similarity, SIMILARITIES, optional=True)
+        check_choice("--dtype", self.dtype, DTYPES)
+        check_choice("--pooling", self.pooling, POOLINGS, optional=True)
+        check_choice("--truncate", self.truncate, TRUNCATES)
+        check_choice("--hidden-dtype", self.hidden_dtype, HIDDEN_DTYPES)
+        check_choice("--similarity", self.similarity, SIMILARITIES, optional=True)
         if self.label_tokens is not None and self.label_token_ids is not None:
             raise UsageError("give either --label-tokens or --label-token-ids, not both")
         if self.label_tokens is not None and not all(self.label_tokens):
@@ -99,7 +99,7 @@ class ScoreConfig:
             raise UsageError("--max-batch-tokens must be at least 1")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UsageError("--max-seq-len must be at least 2")
-        _choice("--chunk-aggregate", self.chunk_aggregate, CHUNK_AGGREGATES)
+        check_choice("--chunk-aggregate", self.chunk_aggregate, CHUNK_AGGREGATES)
         if self.top_k is not None and self.top_k < 1:
             raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
         if self.chunk_tokens is not None and self.chunk_tokens < 1:
@@ -115,7 +115,8 @@ class ScoreConfig:
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
-def _choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:
+def check_choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:
+    """UsageError unless `value` is one of `allowed` (or None, when `optional`)."""
     if value is None and optional:
         return
     if value not in allowed:

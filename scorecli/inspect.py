@@ -50,15 +50,20 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
 
 
 def _embedding_lines(model: str, path: str, config) -> list[str]:
-    """An embedding model's pooling, modules after it, prompts and similarity (SPEC §13)."""
+    """An embedding model's text (plain, or chat messages), pooling, modules after it, prompts and
+    similarity (SPEC §13)."""
     from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
 
     modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
     modules = modules.resolved(modules.transformer_dir, config)
     after = [f"Dense -> {s.weight.shape[0]}" if not isinstance(s, str) else "Normalize" for s in modules.steps]
     prompts = ", ".join(f"{name}: {text!r}" for name, text in modules.prompts.items()) or "none"
+    excluded = not modules.include_prompt and modules.message is None  # a chat message's prompt is pooled
+    text = "plain text, after its prompt" if modules.message is None else (
+        f"chat messages ({modules.message.format} format) through the chat template, the prompt as a system message")
     return [
-        f"pooling:        {' + '.join(modules.pooling)}{'' if modules.include_prompt else ' (prompt excluded)'}"
+        f"text:           {text}",
+        f"pooling:        {' + '.join(modules.pooling)}{' (prompt excluded)' if excluded else ''}"
         + (f", then {', '.join(after)}" if after else ""),
         f"embedding size: {modules.dimension(getattr(config, 'hidden_size', 0))}",
         f"prompts:        {prompts}; query uses {prompt_text(None, modules, ('query',))!r}, items "

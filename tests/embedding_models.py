@@ -32,9 +32,14 @@ def _base(out_dir: Path, base: str) -> str:
 
 def build_sentence_model(out_dir, base: str = "bert", pooling: str | tuple = "mean", include_prompt: bool = True,
                          dense: bool = False, normalize: bool = False, prompts: dict | None = None,
-                         similarity: str | None = None, max_seq_length: int | None = None) -> str:  # fmt: skip
+                         similarity: str | None = None, max_seq_length: int | None = None,
+                         chat: dict | None = None) -> str:  # fmt: skip
     """A sentence-transformers folder: Transformer (`base`), Pooling, optionally Dense (tanh, to
-    24 dimensions) and Normalize; `prompts` and `similarity` go to its config."""
+    24 dimensions) and Normalize; `prompts` and `similarity` go to its config. `chat` (a Qwen3
+    base, whose tokenizer has a chat template): the folder as sentence-transformers 6.2 saves it,
+    reading text as chat messages, with what `chat` gives written over what it saved: "template"
+    (the chat template), "format" (None: none, which sentence-transformers infers) and
+    "processing_kwargs"."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
@@ -54,6 +59,17 @@ def build_sentence_model(out_dir, base: str = "bert", pooling: str | tuple = "me
     config = json.loads((out / "st" / "config_sentence_transformers.json").read_text())
     config["prompts"] = prompts or {}
     (out / "st" / "config_sentence_transformers.json").write_text(json.dumps(config))
-    if base != "bert":  # as older folders (Qwen3-Embedding's) say it: plain text, not chat messages
-        (out / "st" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length or 512}))
+    bert = out / "st" / "sentence_bert_config.json"
+    if chat is not None:
+        saved = json.loads(bert.read_text())
+        message = saved["modality_config"]["message"]  # what 6.2 writes for a tokenizer with a chat template
+        if "format" in chat:
+            message.pop("format")
+            message.update({"format": chat["format"]} if chat["format"] else {})
+        saved.update({k: v for k, v in chat.items() if k == "processing_kwargs"})
+        bert.write_text(json.dumps(saved))
+        if "template" in chat:
+            (out / "st" / "chat_template.jinja").write_text(chat["template"])
+    elif base != "bert":  # as older folders (Qwen3-Embedding's) say it: plain text, not chat messages
+        bert.write_text(json.dumps({"max_seq_length": max_seq_length or 512}))
     return str(out / "st")

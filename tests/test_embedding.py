@@ -37,6 +37,11 @@ ROWS = [
 ]  # fmt: skip
 # a decoder tokenizer that adds no special tokens makes an empty text nothing to embed (refused)
 DECODER_ROWS = [{**r, "items": [x for x in r["items"] if x]} for r in ROWS]
+# a ChatML template that reads content given as a string or as typed parts
+TYPED_TEMPLATE = ("{%- for m in messages -%}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+                  "{% else %}{% for part in m['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+                  "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{%- if add_generation_prompt -%}<|im_start|>assistant\n"
+                  "{% endif -%}")  # fmt: skip
 VARIANTS = {  # name: build_sentence_model arguments
     "bert-mean": dict(),
     "bert-cls-dense-normalize-prompts": dict(pooling="cls", include_prompt=False, dense=True, normalize=True,
@@ -48,6 +53,16 @@ VARIANTS = {  # name: build_sentence_model arguments
     "qwen3-last-normalize-prompt": dict(base="qwen3", pooling="lasttoken", normalize=True,
                                         prompts={"query": "Instruct: find the passage\nQuery: "}),
     "qwen3-last-dot": dict(base="qwen3", pooling="lasttoken", similarity="dot"),
+    # as sentence-transformers 6.2 saves a decoder whose tokenizer has a chat template: text read as chat
+    # messages; long texts cut at 24 tokens (the template's tail restored), the query prompt a system message
+    "qwen3-chat-last-normalize-short": dict(base="qwen3", pooling="lasttoken", normalize=True,
+                                            prompts={"query": "Find: "}, max_seq_length=24, chat={}),
+    # typed content parts (the format left for sentence-transformers to infer from this template), a prompt
+    # that plain text would leave out of the mean, and a template argument from processing_kwargs
+    "qwen3-chat-structured-mean": dict(base="qwen3", pooling="mean", include_prompt=False, max_seq_length=40,
+                                       prompts={"query": "query: ", "document": "passage: "},
+                                       chat={"format": None, "template": TYPED_TEMPLATE,
+                                             "processing_kwargs": {"chat_template": {"add_generation_prompt": True}}}),
 }  # fmt: skip
 
 
@@ -205,16 +220,46 @@ def test_self_check_catches_pooling_that_is_not_the_models(built, monkeypatch):
     Scorer(built("bert-cls-dense-normalize-prompts"), self_check=False)
 
 
-def test_chat_message_folders_are_refused(built, tmp_path):
+@pytest.mark.parametrize("change, what", [
+    ({"message": {"method": "forward", "method_output_name": "last_hidden_state"}}, "its tokenizer has no chat template"),
+    ({"message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "xml"}},
+     "unknown message format 'xml'"),
+    ({"message": {"method": "get_text_features", "method_output_name": "pooler_output"}}, "get_text_features"),
+    ({"processing_kwargs": {"text": {"max_length": 8}}}, "processing_kwargs set text.max_length"),
+    ({"processing_kwargs": {"chat_template": {"max_length": 8}}, "message": {"method": "forward",
+      "method_output_name": "last_hidden_state", "format": "flat"}}, "chat_template sets max_length"),
+])  # fmt: skip
+def test_what_a_folder_reads_that_scorecli_cannot_reproduce_is_refused_by_name(built, tmp_path, change, what):
     import shutil
 
     path = tmp_path / "st"
-    shutil.copytree(built("bert-mean"), path)
+    shutil.copytree(built("bert-mean"), path)  # a BERT tokenizer: no chat template
     config = json.loads((path / "sentence_bert_config.json").read_text())
-    config["modality_config"]["message"] = {"method": "forward", "method_output_name": "last_hidden_state"}
+    if "message" in change:
+        config["modality_config"]["message"] = change["message"]
+    config.update({k: v for k, v in change.items() if k == "processing_kwargs"})
     (path / "sentence_bert_config.json").write_text(json.dumps(config))
-    with pytest.raises(UsageError, match="not chat messages"):
+    with pytest.raises(UsageError, match=what):
         Scorer(str(path))
+
+
+def test_chat_message_folder_through_the_console_script(built, tmp_path):
+    """A folder saved by sentence-transformers 6.2 that reads chat messages: scored, not refused,
+    its embeddings those of `encode`; `inspect` says how it reads text."""
+    path = built("qwen3-chat-last-normalize-short")
+    inp = tmp_path / "rows.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in DECODER_ROWS))
+    out = tmp_path / "out.parquet"
+    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(out), "--pooled-hidden-states",
+                          "--quiet"], capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    table = pq.read_table(out)
+    ours = [(np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
+            for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())]  # fmt: skip
+    assert_matches(ours, reference(path, DECODER_ROWS))
+    inspect = subprocess.run([*SCORECLI, "inspect", path], capture_output=True, env=_env(), timeout=180, text=True)
+    assert inspect.returncode == 0, inspect.stderr
+    assert "text:           chat messages (flat format) through the chat template" in inspect.stdout, inspect.stdout
 
 
 def test_console_script(built, tmp_path):

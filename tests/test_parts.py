@@ -21,7 +21,9 @@ FP = {"model": "m", "--template": "plain"}
 
 
 def table(first: int, n: int) -> pa.Table:
-    return pa.table({"id": list(range(first, first + n)), "score": [[float(i)] for i in range(first, first + n)]})
+    """Rows as scorecli writes them: its version in the metadata (what makes a part its own)."""
+    data = {"id": list(range(first, first + n)), "score": [[float(i)] for i in range(first, first + n)]}
+    return pa.table(data).replace_schema_metadata({"scorecli_version": "test"})
 
 
 def store_with(folder, sizes, fmt="parquet"):
@@ -163,12 +165,16 @@ def test_resume_without_a_folder_starts_the_job(tmp_path):
     assert store.rows_done == 0 and note is None and not (tmp_path / "new").exists()
 
 
-def test_dataset_folder_with_foreign_files_is_refused(tmp_path):
+@pytest.mark.parametrize("dataset", [True, False], ids=["dataset", "partial"])
+@pytest.mark.parametrize("name", ["theirs.parquet", "part-00000.parquet", "part-00001.jsonl"])
+def test_folder_with_files_scorecli_did_not_write_is_refused(tmp_path, name, dataset):
+    """Another writer's file, even one named as scorecli names its parts (without its metadata)."""
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "theirs.parquet").write_bytes(b"x")
-    with pytest.raises(UsageError, match="holds other files"):
-        open_store(str(tmp_path / "d"), FP, "parquet", resume=False, dataset=True)
-    assert os.listdir(tmp_path / "d") == ["theirs.parquet"]
+    theirs = pa.table({"id": [1]})
+    pq.write_table(theirs, tmp_path / "d" / name)
+    with pytest.raises(UsageError, match=f"holds files scorecli did not write \\({name}\\)"):
+        open_store(str(tmp_path / "d"), FP, "parquet", resume=False, dataset=dataset)
+    assert os.listdir(tmp_path / "d") == [name] and pq.read_table(tmp_path / "d" / name).equals(theirs)
 
 
 def test_finished_dataset_has_parts_and_success_only(tmp_path):
@@ -198,12 +204,12 @@ def test_fingerprint_covers_inputs_model_and_content_flags(tmp_path):
     cfg = ScoreConfig(model=str(model))
     base = fingerprint(cfg, [str(data)], "parquet")
     assert base == json.loads(json.dumps(base))
-    assert base["model"]["weights"] == [["model.safetensors", 5]]
+    assert base["model file"] == {"model.safetensors": [5, os.stat(model / "model.safetensors").st_mtime_ns]}
     same = fingerprint(ScoreConfig(model=str(model), window_rows=7, cache_dir="/elsewhere"), [str(data)], "parquet")
     assert same == base  # how the work is done is not the job
     assert fingerprint(ScoreConfig(model=str(model), template="yes-no-chat"), [str(data)], "parquet")["--template"] == "yes-no-chat"
     (model / "model.safetensors").write_bytes(b"123456")
-    assert fingerprint(cfg, [str(data)], "parquet")["model"] != base["model"]
+    assert fingerprint(cfg, [str(data)], "parquet")["model file"] != base["model file"]
     data.write_text('{"query": "q2", "items": []}\n')
     assert fingerprint(cfg, [str(data)], "parquet")["input files"] != base["input files"]
 

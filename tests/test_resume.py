@@ -159,9 +159,14 @@ def test_changed_flag_input_or_model_is_refused(tmp_path, job_input, qwen3_seq_c
     os.utime(inp, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: maybe edited
     refused(args, "input files")
     os.utime(inp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    for name in ("model.safetensors", "tokenizer.json"):  # retrained or re-tokenized in place, same sizes
+        st = os.stat(model / name)
+        os.utime(model / name, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        refused(args, f"model file {name}")
+        os.utime(model / name, ns=(st.st_atime_ns, st.st_mtime_ns))
     with open(model / "model.safetensors", "ab") as f:  # other weights
         f.write(b"\0")
-    refused(args, "model")
+    refused(args, "model file model.safetensors")
 
 
 def test_changed_engine_settings_are_not_a_different_job(tmp_path, job_input, qwen3_seq_cls, uninterrupted):

@@ -58,7 +58,8 @@ class Checkpoint:
 
     @classmethod
     def open(cls, target: Target, cfg: ScoreConfig, paths: list[str], resume: bool) -> Checkpoint | None:
-        """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO).
+        """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO), or
+        a file written from stdin (nothing to resume). A dataset from stdin keeps its parts.
 
         Raises:
             UsageError: `--resume` for a streamed output or stdin input, or a folder of a
@@ -70,11 +71,12 @@ class Checkpoint:
             if resume and target.kind == "stdout":
                 raise UsageError(f"--resume: {target.out} is standard output, which keeps no parts to resume from")
             return None  # a device or FIFO keeps no parts: with --resume, the job just starts
+        dataset = target.kind == "dataset"
         if "-" in paths:
             if resume:
                 raise UsageError("--resume: stdin (-) cannot be read again; give the input as files")
-            return None  # a run from stdin cannot continue: no parts to keep
-        dataset = target.kind == "dataset"
+            if not dataset:
+                return None  # a run from stdin cannot continue: no parts to keep (a dataset's parts are its output)
         folder = target.path if dataset else target.path + ".partial"
         shown = target.out if dataset else target.out + ".partial"
         if os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target

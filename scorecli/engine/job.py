@@ -1,11 +1,12 @@
 """What identifies a scoring job, for `--resume` (SPEC §11): its fingerprint.
 
 Two runs are the same job when they read the same input files (resolved paths, sizes,
-modification times), load the same model (its resolved path and its weight files' names and
-sizes), run the same scorecli version and set every flag that changes the output's content
-the same way. Flags that only change how the work is done (`--window-rows`, `--quiet`, the
-engine and its workers, the GGUF cache folder) are left out, so a resumed run may change them
-(a resumed job still goes on in its own windows: `Checkpoint.part_rows`).
+modification times), load the same model (its resolved path, and the names, sizes and
+modification times of the files that make it: weights, configs, tokenizer), run the same
+scorecli version and set every flag that changes the output's content the same way. Flags that
+only change how the work is done (`--window-rows`, `--quiet`, the engine and its workers, the
+GGUF cache folder) are left out, so a resumed run may change them (a resumed job still goes on
+in its own windows: `Checkpoint.part_rows`).
 
 Knows flags and files; nothing about scoring or how parts are stored (`io.parts`).
 """
@@ -19,10 +20,14 @@ from typing import Any
 
 from scorecli import __version__
 from scorecli.config import ScoreConfig
+from scorecli.io.readers import STDIN
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {"window_rows", "cache_dir", "job_tokens"}
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt")
+# the files that make a model folder's output: weights, configs (a sentence-transformers folder's
+# modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
+MODEL_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".json", ".jinja", ".model", ".txt",
+                  ".tiktoken")  # fmt: skip
 
 
 def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, Any]:
@@ -30,12 +35,13 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
 
     Args:
         cfg: the run's configuration.
-        paths: the input files (as `resolve_inputs` gives them; no stdin).
+        paths: the input files (as `resolve_inputs` gives them; `-`, stdin, only in a job never resumed).
         output: the output's format, e.g. `parquet`, `jsonl`, `jsonl.gz`, `dataset`.
     """
     out: dict[str, Any] = {
         "input files": [_file(p) for p in paths],
-        "model": _model(cfg.model),
+        "model": os.path.realpath(cfg.model) if os.path.exists(cfg.model) else cfg.model,
+        "model file": _model_files(cfg.model),
         "scorecli version": __version__,
         "output format": output,
     }
@@ -47,23 +53,26 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
 
 
 def _file(path: str) -> list:
-    st = os.stat(path)
-    return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
+    return [path] if path == STDIN else [os.path.realpath(path), *_stamp(path)]  # stdin: never resumed
 
 
-def _model(name: str) -> dict[str, Any]:
-    """A local model's resolved path and weight files (name, size); a Hub id as given."""
+def _model_files(name: str) -> dict[str, list]:
+    """{file: [size, modification time]} of the files that make a local model (a model retrained
+    or re-tokenized in place with the same shapes is another model); none for a Hub id."""
     if os.path.isfile(name):
-        st = os.stat(name)
-        return {"path": os.path.realpath(name), "weights": [[os.path.basename(name), st.st_size]]}
-    if os.path.isdir(name):
-        from scorecli.model.sentence import module_folders
+        return {os.path.basename(name): _stamp(name)}
+    if not os.path.isdir(name):
+        return {}
+    from scorecli.model.sentence import module_folders
 
-        weights = sorted(  # a sentence-transformers folder's modules (Dense) keep weights in subfolders
-            [os.path.join(sub, n), os.path.getsize(os.path.join(name, sub, n))]
-            for sub in ["", *module_folders(name)] if os.path.isdir(os.path.join(name, sub))
-            for n in os.listdir(os.path.join(name, sub))
-            if n.endswith(WEIGHT_SUFFIXES) and os.path.isfile(os.path.join(name, sub, n))
-        )
-        return {"path": os.path.realpath(name), "weights": weights}
-    return {"path": name}
+    return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
+        os.path.join(sub, n): _stamp(os.path.join(name, sub, n))
+        for sub in ["", *module_folders(name)] if os.path.isdir(os.path.join(name, sub))
+        for n in sorted(os.listdir(os.path.join(name, sub)))
+        if n.endswith(MODEL_SUFFIXES) and os.path.isfile(os.path.join(name, sub, n))
+    }
+
+
+def _stamp(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]

@@ -40,7 +40,7 @@ import pyarrow as pa
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
-from scorecli.io.ids import schema_id_type
+from scorecli.io.ids import schema_id_type, with_id_column
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, count_rows
 from scorecli.engine.progress import Counts, Tracker, note, summary
@@ -144,7 +144,7 @@ def _empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str
 
         scorer = Scorer(config.model, config)
         scorer.id_type = id_type
-        return "ok", scorer.empty_table(), scorer.metadata
+        return "ok", with_id_column(scorer.empty_table(), config.id_field, id_type), scorer.metadata
     except Exception as exc:
         return "failed", type(exc).__name__, first_line(exc)
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError
-from scorecli.io.ids import IdCheck, schema_id_type
+from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
@@ -111,7 +111,7 @@ def run_score(
                 counts.add_rows(table)
                 tracker.rows(prepared.num_rows)
             if not wrote:
-                sink.write(scorer.empty_table())
+                sink.write(with_id_column(scorer.empty_table(), cfg.id_field, scorer.id_type))
         if checkpoint is not None:
             checkpoint.finish(scorer.metadata)
         counts.nan = sink.nulled.get("score", 0)

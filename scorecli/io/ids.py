@@ -145,3 +145,12 @@ def id_array(ids: list[Any], name: str, t: pa.DataType | None = None) -> pa.Arra
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         kinds = sorted({type(i).__name__ for i in ids if i is not None})
         raise InputError(f"{name} field mixes types ({', '.join(kinds)}): give every row the same kind of id") from e
+
+
+def with_id_column(table: pa.Table, name: str, t: pa.DataType | None) -> pa.Table:
+    """`table`, the output of no rows, with the id column the inputs' schema declares (type `t`;
+    None: no schema names one), first as in a scored window's output: a zero-row Parquet input
+    keeps its id column, so that outputs of a job's runs union (README: Output)."""
+    if t is None or name in table.column_names:
+        return table
+    return table.add_column(0, name, id_array([], name, t)).replace_schema_metadata(table.schema.metadata)

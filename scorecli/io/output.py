@@ -5,7 +5,11 @@
   `/dev/fd/3`, whatever it points to): written through, never replaced.
 - A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.engine.checkpoint`).
 - Anything else: a regular file, written under a temporary name beside its real path (a
-  symlink's target: the link stays) and renamed onto it at the end.
+  symlink's target: the link stays) and renamed onto it at the end; its finished windows are
+  kept in `<out>.partial/` meanwhile (`scorecli.engine.checkpoint`).
+No target a run writes (the file, the dataset folder, `<out>.partial/`, their parts and
+temporary files) may be, hold or lie inside an input, after globs, folders and symlinks are
+resolved (stdin by what it reads; README: Output): scorecli never overwrites or deletes one.
 The format comes from the name as given: `.parquet` or no suffix: Parquet; `.jsonl`,
 `.json`: JSON lines; `.jsonl.gz`: gzip-compressed JSON lines; any other suffix is refused.
 Knows nothing about tables or models.
@@ -20,6 +24,7 @@ import sys
 from dataclasses import dataclass
 
 from scorecli.errors import UsageError
+from scorecli.io.readers import STDIN
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")
@@ -61,26 +66,29 @@ def output_format(out: str) -> str:
     return "parquet"
 
 
-def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target:
+def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = (), folders: list[str] | tuple[str, ...] = ()
+                   ) -> Target:  # fmt: skip
     """Check `out` before any work and say how it will be written.
 
     Args:
         out: the `--out` value.
         inputs: resolved input paths (`-` for stdin); `out` may not be one of them.
+        folders: the input folders they were found in; `out` may not lie inside one.
 
     Raises:
         UsageError: empty, unsupported suffix, a missing or unwritable
-            directory, a read-only file, a socket, or one of the inputs.
+            directory, a read-only file, a socket, or a target that is, holds or lies
+            inside an input (`_touches_input`).
     """
     if not out:
         raise UsageError("--out: empty path (give a .parquet or .jsonl path, or - for stdout)")
     if out not in STDOUT_PATHS and (out.endswith(("/", os.sep)) or os.path.isdir(out)):
-        return _dataset(out)
+        return _checked(_dataset(out), inputs, folders)
     fmt = output_format(out)
     if out in STDOUT_PATHS:
         if sys.stdout is None:  # started with stdout closed (`>&-`)
             raise UsageError(f"cannot write output {out}: standard output is closed")
-        return Target(out, fmt, "stdout", None)
+        return _checked(Target(out, fmt, "stdout", None), inputs, folders)
     real = os.path.realpath(out)
     # /dev/stderr, /dev/fd/3: an open descriptor, whatever it points to (a file the shell holds open)
     descriptor = real.startswith("/proc/") or os.path.abspath(out).startswith(DESCRIPTORS)
@@ -93,12 +101,10 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = ()) -> Target
     except OSError as e:
         raise UsageError(f"cannot write output {out}: {e.strerror or e}") from e
     reason = _unwritable(real, st)
-    if reason is None:
-        reason = _same_as_input(real, st, inputs)
     if reason:
         raise UsageError(f"cannot write output {out}: {reason}")
     kind = "file" if not descriptor and (st is None or stat.S_ISREG(st.st_mode)) else "special"
-    return Target(out, fmt, kind, real)
+    return _checked(Target(out, fmt, kind, real), inputs, folders)
 
 
 def _dataset(out: str) -> Target:
@@ -112,6 +118,19 @@ def _dataset(out: str) -> Target:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write output {out}: directory {parent} is not writable")
     return Target(out, "parquet", "dataset", real)
+
+
+def unwritable_file(path: str) -> str | None:
+    """Why the regular file `path` cannot be made or replaced (its directory missing or
+    read-only, a read-only file, a directory, a socket), or None when it can."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return e.strerror or str(e)
+    return _unwritable(real, st)
 
 
 def _unwritable(real: str, st: os.stat_result | None) -> str | None:
@@ -132,19 +151,72 @@ def _unwritable(real: str, st: os.stat_result | None) -> str | None:
     return None
 
 
-def _same_as_input(real: str, st: os.stat_result | None, inputs) -> str | None:
-    if st is None:
-        return None
+def _checked(target: Target, inputs, folders) -> Target:
+    reason = _touches_input(target, inputs, folders)
+    if reason:
+        raise UsageError(f"cannot write output {target.out}: {reason}")
+    return target
+
+
+def _touches_input(target: Target, inputs, folders) -> str | None:
+    """Why writing `target` would overwrite, delete or later re-read an input, or None.
+
+    A file is refused when it is an input (the same file, however named) or lies inside an input
+    folder; a folder scorecli writes (a dataset, a file's `<out>.partial/`) when it holds an input
+    or lies inside an input folder.
+    """
+    written = None if target.kind == "stdout" else target.path
+    try:
+        st = os.fstat(1) if written is None else os.stat(written)
+    except OSError:
+        st = None
+    zones = []  # (folder scorecli writes and may clear, how the message names it)
+    if target.kind == "dataset":
+        zones.append((written, "it"))
+    elif target.kind == "file":
+        zones.append((written + ".partial", f"its parts folder {target.out}.partial/"))
+    for shown, places, other in _input_files(inputs):
+        if st is not None and other is not None and stat.S_ISREG(st.st_mode) and _same(st, other):
+            return f"it is the input {shown}" if written else f"standard output is the input {shown}"
+        for zone, what in zones:
+            if any(_within(place, zone) for place in places):
+                return f"{what} holds the input {shown}"
+    for folder in folders if target.kind in ("file", "dataset") else ():  # its .partial/ lies beside it
+        if _within(written, os.path.realpath(folder)):
+            return f"it lies inside the input folder {folder} (a later run would read it as input)"
+    return None
+
+
+def _input_files(inputs) -> list[tuple[str, list[str], os.stat_result | None]]:
+    """Each input as (its name in messages, the places it lies at, its stat): a file's real path
+    and, for a symlink, the link's own place; stdin (`-`) by the file descriptor 0 reads, if any."""
+    out = []
     for path in inputs:
-        if path == STDOUT:
+        if path == STDIN:  # a file redirected into stdin (`< scores.jsonl`) is an input too
+            try:
+                st = os.fstat(0)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                where = os.path.realpath("/proc/self/fd/0")
+                out.append(("- (standard input)", [where] if os.path.isfile(where) else [], st))
             continue
         try:
-            other = os.stat(path)
+            st = os.stat(path)
         except OSError:
-            continue
-        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            return f"it is the input {path}"
-    return None
+            st = None
+        link = os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+        out.append((path, [os.path.realpath(path), link], st))
+    return out
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies anywhere under it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def temp_path(path: str) -> str:

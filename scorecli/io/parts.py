@@ -41,6 +41,7 @@ JOB = "_scorecli_job.json"
 JOURNAL = "_scorecli_journal.jsonl"
 SUCCESS = "_SUCCESS"
 _PART = re.compile(r"part-(\d{5,})\.(parquet|jsonl)$")
+WRITTEN_BY = b"scorecli_version"  # a key of the metadata every Parquet output and part of scorecli holds
 COMPRESSION = "zstd"
 
 
@@ -63,6 +64,26 @@ def ours(name: str) -> bool:
     if name == SUCCESS or name.startswith(("_scorecli_", "._scorecli_")):
         return True
     return bool(_PART.fullmatch(name)) or (name.startswith(".part-") and name.endswith(".tmp"))
+
+
+def not_ours(folder: str, fmt: str) -> list[str]:
+    """The files in `folder` that no scorecli run wrote (sorted): names a store does not use, and
+    parts that are not a store's own (`part-00000.parquet` is what many writers name their files):
+    a regular file of the store's format whose Parquet metadata records the scorecli version, or
+    one the folder's journal lists (a part damaged since is recovered, `_recover`)."""
+    listed = {p.file for p in map(_parse_part, _journal_lines(folder)) if p is not None}
+    return sorted(n for n in os.listdir(folder)
+                  if not ours(n) or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt)))  # fmt: skip
+
+
+def _our_part(folder: str, name: str, fmt: str) -> bool:
+    path = os.path.join(folder, name)
+    if os.path.islink(path) or not os.path.isfile(path) or not name.endswith("." + fmt):
+        return False
+    try:  # JSON lines parts (library use) carry no metadata
+        return fmt != "parquet" or WRITTEN_BY in (pq.read_schema(path).metadata or {})
+    except Exception:  # noqa: BLE001 - not Parquet, or torn: pyarrow raises several kinds
+        return False
 
 
 class PartStore:
@@ -93,15 +114,11 @@ class PartStore:
         if self._job is not None:
             return 0
         rows = 0
-        try:
-            with open(self.path(JOURNAL), "rb") as f:
-                for line in f.read().split(b"\n"):
-                    part = _parse_part(line)
-                    if part is None or part.first_row != rows:
-                        break
-                    rows += part.rows
-        except FileNotFoundError:
-            pass
+        for line in _journal_lines(self.folder):
+            part = _parse_part(line)
+            if part is None or part.first_row != rows:
+                break
+            rows += part.rows
         return rows
 
     def path(self, name: str) -> str:
@@ -226,7 +243,7 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
 
     Raises:
         FingerprintMismatch: `resume` and the folder holds a different job (nothing changed).
-        UsageError: a dataset folder holds files that are not ours.
+        UsageError: the folder holds files that no scorecli run wrote (`not_ours`).
     """
     job = {"format": fmt, "fingerprint": fingerprint, "settings": dict(settings or {})}
     if not os.path.isdir(folder):
@@ -244,9 +261,11 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
 def _existing(folder: str, job: dict, resume: bool, dataset: bool) -> tuple[PartStore, str | None]:
     """`open_store` on a folder that exists (held by this process)."""
     fmt, names = job["format"], os.listdir(folder)
-    foreign = sorted(n for n in names if not ours(n))
-    if foreign and dataset:
-        raise UsageError(f"cannot write a dataset into {folder}: it holds other files ({foreign[0]}, ...)")
+    foreign = not_ours(folder, fmt)
+    if foreign:  # scorecli never deletes or overwrites a file it did not write (README: Output)
+        more = ", ..." if len(foreign) > 1 else ""
+        raise UsageError(f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder}: it holds files "
+                         f"scorecli did not write ({foreign[0]}{more}): move them away, or give another --out")  # fmt: skip
     if resume and os.path.exists(os.path.join(folder, JOB)):
         saved = _read_job(folder)
         if saved.get("format") == fmt and saved.get("fingerprint") is not None:
@@ -298,10 +317,14 @@ def _write_job(folder: str, job: dict) -> None:
 
 def _compare(saved: dict, now: dict, folder: str) -> None:
     for key in sorted(set(saved) | set(now)):
-        if saved.get(key) != now.get(key):
+        old, new = saved.get(key), now.get(key)
+        if old != new:
+            if isinstance(old, dict) and isinstance(new, dict):  # name the entry that differs: "model file x"
+                entry = next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+                key, old, new = f"{key} {entry}", old.get(entry), new.get(entry)
             raise FingerprintMismatch(
                 f"--resume: {folder} holds a job with a different {key} "
-                f"({_short(saved.get(key))} then, {_short(now.get(key))} now); run without --resume to start over"
+                f"({_short(old)} then, {_short(new)} now); run without --resume to start over"
             )
 
 
@@ -314,12 +337,7 @@ def _recover(folder: str, fmt: str) -> list[Part]:
     """The journaled parts that are intact and contiguous; everything else is removed."""
     parts: list[Part] = []
     journal = os.path.join(folder, JOURNAL)
-    try:
-        with open(journal, "rb") as f:
-            lines = f.read().split(b"\n")
-    except FileNotFoundError:
-        lines = []
-    for line in lines:
+    for line in _journal_lines(folder):
         part = _parse_part(line)
         expected = f"part-{len(parts):05d}.{fmt}"
         if part is None or part.file != expected or part.first_row != sum(p.rows for p in parts):
@@ -353,6 +371,14 @@ def _intact(path: str, part: Part, fmt: str) -> int | None:
         return size if pq.ParquetFile(path).metadata.num_rows == part.rows else None
     except Exception:  # not Parquet, or torn: pyarrow raises several kinds
         return None
+
+
+def _journal_lines(folder: str) -> list[bytes]:
+    try:
+        with open(os.path.join(folder, JOURNAL), "rb") as f:
+            return f.read().split(b"\n")
+    except FileNotFoundError:
+        return []
 
 
 def _parse_part(line: bytes) -> Part | None:

@@ -127,6 +127,11 @@ def resolve_inputs(specs: list[str]) -> list[str]:
     return out
 
 
+def input_folders(specs: list[str]) -> list[str]:
+    """The input specs that are folders (read for their files): no output may lie inside one."""
+    return [spec for spec in specs if spec not in STDIN_PATHS and os.path.isdir(spec)]
+
+
 def _parse_line(line: bytes, where: str) -> RawRow:
     try:
         text = line.rstrip().decode("utf-8")

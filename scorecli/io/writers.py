@@ -93,6 +93,8 @@ class Sink:
 
     def _open(self) -> None:
         t = self.target
+        if t.kind == "dataset":  # a folder of parts: `checkpoint.Checkpoint` writes it, never one file
+            raise UsageError(f"cannot write output {t.out}: a folder (a Parquet dataset) is not written through a Sink")
         if t.kind == "file":
             clean_stale_temps(t.path)
             self._tmp = temp_path(t.path)

@@ -14,13 +14,16 @@ This package knows nothing about files, progress or the command line.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking, last_chunks
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Family(Protocol):

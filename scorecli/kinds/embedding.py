@@ -22,6 +22,7 @@ from scorecli.core.encode import Row, tokenize
 from scorecli.kinds import FamilyDefaults
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.forward import with_encoder
+from scorecli.model.messages import ChatTexts
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.model.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
@@ -39,23 +40,33 @@ class EncodedTexts:
 
 class TextEncoder:
     """Tokenizes a window's queries and items with their prompts, cut at `max_len` tokens as
-    sentence-transformers cuts them (`--truncate error`: a longer text fails its row)."""
+    sentence-transformers cuts them (`--truncate error`: a longer text fails its row): prompt and
+    text as one string, or, for a folder that reads chat messages, rendered through the chat
+    template (`messages.ChatTexts`; `model_type` may decide their format)."""
 
     def __init__(self, tokenizer, modules: SentenceModules, query_prompt: str | None, item_prompt: str | None,
-                 max_len: int, truncate: str, vocab_size: int):  # fmt: skip
+                 max_len: int, truncate: str, vocab_size: int, model_type: str = ""):  # fmt: skip
         self.tokenizer, self.max_len, self.truncate, self.vocab_size = tokenizer, max_len, truncate, vocab_size
         self.prompts = (prompt_text(query_prompt, modules, ("query",)),
                         prompt_text(item_prompt, modules, ("document", "passage")))  # fmt: skip
-        self.skips = tuple(prompt_length(tokenizer, p, modules) for p in self.prompts)
+        self.chat = None if modules.message is None else ChatTexts(tokenizer, modules.message, model_type)
+        # pooling skips a prompt's tokens only in plain text (a chat message's prompt is pooled)
+        skips = [0 if self.chat is not None else prompt_length(tokenizer, p, modules) for p in self.prompts]
+        self.skips = tuple(skips)
 
     def encode(self, rows: list[Row], wheres: list[str], chunking: Chunking | None = None) -> list[EncodedTexts]:
-        texts, names = [], []
+        texts, prompts, names = [], [], []
         for row, where in zip(rows, wheres):
             if not row.pretokenized:
-                texts += [self.prompts[0] + row.query] + [self.prompts[1] + item for item in row.items]
+                texts += [row.query, *row.items]
+                prompts += [self.prompts[0]] + [self.prompts[1]] * len(row.items)
                 names += [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
         cut = self.max_len + (self.truncate == "error")  # one token more shows a text that is too long
-        ids, failed = tokenize(self.tokenizer, texts, names, add_special_tokens=True, truncation=True, max_length=cut)
+        if self.chat is not None:
+            ids, failed = self.chat.encode(prompts, texts, names, cut, self.max_len)
+        else:
+            ids, failed = tokenize(self.tokenizer, [p + t for p, t in zip(prompts, texts)], names,
+                                   add_special_tokens=True, truncation=True, max_length=cut)  # fmt: skip
         out, at = [], 0
         for row, where in zip(rows, wheres):
             if row.pretokenized:
@@ -142,7 +153,7 @@ class EmbeddingFamily(FamilyDefaults):
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
         vocab = loaded.model.get_input_embeddings().num_embeddings
         self.encoder = TextEncoder(loaded.tokenizer, self.modules, cfg.query_prompt, cfg.item_prompt,
-                                   spec.max_seq_len, cfg.truncate, vocab)  # fmt: skip
+                                   spec.max_seq_len, cfg.truncate, vocab, loaded.config.model_type)  # fmt: skip
         backend = None
         if not loaded.is_encoder:
             backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
@@ -150,11 +161,9 @@ class EmbeddingFamily(FamilyDefaults):
             fast_encoder.supports(loaded.model)
         from scorecli.runtimes import onnx as runtime_onnx
         self.runtime = runtime_onnx.choose(cfg, loaded, fast)
-        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
-            folder = loaded.model.name_or_path
-            path = runtime_onnx.model_file(self.runtime, loaded.model, folder, cfg.cache_dir, "texts")
-            self.forward = runtime_onnx.OnnxTextForward(path, threads=1)
-        else:
+        self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "texts")
+        if self.forward is None:  # torch, chosen or fallen back to
+            self.runtime = "torch"
             self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]

@@ -40,11 +40,9 @@ class PairFamily(FamilyDefaults):
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
         why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
         self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
-        if self.runtime in runtime_onnx.ONNX_RUNTIMES:
-            path = runtime_onnx.model_file(self.runtime, loaded.model, loaded.model.name_or_path, cfg.cache_dir)
-            self.forward = runtime_onnx.OnnxForward(path, threads=1)
-        else:
-            self.forward = EncoderForward(loaded.model, loaded.device, fast=fast)
+        self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "pairs")
+        if self.forward is None:  # torch, chosen or fallen back to
+            self.runtime, self.forward = "torch", EncoderForward(loaded.model, loaded.device, fast=fast)
         self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]

@@ -16,6 +16,21 @@ from collections.abc import Callable
 from scorecli.errors import UsageError
 
 
+def check_writable(cache_dir: str | None) -> None:
+    """UsageError when the cache folder given (--cache-dir, $SCORECLI_CACHE_DIR) cannot be written
+    or made; None means the default folder, whose problems the runs that use it handle."""
+    if not cache_dir:
+        return
+    probe = os.path.realpath(cache_dir)
+    while not os.path.exists(probe):  # the nearest folder that exists is where it would be made
+        probe = os.path.dirname(probe)
+    reason = None if os.path.isdir(probe) else "is not a directory"
+    if reason is None and not os.access(probe, os.W_OK | os.X_OK):
+        reason = "is not writable"
+    if reason:
+        raise UsageError(f"--cache-dir {cache_dir}: cannot write the cache there: {probe} {reason}")
+
+
 def build_once(target: str, build: Callable[[str], None], what: str, ready: str | None = None) -> bool:
     """Whether `target` was built now (False: it was there already, or a concurrent run won).
 
@@ -25,19 +40,23 @@ def build_once(target: str, build: Callable[[str], None], what: str, ready: str 
         what: names the thing in the one-line error when it cannot be cached.
         ready: the file whose presence says `target` is whole (default: `target` itself).
     Raises:
-        UsageError: an OSError while building or renaming (a full disk, a read-only cache).
+        UsageError: an OSError while making the cache folder, building or renaming (a full
+            disk, a read-only cache or HOME).
     """
     ready = ready or target
     if os.path.isfile(ready):
         return False
     parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
     folder = ready != target
-    if folder:
-        tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
-    else:
-        fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=os.path.splitext(target)[1], dir=parent)
-        os.close(fd)
+    try:  # a read-only HOME (cron, containers) or cache: one line, not a traceback
+        os.makedirs(parent, exist_ok=True)
+        if folder:
+            tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=os.path.splitext(target)[1], dir=parent)
+            os.close(fd)
+    except OSError as exc:
+        raise UsageError(f"cannot cache {what} in {parent}: {exc.strerror or exc}") from exc
     try:
         build(tmp)
         os.replace(tmp, target)

@@ -4,9 +4,11 @@ transformer: Pooling, Dense and Normalize, exactly as sentence-transformers does
 Everything is read from the folder's own files (`modules.json`, `sentence_bert_config.json`,
 `config_sentence_transformers.json`, each module's `config.json` and safetensors weights);
 sentence-transformers itself is never imported. A module scorecli does not reproduce is refused
-with one line. Pooling works on ragged token states (one run of tokens per text, the first
-`skip` of which, a prompt excluded by `include_prompt: false`, are not pooled). This module
-knows nothing about rows, batches' layout on the device, or output.
+with one line. A transformer that reads text as chat messages (sentence-transformers 6.2's
+"message" input mode) says so in `SentenceModules.message` (`messages` renders the text).
+Pooling works on ragged token states (one run of tokens per text, the first `skip` of which, a
+prompt excluded by `include_prompt: false`, are not pooled). This module knows nothing about
+rows, batches' layout on the device, or output.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from scorecli.errors import UsageError
+from scorecli.model.messages import MessageMode, read_mode
 
 MODULES_FILE = "modules.json"
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -36,6 +39,8 @@ _ACTIVATIONS = {
     "torch.nn.modules.activation.GELU": F.gelu,
 }  # fmt: skip
 SIMILARITIES = ("cosine", "dot")
+# tokenizer arguments a folder's processing_kwargs may set without changing the token ids
+_SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
 
 
 def is_sentence_folder(path: str) -> bool:
@@ -78,6 +83,7 @@ class SentenceModules:
     similarity: str | None = None  # the model's `similarity_fn_name`
     max_seq_length: int | None = None  # from sentence_bert_config.json (else the tokenizer's)
     do_lower_case: bool = False
+    message: MessageMode | None = None  # text rendered as chat messages (`messages`), or plain text
 
     @property
     def normalized(self) -> bool:
@@ -166,21 +172,43 @@ def read_modules(path: str) -> SentenceModules:
                              "(it applies Pooling, Dense and Normalize)")  # fmt: skip
     pooling, include_prompt = _read_pooling(os.path.join(path, entries[1].get("path") or ""))
     bert = _json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
-    task = bert.get("transformer_task", "feature-extraction")
-    modalities = bert.get("modality_config") or {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
-    text = modalities.get("text") or {}
-    if task != "feature-extraction" or "message" in modalities or text.get("method_output_name") != "last_hidden_state":
-        raise UsageError(f"cannot load model {path}: its transformer reads text as {task} with modalities "
-                         f"{', '.join(modalities)}; scorecli embeds plain text with 'feature-extraction' (the last hidden "
-                         "states), not chat messages")  # fmt: skip
+    message = _read_inputs(bert, transformer_dir, path)
     st = _json_if(os.path.join(path, "config_sentence_transformers.json"))
     prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
     return SentenceModules(
         transformer_dir, pooling, include_prompt, tuple(steps), prompts,
         prompts.get(default) if default else None, st.get("similarity_fn_name"),
-        bert.get("max_seq_length"), bool(bert.get("do_lower_case", False)),
+        bert.get("max_seq_length"), bool(bert.get("do_lower_case", False)), message,
     )  # fmt: skip
+
+
+def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | None:
+    """How the transformer reads text (its `sentence_bert_config.json`): a message mode when it
+    declares one (sentence-transformers 6.2 then renders all text as chat messages), else None for
+    plain text; UsageError for what scorecli does not reproduce, named."""
+    task = bert.get("transformer_task", "feature-extraction")
+    modalities = bert.get("modality_config") or {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+    text = modalities.get("text") or {}
+    reads = "message" if "message" in modalities else "text"
+    if task != "feature-extraction" or (reads == "text" and text.get("method_output_name") != "last_hidden_state"):
+        raise UsageError(f"cannot load model {path}: its transformer reads text as {task} with modalities "
+                         f"{', '.join(modalities)}; scorecli embeds text with 'feature-extraction' (the last hidden "
+                         "states)")  # fmt: skip
+    processing = bert.get("processing_kwargs") or {}
+    changed = sorted(f"{bucket}.{key}" for bucket, kwargs in processing.items() if bucket != "chat_template"
+                     for key in (kwargs or {}) if key not in _SAME_IDS)  # fmt: skip
+    if changed:
+        raise UsageError(f"cannot load model {path}: its processing_kwargs set {changed[0]}, which scorecli does not "
+                         "reproduce")  # fmt: skip
+    if reads == "text":
+        return None
+    processor = [n for n in ("processor_config.json", "preprocessor_config.json")
+                 if os.path.isfile(os.path.join(transformer_dir, n))]  # fmt: skip
+    if processor:  # its processor (not the tokenizer) would render the messages
+        raise UsageError(f"cannot load model {path}: it renders chat messages with a multimodal processor "
+                         f"({processor[0]}); scorecli renders text through a tokenizer's chat template")  # fmt: skip
+    return read_mode(modalities["message"] or {}, processing.get("chat_template") or {}, path)
 
 
 def _read_pooling(where: str) -> tuple[tuple[str, ...], bool]:

@@ -27,10 +27,10 @@ WEIGHT_TYPE = "QUInt8"
 
 def int8_path(fp32_path: str) -> str:
     """Where the int8 version of the float32 export `fp32_path` lives (same folder)."""
-    import onnxruntime
+    from scorecli.runtimes.onnx import onnxruntime
 
     stat = os.stat(fp32_path)
-    key = f"{os.path.abspath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime.__version__}"
+    key = f"{os.path.abspath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime().__version__}"
     key += f"\nquantize_dynamic weight_type={WEIGHT_TYPE}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(os.path.dirname(fp32_path), f"model_quint8-{digest}.onnx")

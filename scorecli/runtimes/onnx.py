@@ -14,7 +14,8 @@ cached, ONNX Runtime's scores of a probe batch are compared with the torch forwa
 `--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
 
 Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
-a run uses is decided by `choose` from the frozen config (called by the kinds).
+a run uses is decided by `choose` from the frozen config, and `open_forward` opens it or, under
+`--runtime auto`, falls back to torch (both called by the families).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 from scorecli.attention import pad_ragged
 from scorecli.core.batching import Batch
 from scorecli.model.cache import build_once
-from scorecli.errors import UsageError
+from scorecli.errors import ScorecliError, UsageError, error_line, first_line
 from scorecli.kinds.forward import Pooled
 
 EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the torch forward
@@ -40,13 +41,49 @@ BACKEND_NAMES = {"onnx": "onnxruntime (fused encoder export)",
                  "onnx-int8": "onnxruntime (fused encoder export, int8 dynamic quantization)"}  # fmt: skip
 
 
+def onnxruntime():
+    """The onnxruntime module, imported with its import-time log lines kept off stderr (a coloured
+    telemetry warning where the user's cache cannot be written, device discovery notes): scorecli's
+    stderr holds its own lines only (README: the `--runtime` flag). Its later logs go at errors only."""
+    import sys
+
+    if sys.modules.get("onnxruntime") is not None:
+        return sys.modules["onnxruntime"]
+    import tempfile
+
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:  # the lines are printed by C++ on descriptor 2
+            os.dup2(sink.fileno(), 2)
+            import onnxruntime as ort  # ImportError where it is missing (or blocked: None in sys.modules)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    ort.set_default_logger_severity(3)
+    return ort
+
+
 def available() -> bool:
     """Whether onnxruntime can be imported."""
     try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
+        onnxruntime()
+    except Exception:  # noqa: BLE001 - not installed, or an install that fails to load
         return False
     return True
+
+
+def check_packages(runtime: str) -> None:
+    """UsageError when an explicit ONNX `runtime` cannot import onnxruntime or onnx (its exporter):
+    checked before the model loads. `auto` and torch need neither."""
+    if runtime not in ONNX_RUNTIMES:
+        return
+    missing = [] if available() else ["onnxruntime"]
+    try:
+        import onnx  # noqa: F401
+    except Exception:  # noqa: BLE001 - not installed, or an install that fails to load
+        missing.append("onnx")
+    if missing:
+        raise UsageError(f"--runtime {runtime} needs {' and '.join(missing)}: pip install 'scorecli[onnx]'")
 
 
 def weight_files(folder: str) -> list[str]:
@@ -137,8 +174,7 @@ def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
 
 
 def _session(path: str, threads: int):
-    import onnxruntime as ort
-
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -264,6 +300,53 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
                       "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
         return "torch"
     return cfg.runtime if cfg.runtime in ONNX_RUNTIMES else "onnx"
+
+
+def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward | OnnxTextForward | None:
+    """The ONNX forward of a run with `runtime` (from `choose`): `OnnxForward` for pairs,
+    `OnnxTextForward` for texts; None for torch.
+
+    A cached export that does not load (a truncated or corrupt `model.onnx`) is set aside and
+    built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
+    exporter, an unwritable cache, an export or load error) means torch, with one warning line
+    (README: the `--runtime` flag); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
+    """
+    if runtime not in ONNX_RUNTIMES:
+        return None
+    make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.model.name_or_path
+    try:
+        path = model_file(runtime, loaded.model, folder, cfg.cache_dir, what)
+        try:
+            return make(path)
+        except Exception:
+            if not _set_aside(cache_path(folder, cfg.cache_dir, what)):
+                raise
+            return make(model_file(runtime, loaded.model, folder, cfg.cache_dir, what))
+    except Exception as exc:
+        if cfg.runtime == "auto":
+            import warnings
+
+            why = first_line(exc, 200) if isinstance(exc, ScorecliError) else error_line(exc, 200)
+            warnings.warn(f"--runtime auto: ONNX Runtime cannot run here ({why}); running torch "
+                          "instead (the same scores)", RuntimeWarning, stacklevel=2)  # fmt: skip
+            return None
+        if isinstance(exc, UsageError):
+            raise
+        raise UsageError(f"--runtime {runtime}: {error_line(exc)}") from exc
+
+
+def _set_aside(entry: str) -> bool:
+    """Move a cache entry that does not load out of the way (renamed, then removed), so that it is
+    built again; False when the cache cannot be changed (the run then cannot use it)."""
+    aside = f"{entry}.broken-{os.getpid()}"
+    try:
+        os.replace(entry, aside)
+    except OSError:
+        return False
+    import shutil
+
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
 
 
 def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> str:

@@ -1,0 +1,144 @@
+"""Plain text as chat messages: how sentence-transformers 6.2 embeds text with a folder whose
+transformer declares a "message" input mode (README: Which models, embedding models).
+
+Its `encode` turns each text into a conversation: a system message holding the prompt (when there
+is one), then a user message holding the text, their content plain strings ("flat") or typed parts
+("structured"). The conversation is rendered with the tokenizer's chat template (and the keyword
+arguments the folder's `processing_kwargs["chat_template"]` gives it), tokenized without special
+tokens and cut at the maximum length; a text that reached the maximum gets the template's fixed
+tail (e.g. `<|im_end|>`) written back over its last tokens. The prompt is part of the conversation,
+so pooling never leaves it out. Knows nothing about models, batches or pooling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scorecli.errors import UsageError, first_line
+
+FORMATS = ("flat", "structured")
+# the keyword arguments of apply_chat_template that size the output: never template variables
+_SIZES = frozenset({"padding", "truncation", "max_length", "return_tensors"})
+# sentence-transformers' `InputFormatter` fixes the format of these model types instead of
+# inferring it from the template's text (for a folder whose message mode says "auto")
+_KNOWN_FORMATS = {"apertus": "flat", "deepseek_v3": "flat", "gpt_oss": "flat", "seed_oss": "flat"}
+_STRUCTURED = ("content[0]", ".type", "'type'", '"type"', "item.type", "message.content[")
+_FILLERS = ("0", "1 2 3 4")  # two contents that tokenize differently: what follows both is the tail
+
+
+@dataclass(frozen=True)
+class MessageMode:
+    """A folder's message input mode: the message format ("auto": inferred from the model type
+    and the template, as sentence-transformers does), the chat template's extra variables, and
+    whether a cut text gets the template's tail back."""
+
+    format: str
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
+    restore_suffix: bool = True
+
+
+def read_mode(entry: dict, chat_kwargs: dict, where: str) -> MessageMode:
+    """The message mode a folder's `modality_config["message"]` entry and its
+    `processing_kwargs["chat_template"]` declare.
+
+    Raises:
+        UsageError: what scorecli does not reproduce, named: another output than the last hidden
+            states, an unknown format, chat template arguments that size the tokenization.
+    """
+    if entry.get("method", "forward") != "forward" or entry.get("method_output_name") != "last_hidden_state":
+        raise UsageError(f"cannot load model {where}: its message input runs {entry.get('method')} -> "
+                         f"{entry.get('method_output_name')}; scorecli embeds the last hidden states of forward")  # fmt: skip
+    fmt = entry.get("format", "auto")
+    if fmt not in (*FORMATS, "auto"):
+        raise UsageError(f"cannot load model {where}: unknown message format {fmt!r} (expected flat or structured)")
+    kwargs = dict(chat_kwargs)
+    restore = bool(kwargs.pop("restore_suffix", True))
+    sizes = sorted(_SIZES & kwargs.keys())
+    if sizes:
+        raise UsageError(f"cannot load model {where}: its processing_kwargs chat_template sets {sizes[0]}, which "
+                         "scorecli does not reproduce")  # fmt: skip
+    return MessageMode(fmt, tuple(sorted(kwargs.items())), restore)
+
+
+class ChatTexts:
+    """Texts rendered through the chat template and tokenized as `encode` does for `mode`.
+
+    Args:
+        tokenizer: the model's tokenizer (its chat template renders the messages).
+        mode: the folder's `MessageMode`.
+        model_type: the model config's `model_type` (an "auto" format may depend on it).
+    Raises:
+        UsageError: the tokenizer has no chat template.
+    """
+
+    def __init__(self, tokenizer, mode: MessageMode, model_type: str):
+        template = getattr(tokenizer, "chat_template", None)
+        if not template:
+            raise UsageError("the model folder declares a 'message' input mode (text rendered through the chat "
+                             "template), but its tokenizer has no chat template")  # fmt: skip
+        self.tokenizer, self.mode, self.kwargs = tokenizer, mode, dict(mode.template_kwargs)
+        self.format = mode.format if mode.format != "auto" else _infer_format(template, model_type)
+        self._tails: dict[str, list[int]] = {}
+
+    def encode(self, prompts: list[str], texts: list[str], names: list[str], cut: int, limit: int
+               ) -> tuple[list[np.ndarray], dict[int, str]]:  # fmt: skip
+        """Token ids of each text with its prompt, cut at `cut` tokens (a text of `limit` tokens
+        or more ends in the template's tail), and {index: error} for texts that cannot be rendered
+        or tokenized (their ids are empty)."""
+        from scorecli.core.encode import tokenize
+
+        rendered, failed = [], {}
+        for t, (prompt, text) in enumerate(zip(prompts, texts)):
+            try:
+                rendered.append(self._render(self._conversation(prompt, text)))
+            except Exception as exc:  # noqa: BLE001 - a template raises what it likes (raise_exception)
+                rendered.append("")
+                failed[t] = f"{names[t]}: the chat template failed: {first_line(exc)}"
+        ids, tokenize_failed = tokenize(self.tokenizer, rendered, names, add_special_tokens=False, truncation=True,
+                                        max_length=cut)  # fmt: skip
+        for t, x in enumerate(ids):
+            tail = self.tail(prompts[t]) if self.mode.restore_suffix and len(x) >= limit else []
+            keep = min(len(tail), len(x))
+            if keep:
+                x[-keep:] = tail[-keep:]
+        return ids, {**tokenize_failed, **failed}
+
+    def tail(self, prompt: str) -> list[int]:
+        """The template's fixed tokens after the text of a conversation with `prompt`: the longest
+        common token tail of two renders with different contents (the system message kept), none
+        when the renders never differ or cannot be made (sentence-transformers' derivation)."""
+        if prompt not in self._tails:
+            tail: list[int] = []
+            try:
+                first, second = (self.tokenizer(self._render(self._conversation(prompt, f)), add_special_tokens=False)
+                                 ["input_ids"] for f in _FILLERS)  # fmt: skip
+                count = next((k for k, (a, b) in enumerate(zip(reversed(first), reversed(second))) if a != b),
+                             min(len(first), len(second)))  # fmt: skip
+                if 0 < count < min(len(first), len(second)):
+                    tail = first[len(first) - count :]
+            except Exception:  # noqa: BLE001 - as sentence-transformers: no tail rather than no run
+                pass
+            self._tails[prompt] = tail
+        return self._tails[prompt]
+
+    def _render(self, conversation: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(conversation, tokenize=False, **self.kwargs)
+
+    def _conversation(self, prompt: str, text: str) -> list[dict]:
+        return ([self._message("system", prompt)] if prompt else []) + [self._message("user", text)]
+
+    def _message(self, role: str, text: str) -> dict:
+        return {"role": role, "content": text if self.format == "flat" else [{"type": "text", "text": text}]}
+
+
+def _infer_format(template, model_type: str) -> str:
+    """The format sentence-transformers' `InputFormatter` infers: fixed for a few model types,
+    else structured when the template reads typed content parts, else flat."""
+    if model_type in _KNOWN_FORMATS:
+        return _KNOWN_FORMATS[model_type]
+    if not isinstance(template, str):
+        return "structured"
+    return "structured" if any(pattern in template for pattern in _STRUCTURED) else "flat"
