@@ -1,7 +1,9 @@
-"""`scorecli bench`: synthetic throughput of MIS and single-item scoring per attention backend.
+"""`scorecli bench`: synthetic throughput of MIS and single-item scoring per attention backend,
+for every kind (cross-encoders and embedding models run single-item).
 
-Rows of random token ids with exact lengths (rows × items × lengths) go through the same
-Scorer the CLI uses; the model is loaded once and shared. Reports items/s, tokens/s and,
+Rows of random token ids with exact lengths (rows × items × lengths; text of one-token words for
+cross-encoders, which tokenize pairs themselves) go through the same Scorer the CLI uses; the
+model is loaded once and shared. Reports items/s, tokens/s and,
 on CUDA, the fraction of the GPU's bf16 FLOP limit reached. Knows nothing about files.
 """
 
@@ -15,6 +17,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
 from scorecli.errors import UsageError
@@ -71,55 +75,82 @@ def synthetic_rows(work: Workload, vocab: int) -> list[RawRow]:
     ]  # fmt: skip
 
 
+# words most vocabularies hold as one token each (WordPiece and byte-level BPE alike)
+_WORDS = "the of and to in is was for on that with as by at from his an were are which this be has".split()
+
+
+def text_rows(work: Workload, tokenizer) -> list[RawRow]:
+    """Rows of text (for kinds that tokenize text pairs themselves: cross-encoders) whose query and
+    items are about as many tokens long as asked: words the tokenizer holds as one token."""
+    words = [w for w in _WORDS if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1] or _WORDS
+    rng = np.random.default_rng(work.seed)
+    text = lambda n: " ".join(rng.choice(words, n))  # noqa: E731
+    return [RawRow({"id": r, "query": text(work.query_tokens), "items": [text(work.item_tokens) for _ in range(work.items)]},
+                   f"bench row {r}") for r in range(work.rows)]  # fmt: skip
+
+
 def run_bench(
     cfg: ScoreConfig, work: Workload, attentions: list[str], modes: list[str] | None, repeats: int,
-    peak_tflops: float | None, note: Callable[[str], None] | None = None,
+    peak_tflops: float | None, note: Callable[[str], None] | None = None, console: Console | None = None,
 ) -> list[BenchResult]:
     """Time every (attention, mode) pair on the same rows; the model loads once. `modes` None:
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
-    that way (`compat.Support`); modes given are run as asked, and refused as `score` refuses."""
+    that way (a cross-encoder, an embedding model, a decoder `compat.Support` keeps single); modes
+    given are run as asked, and refused as `score` refuses. Progress on `console` (a terminal)."""
+    from scorecli.engine.progress import loading
+    from scorecli.kinds.spec import any_label_ids
+    from scorecli.model.default_model import short_name
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
-    from scorecli.kinds.spec import any_label_ids
 
-    loaded = load_model(cfg)
-    if loaded.kind in ("cross-encoder", "embedding"):
-        raise UsageError(f"scorecli bench measures decoder models (MIS vs single); a {loaded.kind} model is single-item "
-                         "only (benchmarks/ compares it with sentence-transformers)")  # fmt: skip
+    with loading(console, short_name(cfg.model) or cfg.model):
+        loaded = load_model(cfg)
     vocab = loaded.model.get_input_embeddings().num_embeddings
-    rows = synthetic_rows(work, vocab)
+    rows = text_rows(work, loaded.tokenizer) if loaded.kind == "cross-encoder" else synthetic_rows(work, vocab)
     if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
-    if modes is None:
-        from scorecli.model.compat import support_of
-
-        support = support_of(loaded)
-        modes = ["mis", "single"] if support.packed else ["single"]
-        if not support.packed and note is not None:
-            note(f"single-item mode only: {support.reason}")
     peak = peak_tflops or device_peak_tflops(loaded.device)
     params = non_embedding_params(loaded.model)
     results = []
-    for attention in attentions:
-        for mode in modes:
-            scorer = Scorer(loaded, replace(cfg, attention=attention, mode=mode))
-            seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device)
-            n_items = work.rows * work.items
-            flops = 2.0 * params * tokens / seconds
-            fraction = flops / (peak * 1e12) if peak else None
-            results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds, tokens, fraction))
+    with bench_progress(console) as progress:
+        for attention in attentions:
+            auto = Scorer(loaded, replace(cfg, attention=attention))
+            if modes is None and not auto.spec.mis and note is not None and not results:
+                note("single-item mode only: " + (auto.spec.single_reason or f"a {auto.spec.kind} model scores each "
+                                                  "item in a sequence of its own"))  # fmt: skip
+            for mode in modes or (["mis", "single"] if auto.spec.mis else ["single"]):
+                same = mode == ("mis" if auto.spec.mis else "single")
+                scorer = auto if same else Scorer(loaded, replace(cfg, attention=attention, mode=mode))
+                task = progress.add_task(f"{scorer.backend_name} {mode}", total=(repeats + 1) * work.rows * work.items)
+                seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device,
+                                              lambda items, _: progress.advance(task, items))  # fmt: skip
+                n_items = work.rows * work.items
+                flops = 2.0 * params * tokens / seconds
+                fraction = flops / (peak * 1e12) if peak else None
+                results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds, tokens,
+                                           fraction))  # fmt: skip
     return results
 
 
-def time_scorer(scorer, rows: list[RawRow], repeats: int, device: torch.device) -> tuple[float, int]:
-    """Median seconds of `repeats` timed passes over `rows` after one warm-up, and the tokens run."""
-    table = scorer.score_rows(rows)  # warm-up: kernels, JIT, allocator
+def bench_progress(console: Console | None) -> Progress:
+    """One line per measurement: items of its warm-up and timed passes (live on a terminal only)."""
+    columns = (TextColumn("bench {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("items"),
+               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    live = console is not None and console.is_terminal
+    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
+
+
+def time_scorer(scorer, rows: list[RawRow], repeats: int, device: torch.device,
+                on_batch: Callable[[int, int], None] | None = None) -> tuple[float, int]:  # fmt: skip
+    """Median seconds of `repeats` timed passes over `rows` after one warm-up, and the tokens run;
+    `on_batch(items, tokens)` after each batch (progress)."""
+    table = scorer.run(scorer.prepare(rows), on_batch)  # warm-up: kernels, JIT, allocator
     tokens = int(sum(table["num_tokens"].to_pylist()))
     times = []
     for _ in range(repeats):
         _sync(device)
         start = time.perf_counter()
-        scorer.score_rows(rows)
+        scorer.run(scorer.prepare(rows), on_batch)
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times), tokens
@@ -151,3 +182,27 @@ def device_peak_tflops(device: torch.device) -> float | None:
 def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device: str) -> dict:
     return {"workload": asdict(work), "model": cfg.model, "dtype": cfg.dtype, "device": device,
             "results": [asdict(r) for r in results]}  # fmt: skip
+
+
+def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None, device: str) -> None:
+    """The results as a table (on stderr when JSON takes stdout), and as JSON to `json_out`."""
+    import json
+
+    from rich.table import Table
+
+    table = Table(title=f"scorecli bench: {work.rows} rows x {work.items} items, query {work.query_tokens} + item "
+                        f"{work.item_tokens} tokens")  # fmt: skip
+    for col in ("attention", "mode", "seconds", "items/s", "tokens/s", "FLOP fraction"):
+        table.add_column(col, justify="right")
+    for r in results:
+        frac = f"{r.flop_fraction:.1%}" if r.flop_fraction is not None else "n/a"
+        table.add_row(r.attention, r.mode, f"{r.seconds:.3f}", f"{r.items_per_s:,.1f}", f"{r.tokens_per_s:,.0f}", frac)
+    Console(stderr=json_out == "-").print(table)
+    if not json_out:
+        return
+    text = json.dumps(as_json(results, work, cfg, device), indent=2)
+    if json_out == "-":
+        print(text, flush=True)
+    else:
+        with open(json_out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")

@@ -14,29 +14,26 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import Notice, OutputClosed, ScorecliError, UsageError, error_line, first_line
+from scorecli.help import Command, Group
+from scorecli.options import (APP_EXAMPLES, BENCH, BENCH_EXAMPLES, CHECK, INPUT, INSPECT_EXAMPLES, LONG, MAX_INT, MODEL,
+                              OUTPUT, PERF, SCORE_EXAMPLES, SCORING, WINDOW_ROWS, WINDOW_SECONDS, BatchTokens, CacheDir,
+                              Device, DType, Model, opt)
 from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline batch scoring with transformer rerankers, classifiers and reward models.")
+app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, epilog=APP_EXAMPLES,
+                  help="Offline batch scoring with transformer rerankers, classifiers, embedding and reward models.")  # fmt: skip
 # paths and user text are printed as they are: no markup, no :emoji: codes
 err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-# Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
-# needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
-MAX_INT = 2**31 - 1
-
-Model = Annotated[Optional[str], typer.Option("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, help="Model folder, .gguf file or Hub id (default: the bundled demo judge).")]
-CacheDir = Annotated[Optional[str], typer.Option(envvar="SCORECLI_CACHE_DIR", help="Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli).")]
-
-
 def _csv(value: str | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(v.strip() for v in value.split(","))
 
@@ -54,54 +51,58 @@ def _csv_ints(value: str | None) -> tuple[int, ...] | None:
     return ids
 
 
-@app.command()
+@app.command(cls=Command, epilog=SCORE_EXAMPLES)
 def score(
-    inputs: Annotated[list[str], typer.Argument(help="JSONL/Parquet files, directories, globs, or - for stdin.")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet, .jsonl, or - (JSONL on stdout).")],
+    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", show_default=False, rich_help_panel=INPUT, help="JSONL/Parquet files, folders, globs, or - for stdin.")],
+    out: Annotated[str, opt("--out", "-o", metavar="OUT", panel=OUTPUT, help="FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), or - (JSON lines on stdout).")],
     model: Model = None,
-    kind: Annotated[Optional[str], typer.Option(help="seq-cls | causal-lm | cross-encoder | embedding (default: detected).")] = None,
-    mode: Annotated[str, typer.Option(help="auto | mis | single.")] = "auto",
-    template: Annotated[Optional[str], typer.Option(help="plain | qwen3-reranker | yes-no-chat | a .toml/.json file.")] = None,
-    instruction: Annotated[Optional[str], typer.Option(help="Instruction for templates that take one.")] = None,
-    label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens, e.g. yes,no.")] = None,
-    label_token_ids: Annotated[Optional[str], typer.Option(help="Causal-LM label token ids, e.g. 9454,2152.")] = None,
-    activation: Annotated[Optional[str], typer.Option(help="none | softmax | sigmoid.")] = None,
-    apply_softmax: Annotated[bool, typer.Option("--apply-softmax", help="Same as --activation softmax.")] = False,
-    positive_label: Annotated[Optional[str], typer.Option(help="Label (name or index) that fills `score`.")] = None,
-    pooled_hidden_states: Annotated[bool, typer.Option("--pooled-hidden-states", help="Also write each item's pooled final hidden state.")] = False,
-    pooling: Annotated[Optional[str], typer.Option(help="last | cls (default: last for decoders, cls for cross-encoders).")] = None,
-    hidden_dtype: Annotated[str, typer.Option(help="float32 | float16 for pooled hidden states.")] = "float32",
-    query_field: Annotated[str, typer.Option(help="Input field holding the query.")] = "query",
-    items_field: Annotated[str, typer.Option(help="Input field holding the items.")] = "items",
-    id_field: Annotated[str, typer.Option(help="Input field copied to the output as the row id.")] = "id",
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
-    attention: Annotated[str, typer.Option(help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
-    runtime: Annotated[str, typer.Option(help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
-    compile_layers: Annotated[str, typer.Option("--compile", help="Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if the compiler fails) | on | off.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the free memory holds, 16384 to 131072).")] = None,
-    max_seq_len: Annotated[Optional[int], typer.Option(min=2, max=MAX_INT, help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
-    truncate: Annotated[str, typer.Option(help="item: cut over-long items' text | error: fail.")] = "item",
-    window_rows: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Rows read, scored and written per window.")] = 2048,
-    skip_bad_rows: Annotated[bool, typer.Option("--skip-bad-rows", help="Write bad rows with null scores and an error column.")] = False,
-    top_k: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
-    chunk_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
-    chunk_overlap: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
-    chunk_aggregate: Annotated[str, typer.Option(help="max | mean | first: an item's score from its chunks'.")] = "max",
-    similarity: Annotated[Optional[str], typer.Option(help="Embedding models: cosine | dot (default: the model's own, else cosine).")] = None,
-    query_prompt: Annotated[Optional[str], typer.Option(help="Embedding models: the query's prompt, by name or as text (default: the model's 'query').")] = None,
-    item_prompt: Annotated[Optional[str], typer.Option(help="Embedding models: the items' prompt, by name or as text (default: 'document', else 'passage').")] = None,
-    self_check: Annotated[bool, typer.Option("--self-check/--no-self-check", help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code to run.")] = False,
-    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickled .bin weights (they can run code).")] = False,
+    kind: Annotated[Optional[str], opt(panel=MODEL, help="seq-cls | causal-lm | cross-encoder | embedding (default: detected).")] = None,
+    mode: Annotated[str, opt(panel=SCORING, help="auto | mis (all items of a row in one sequence) | single.")] = "auto",
+    template: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="plain | qwen3-reranker | yes-no-chat | a .toml/.json file.")] = None,
+    instruction: Annotated[Optional[str], opt(metavar="TEXT", panel=SCORING, help="Instruction for templates that take one.")] = None,
+    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=SCORING, help="Causal-LM label tokens, e.g. yes,no.")] = None,
+    label_token_ids: Annotated[Optional[str], opt(metavar="IDS", panel=SCORING, help="Causal-LM label token ids, e.g. 9454,2152.")] = None,
+    activation: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="none | softmax | sigmoid.")] = None,
+    apply_softmax: Annotated[bool, opt("--apply-softmax", panel=SCORING, help="Same as --activation softmax.")] = False,
+    positive_label: Annotated[Optional[str], opt(metavar="LABEL", panel=SCORING, help="Label (name or index) that fills `score`.")] = None,
+    pooled_hidden_states: Annotated[bool, opt("--pooled-hidden-states", panel=OUTPUT, help="Also write each item's pooled final hidden state.")] = False,
+    pooling: Annotated[Optional[str], opt(metavar="WHERE", panel=OUTPUT, help="last | cls (default: last for decoders, cls for cross-encoders).")] = None,
+    hidden_dtype: Annotated[str, opt(metavar="DTYPE", panel=OUTPUT, help="float32 | float16 for pooled hidden states.")] = "float32",
+    query_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field holding the query.")] = "query",
+    items_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field holding the items.")] = "items",
+    id_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field copied to the output as the row id.")] = "id",
+    device: Device = "auto",
+    dtype: DType = "auto",
+    attention: Annotated[str, opt(metavar="NAME", panel=PERF, help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
+    runtime: Annotated[str, opt(metavar="NAME", panel=PERF, help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
+    compile_layers: Annotated[str, opt("--compile", metavar="WHEN", panel=PERF, help="Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if the compiler fails) | on | off.")] = "auto",
+    max_batch_tokens: BatchTokens = None,
+    max_seq_len: Annotated[Optional[int], opt(min=2, max=MAX_INT, metavar="N", panel=SCORING, help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
+    truncate: Annotated[str, opt(metavar="HOW", panel=SCORING, help="item: cut over-long items' text | error: fail.")] = "item",
+    window_rows: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=LONG, help="Rows per window (read, scored, written and kept as one part): N each (default: windows start at one row and double, up to 2048 rows, while one takes less than --window-seconds).")] = None,
+    window_seconds: Annotated[Optional[float], opt(min=0.001, metavar="S", panel=LONG, help="Windows grow until one takes about S seconds, so that the first rows are kept, and progress shows, within seconds on any model (default: 30; with --window-rows, windows grow up to N).")] = None,
+    skip_bad_rows: Annotated[bool, opt("--skip-bad-rows", panel=INPUT, help="Write bad rows with null scores and an error column.")] = False,
+    top_k: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="K", panel=OUTPUT, help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
+    chunk_tokens: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=SCORING, help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
+    chunk_overlap: Annotated[int, opt(min=0, max=MAX_INT, metavar="N", panel=SCORING, help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
+    chunk_aggregate: Annotated[str, opt(metavar="HOW", panel=SCORING, help="max | mean | first: an item's score from its chunks'.")] = "max",
+    similarity: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="Embedding models: cosine | dot (default: the model's own, else cosine).")] = None,
+    query_prompt: Annotated[Optional[str], opt(metavar="PROMPT", panel=SCORING, help="Embedding models: the query's prompt, by name or as text (default: the model's 'query').")] = None,
+    item_prompt: Annotated[Optional[str], opt(metavar="PROMPT", panel=SCORING, help="Embedding models: the items' prompt, by name or as text (default: 'document', else 'passage').")] = None,
+    self_check: Annotated[bool, opt("--self-check/--no-self-check", panel=SCORING, help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
+    compact: Annotated[bool, opt("--compact", panel=OUTPUT, help="Leave out the scores column when the model has one label (score holds the same values).")] = False,
+    trust_remote_code: Annotated[bool, opt("--trust-remote-code", panel=MODEL, help="Allow the checkpoint's own Python code to run.")] = False,
+    allow_pickle: Annotated[bool, opt("--allow-pickle", panel=MODEL, help="Allow pickled .bin weights (they can run code).")] = False,
     cache_dir: CacheDir = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary (for cron).")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the job whose finished rows <out>.partial/ (or a directory --out) keeps; without one, start it.")] = False,
-    engine: Annotated[str, typer.Option(help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", show_envvar=True, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
-    num_workers: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
-) -> None:
-    """Score every item of every input row against its query; write one output row per input row."""
+    quiet: Annotated[bool, opt("--quiet", "-q", panel=OUTPUT, help="No status, progress or summary on stderr (for cron).")] = False,
+    resume: Annotated[bool, opt("--resume", panel=LONG, help="Continue the job whose finished rows OUT.partial/ (or a DIR/ output) keeps; without one, start it.")] = False,
+    engine: Annotated[str, opt(metavar="NAME", panel=PERF, help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
+    ray_address: Annotated[Optional[str], opt(envvar="RAY_ADDRESS", show_envvar=True, metavar="ADDRESS", panel=PERF, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
+    num_workers: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=PERF, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
+) -> None:  # fmt: skip
+    """Score every item of every input row against its query.
+
+    Writes one output row per input row, in input order (README: Quickstart)."""
     if engine not in ("local", "ray"):
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
@@ -119,7 +120,8 @@ def score(
         positive_label=positive_label, pooled_hidden_states=pooled_hidden_states, pooling=pooling,
         hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
         device=device, dtype=dtype, attention=attention, runtime=runtime, compile=compile_layers, max_batch_tokens=max_batch_tokens,
-        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows, skip_bad_rows=skip_bad_rows, top_k=top_k,
+        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows or WINDOW_ROWS, skip_bad_rows=skip_bad_rows, top_k=top_k,
+        window_seconds=window_seconds if window_seconds or window_rows else WINDOW_SECONDS, compact=compact,
         chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate, similarity=similarity,
         query_prompt=query_prompt, item_prompt=item_prompt, self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
         job_tokens=estimate_tokens(paths),
@@ -195,103 +197,90 @@ def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> No
     check_packages(runtime)
 
 
-def _resolve_model(model: str | None) -> tuple[str, str]:
-    """(model path, default template): the flag or $SCORECLI_MODEL, else the bundled judge."""
-    from scorecli.model.default_model import default_model_path
+def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
+    """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
+    model's short name), else the default model (README: Models by short name). A Hub id is asked
+    for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
+    from scorecli.model.default_model import resolve
+    from scorecli.model.hub import is_hub_id, reach
 
-    if model:  # the bundled judge named by its path keeps its template
-        return model, "yes-no-chat" if _same_file(model, default_model_path) else "plain"
-    return default_model_path(), "yes-no-chat"
-
-
-def _same_file(path: str, other: Callable[[], str]) -> bool:
-    """Whether `path` is the file `other()` names (False when either cannot be found)."""
-    if not path.endswith(".gguf") or not os.path.isfile(path):
-        return False
-    try:
-        return os.path.samefile(path, other())
-    except Exception:  # noqa: BLE001 - the bundled model is not installed, or its path is unreadable
-        return False
+    path, template = resolve(model)
+    if is_hub_id(path) and (line := reach(path)) and not quiet:
+        _say(f"note: {line}")
+    return path, template
 
 
-@app.command()
+@app.command(cls=Command, epilog=INSPECT_EXAMPLES)
 def inspect(
-    model: Annotated[str, typer.Argument(help="Model folder, .gguf file or Hub id.")],
-    label_tokens: Annotated[Optional[str], typer.Option(help="Show how these label tokens tokenize.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Also load the weights and run the self-check in each mode (exit 1 if one fails).")] = False,
-    device: Annotated[str, typer.Option(help="With --check: auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="With --check: auto | float32 | bfloat16 | float16.")] = "auto",
-    attention: Annotated[str, typer.Option(help="With --check: auto | flashinfer | flex | sdpa | eager.")] = "auto",
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
+    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", show_default=False, rich_help_panel=MODEL, help="Model folder, .gguf file, Hub id or short name (none: list the bundled models).")] = None,
+    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=MODEL, help="Show how these label tokens tokenize.")] = None,
+    check: Annotated[bool, opt("--check", panel=CHECK, help="Also load the weights and run the self-check in each mode (exit 1 if one fails).")] = False,
+    device: Annotated[str, opt(panel=CHECK, help="With --check: auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, opt(panel=CHECK, help="With --check: auto | float32 | bfloat16 | float16.")] = "auto",
+    attention: Annotated[str, opt(metavar="NAME", panel=CHECK, help="With --check: auto | flashinfer | flex | sdpa | eager.")] = "auto",
+    trust_remote_code: Annotated[bool, opt("--trust-remote-code", panel=MODEL, help="Allow the checkpoint's own Python code to run.")] = False,
     cache_dir: CacheDir = None,
-) -> None:
-    """Show a model's kind, architecture, labels, sizes and whether MIS applies."""
-    from scorecli.inspect import describe
+) -> None:  # fmt: skip
+    """Show what scorecli sees in a model: kind, labels, sizes, MIS.
 
+    Without MODEL: the models the set-up installs, by short name."""
+    from scorecli.inspect import bundled_lines, describe
+
+    if model is None:
+        for line in bundled_lines():
+            typer.echo(line)
+        return
     _check_cache_and_runtime(cache_dir)
+    path, _ = _resolve_model(model)
     _quiet_transformers()
-    for line in describe(model, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check):
+    for line in describe(path, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
         typer.echo(line)
     if check:
         from scorecli.inspect import check as self_check
 
         _one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
-        lines, ok = self_check(model, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
+        lines, ok = self_check(path, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
         for line in lines:
             typer.echo(line)
         if not ok:
             raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=Command, epilog=BENCH_EXAMPLES)
 def bench(
     model: Model = None,
-    rows: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Synthetic rows.")] = 32,
-    items: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Items per row.")] = 32,
-    query_tokens: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Tokens per query (prefix).")] = 128,
-    item_tokens: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Tokens per item.")] = 32,
-    attention: Annotated[str, typer.Option(help="Comma-separated backends to compare.")] = "sdpa",
-    modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16.")] = "auto",
-    max_batch_tokens: Annotated[Optional[int], typer.Option(min=1, max=MAX_INT, help="Token budget of one forward batch (default: 2048 on CPU; on CUDA sized from the free memory, 16384 to 131072).")] = None,
-    label_tokens: Annotated[Optional[str], typer.Option(help="Causal-LM label tokens (default: any two).")] = None,
-    repeats: Annotated[int, typer.Option(min=1, max=MAX_INT, help="Timed repeats (median reported) after one warm-up.")] = 3,
-    peak_tflops: Annotated[Optional[float], typer.Option(help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
-    json_out: Annotated[Optional[str], typer.Option("--json", help="Also write results as JSON to this path (- for stdout).")] = None,
+    rows: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Synthetic rows.")] = 32,
+    items: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Items per row.")] = 32,
+    query_tokens: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Tokens per query (prefix).")] = 128,
+    item_tokens: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Tokens per item.")] = 32,
+    attention: Annotated[str, opt(metavar="LIST", panel=BENCH, help="Comma-separated attention backends to compare.")] = "sdpa",
+    modes: Annotated[Optional[str], opt(metavar="LIST", panel=BENCH, help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
+    device: Device = "auto",
+    dtype: DType = "auto",
+    max_batch_tokens: BatchTokens = None,
+    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=MODEL, help="Causal-LM label tokens (default: any two).")] = None,
+    repeats: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Timed repeats (median reported) after one warm-up.")] = 3,
+    peak_tflops: Annotated[Optional[float], opt(metavar="TFLOPS", panel=OUTPUT, help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
+    json_out: Annotated[Optional[str], opt("--json", metavar="PATH", panel=OUTPUT, help="Also write results as JSON to this path (- for stdout).")] = None,
     cache_dir: CacheDir = None,
-) -> None:
-    """Synthetic throughput: items/s and tokens/s for MIS and single-item, per attention backend."""
-    import json
+) -> None:  # fmt: skip
+    """Measure items/s and tokens/s on synthetic rows.
 
-    from rich.table import Table
+    MIS and single-item per attention backend; any kind of model (cross-encoders and embedding
+    models run single-item)."""
+    from scorecli.bench import Workload, check_arguments, report, run_bench
 
-    from scorecli.bench import Workload, as_json, check_arguments, run_bench
-
+    check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
+    _check_cache_and_runtime(cache_dir)
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
                       label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
-    check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
-    _check_cache_and_runtime(cache_dir)
     _quiet_transformers()
     work = Workload(rows, items, query_tokens, item_tokens)
     results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)) if modes else None, repeats, peak_tflops,
-                        note=lambda line: typer.echo(f"scorecli bench: {line}", err=True))  # fmt: skip
-    table = Table(title=f"scorecli bench: {rows} rows x {items} items, query {query_tokens} + item {item_tokens} tokens")
-    for col in ("attention", "mode", "seconds", "items/s", "tokens/s", "FLOP fraction"):
-        table.add_column(col, justify="right")
-    for r in results:
-        frac = f"{r.flop_fraction:.1%}" if r.flop_fraction is not None else "n/a"
-        table.add_row(r.attention, r.mode, f"{r.seconds:.3f}", f"{r.items_per_s:,.1f}", f"{r.tokens_per_s:,.0f}", frac)
-    Console(stderr=json_out == "-").print(table)
-    if json_out:
-        text = json.dumps(as_json(results, work, cfg, _device_name(device)), indent=2)
-        if json_out == "-":
-            typer.echo(text)
-        else:
-            with open(json_out, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+                        note=lambda line: typer.echo(f"scorecli bench: {line}", err=True), console=err)  # fmt: skip
+    report(results, work, cfg, json_out, _device_name(device) if json_out else "")
 
 
 def _quiet_transformers() -> None:

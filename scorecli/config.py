@@ -57,10 +57,13 @@ class ScoreConfig:
     max_batch_tokens: int | None = None  # None: by device and model (`runtimes.budget`)
     max_seq_len: int | None = None
     truncate: str = "item"
-    window_rows: int = 2048
+    window_rows: int = 2048  # rows per window; with `window_seconds`, the most rows a window grows to
+    # windows start at one row and double while one takes less than this (`engine.windows`); None: all `window_rows`
+    window_seconds: float | None = None
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
+    compact: bool = False  # no `scores` column when there is one label (`score` holds the same values)
     top_k: int | None = None  # SPEC §12: the `top_k` column
     chunk_tokens: int | None = None  # SPEC §12: score items longer than this in chunks
     chunk_overlap: int = 0
@@ -111,6 +114,8 @@ class ScoreConfig:
                              f"got {self.chunk_overlap}")  # fmt: skip
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
+        if self.window_seconds is not None and not self.window_seconds > 0:
+            raise UsageError(f"--window-seconds must be more than 0, got {self.window_seconds}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
 

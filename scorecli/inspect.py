@@ -4,27 +4,24 @@
 from __future__ import annotations
 
 
-
 def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
-             mis_line: bool = True) -> list[str]:  # fmt: skip
+             mis_line: bool = True, name: str | None = None) -> list[str]:  # fmt: skip
     """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens. The
     checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
-    `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one)."""
+    `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
+    `name`: how the user named it (a bundled model's short name), when not its path."""
     from scorecli.config import ScoreConfig
-    from scorecli.core.encode import leading_special_ids
-    from scorecli.model.load import load_tokenizer, open_checkpoint
     from scorecli.kinds.spec import class_names, sequence_limit
+    from scorecli.model.load import load_tokenizer, open_checkpoint
+    from scorecli.model.sentence import is_sentence_folder, transformer_folder
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     path, config, kind = open_checkpoint(cfg)
-    from scorecli.model.sentence import is_sentence_folder, transformer_folder
-
     tokenizer = load_tokenizer(transformer_folder(path) if is_sentence_folder(path) else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
-    max_pos = getattr(config, "max_position_embeddings", None)
     names = class_names(config)
     lines = [
-        f"model:          {model}",
+        f"model:          {name} ({model})" if name and name != model else f"model:          {model}",
         f"kind:           {kind}",
         f"architecture:   {archs[0]} ({config.model_type})",
         f"labels:         {len(names) if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
@@ -34,12 +31,17 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
     elif kind != "causal-lm":
         lines.append("label names:    " + ", ".join(names))
     skeleton = _skeleton(config, trust_remote_code)
+    limit, why = sequence_limit(skeleton), ""
     if kind == "embedding":
-        lines += _embedding_lines(model, path, config)
+        more, own = _embedding_lines(model, path, config)
+        lines += more
+        if own is not None and own < limit:  # as a run cuts them (`spec`), unless --max-seq-len says otherwise
+            limit, why = own, f": the model's max_seq_length; --max-seq-len up to {sequence_limit(skeleton)}"
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
-        f"max positions:  {max_pos} (scorecli caps sequences at {sequence_limit(skeleton)})",
-        f"vocabulary:     {len(tokenizer)} tokens; adds BOS: {'yes' if leading_special_ids(tokenizer) else 'no'}",
+        f"max positions:  {getattr(config, 'max_position_embeddings', None)} (scorecli cuts sequences at {limit} "
+        f"tokens{why})",
+        f"vocabulary:     {len(tokenizer)} tokens; {_specials(tokenizer)}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
     ] + (["multi-item:     " + _multi_item(kind, skeleton)] if mis_line else [])
     for token in label_tokens or ():
@@ -49,9 +51,33 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
     return lines
 
 
-def _embedding_lines(model: str, path: str, config) -> list[str]:
+def _specials(tokenizer) -> str:
+    """What the tokenizer adds around a text: `adds [CLS] before and [SEP] after a text`."""
+    probe = "scorecli probe"
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    start = next((k for k in range(len(full) - len(bare) + 1) if full[k : k + len(bare)] == bare), 0)
+    before, after = full[:start], full[start + len(bare) :]
+    said = [f"{' '.join(tokenizer.convert_ids_to_tokens(ids))} {where}" for ids, where in ((before, "before"),
+                                                                                           (after, "after")) if ids]  # fmt: skip
+    return f"adds {' and '.join(said)} a text" if said else "adds no special tokens to a text"
+
+
+def bundled_lines() -> list[str]:
+    """The models the set-up installs, by short name (`default_model`), and where they are."""
+    from scorecli.model.default_model import BUNDLED, DEFAULT
+
+    lines = [f"bundled models (--model NAME; without --model: {DEFAULT}):"]
+    for b in BUNDLED.values():
+        where = b.path()
+        lines.append(f"  {b.name:<15} {b.what}")
+        lines.append(f"  {'':<15} {where if where else 'not installed: ' + b.install}")
+    return lines
+
+
+def _embedding_lines(model: str, path: str, config) -> tuple[list[str], int | None]:
     """An embedding model's text (plain, or chat messages), pooling, modules after it, prompts and
-    similarity (SPEC §13)."""
+    similarity (README: Embedding models), and its max_seq_length."""
     from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
 
     modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
@@ -69,8 +95,7 @@ def _embedding_lines(model: str, path: str, config) -> list[str]:
         f"prompts:        {prompts}; query uses {prompt_text(None, modules, ('query',))!r}, items "
         f"{prompt_text(None, modules, ('document', 'passage'))!r}",
         f"similarity:     {modules.similarity or 'cosine'}",
-        f"max length:     {modules.max_seq_length} tokens",
-    ]
+    ], modules.max_seq_length
 
 
 def _multi_item(kind: str, skeleton) -> str:

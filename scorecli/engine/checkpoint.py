@@ -29,10 +29,18 @@ from scorecli.io.parts import PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.writers import Sink
 from scorecli.engine.job import fingerprint
+from scorecli.engine.windows import Schedule
 
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
 PARTS = True
+
+
+def _windows(settings: dict) -> str:
+    """A job's windows in words, from its settings."""
+    if settings.get("part_rows"):
+        return f"parts of {settings['part_rows']} rows"
+    return f"windows growing from one row to at most {settings.get('window_rows')} rows"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -85,13 +93,16 @@ class Checkpoint:
             what = "a symlink" if os.path.islink(folder) else "a file"
             raise UsageError(f"{shown} is {what}, not the folder of parts scorecli keeps there: move it away")
         job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
-        settings = {"window_rows": cfg.window_rows, "part_rows": cfg.window_rows}
+        settings = {"window_rows": cfg.window_rows, "window_seconds": cfg.window_seconds,
+                    "part_rows": cfg.window_rows if cfg.window_seconds is None else None}  # fmt: skip
         store, note = open_store(folder, job, "parquet", resume, dataset, settings)
-        given, kept = cfg.window_rows, store.settings.get("window_rows")
-        if store.resumed and kept is not None and kept != given:
-            note = (f"--window-rows {given} is not used: the job goes on in parts of {store.settings['part_rows']} rows "
-                    "as it began, so that its scores equal an uninterrupted run's (which rows share a batch moves "
-                    "float32 scores in their last bits)")  # fmt: skip
+        kept = (store.settings.get("window_rows"), store.settings.get("window_seconds"))
+        if store.resumed and kept[0] is not None and kept != (cfg.window_rows, cfg.window_seconds):
+            given = f"--window-rows {cfg.window_rows}" if cfg.window_seconds is None else \
+                f"--window-seconds {cfg.window_seconds:g} (up to --window-rows {cfg.window_rows})"  # fmt: skip
+            note = (f"{given} is not used: the job goes on in {_windows(store.settings)} as it began, so that its "
+                    "scores equal an uninterrupted run's (which rows share a batch moves float32 scores in their "
+                    "last bits)")  # fmt: skip
         return cls(target, store, note, shown.rstrip("/") + "/")
 
     @contextmanager
@@ -129,9 +140,24 @@ class Checkpoint:
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)
 
+    def schedule(self, cfg: ScoreConfig) -> Schedule:
+        """The rows of each window still to come (`engine.windows`): a resumed job's own (those its
+        kept parts and settings give), a new job's from `cfg`; the size growing settles on is
+        recorded in the job file at once."""
+        settings = self.store.settings if self.store.resumed else {}
+        cap = int(settings.get("window_rows") or cfg.window_rows)
+        seconds = settings["window_seconds"] if "window_seconds" in settings else cfg.window_seconds
+
+        def record(size: int) -> None:
+            self.store.settings["part_rows"] = size
+            self.store.save_settings()
+
+        return Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
+
     def part_rows(self, rows: int) -> int:
-        """Input rows per part (a window; a Ray block): a resumed job's own, so that the rest of
-        its rows share batches as in an uninterrupted run; a new job's `rows`, kept with it."""
+        """Input rows per part of a Ray job (a block; the local engine's windows: `schedule`): a
+        resumed job's own, so that the rest of its rows share batches as in an uninterrupted run;
+        a new job's `rows`, kept with it."""
         if self.store.resumed and self.store.settings.get("part_rows"):
             return int(self.store.settings["part_rows"])
         self.store.settings["part_rows"] = rows

@@ -4,9 +4,9 @@ Two runs are the same job when they read the same input files (resolved paths, s
 modification times), load the same model (its resolved path, and the names, sizes and
 modification times of the files that make it: weights, configs, tokenizer), run the same
 scorecli version and set every flag that changes the output's content the same way. Flags that
-only change how the work is done (`--window-rows`, `--quiet`, the engine and its workers, the
-GGUF cache folder) are left out, so a resumed run may change them (a resumed job still goes on
-in its own windows: `Checkpoint.part_rows`).
+only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
+its workers, the GGUF cache folder) are left out, so a resumed run may change them (a resumed job
+still goes on in its own windows: `Checkpoint.schedule`).
 
 Knows flags and files; nothing about scoring or how parts are stored (`io.parts`).
 """
@@ -23,7 +23,7 @@ from scorecli.config import ScoreConfig
 from scorecli.io.readers import STDIN
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "cache_dir", "job_tokens"}
+NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
 MODEL_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".json", ".jinja", ".model", ".txt",

@@ -7,7 +7,10 @@ Knows nothing about models, flags or how rows are scored.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,12 +52,17 @@ class Counts:
 
 
 class Tracker:
-    """A progress line over `total` rows (None: unknown) that starts at `done`, fed by `Counts`."""
+    """A progress line over `total` rows (None: unknown) that starts at `done`, fed by `Counts`.
+
+    Within a window (`window`) the rows advance with the items scored (`work`), so the bar moves
+    and the ETA shows after the first batches, however many rows a window holds."""
 
     def __init__(self, console: Console | None, total: int | None, label: str = "scoring", done: int = 0):
         self.progress = progress_bar(console, total)
         self.counts = Counts(resumed=done)
         self.task = self.progress.add_task(label, total=total, completed=done, items=0, tps=0.0)
+        self.done = done  # rows of the windows finished
+        self.running = (0, 0, 0)  # the window now running: rows, items, items scored
 
     def __enter__(self) -> Tracker:
         self.progress.__enter__()
@@ -64,13 +72,26 @@ class Tracker:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
+    def window(self, window: Any) -> None:
+        """A window of `num_rows` rows holding `num_items` items starts (`scorer.Prepared`)."""
+        self.running = (window.num_rows, window.num_items, 0)
+
     def work(self, items: int, tokens: int) -> None:
         """Items and tokens done (after a batch)."""
         self.counts.add_work(items, tokens)
-        self.progress.update(self.task, items=self.counts.items, tps=self.counts.tokens_per_second)
+        rows, total, done = self.running
+        self.running = (rows, total, done + items)
+        fields = {"items": self.counts.items, "tps": self.counts.tokens_per_second}
+        if total:
+            self.progress.update(self.task, completed=self.done + rows * min((done + items) / total, 1.0), **fields)
+        else:
+            self.progress.update(self.task, **fields)
 
     def rows(self, n: int) -> None:
-        self.progress.update(self.task, advance=n, items=self.counts.items, tps=self.counts.tokens_per_second)
+        """`n` more rows are finished (a window, a block)."""
+        self.done += n
+        self.running = (0, 0, 0)
+        self.progress.update(self.task, completed=self.done, items=self.counts.items, tps=self.counts.tokens_per_second)
 
 
 def progress_bar(console: Console | None, total: int | None) -> Progress:
@@ -108,6 +129,17 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
     console.print(line, markup=False, emoji=False, soft_wrap=True)
+
+
+@contextmanager
+def loading(console: Console | None, name: str) -> Iterator[None]:
+    """`loading NAME ...` on a terminal while the model loads and checks itself, before the
+    progress line (transient, like it; nothing in a log, where one line per error is the rule)."""
+    if console is None or not console.is_terminal:
+        yield
+        return
+    with console.status(f"loading {name} ...", spinner="dots"):
+        yield
 
 
 def note(console: Console | None, line: str | None) -> None:

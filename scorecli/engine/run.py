@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import replace
 from itertools import chain
 from typing import BinaryIO
 
@@ -24,7 +23,9 @@ from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.writers import Sink
-from scorecli.engine.progress import Tracker, note, summary
+from scorecli.engine.progress import Tracker, loading, note, summary
+from scorecli.engine.windows import Schedule
+from scorecli.model.default_model import short_name
 
 
 def open_rows(
@@ -98,14 +99,16 @@ def run_score(
         rows = open_rows(cfg, paths, stdin, checkpoint)
     with checkpoint.keeping() if checkpoint else nullcontext():
         if checkpoint is not None:  # a resumed job goes on as it began: its windows, its runtime
-            cfg = replace(checkpoint.same_runtime(cfg), window_rows=checkpoint.part_rows(cfg.window_rows))
-        scorer = Scorer(cfg.model, cfg)
+            cfg = checkpoint.same_runtime(cfg)
+        windows = checkpoint.schedule(cfg) if checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
+        with loading(console, short_name(cfg.model) or cfg.model):
+            scorer = Scorer(cfg.model, cfg)
         note(console, stderr_line(scorer.metadata))  # approximate scores (onnx-int8) say so
         scorer.id_type = schema_id_type(paths, cfg.id_field)
         with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
                 Tracker(console, total_rows, done=done) as tracker:  # fmt: skip
             counts, wrote = tracker.counts, done > 0
-            for prepared, table in score_stream(scorer, rows, tracker.work):
+            for prepared, table in score_stream(scorer, rows, tracker.work, windows=windows, on_window=tracker.window):
                 sink.write(table)
                 wrote = True
                 counts.add_rows(table)

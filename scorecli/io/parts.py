@@ -90,16 +90,17 @@ class PartStore:
     """The parts of one job in `folder`; `fmt` is the part files' format (parquet or jsonl)."""
 
     def __init__(self, folder: str, fmt: str, parts: list[Part], dataset: bool = False, job: dict | None = None,
-                 settings: dict | None = None):  # fmt: skip
+                 saved: dict | None = None):  # fmt: skip
         self.folder = folder
         self.fmt = fmt
         self.parts = parts
         self.dataset = dataset  # the folder is the output directory (only our files are ours)
         self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
+        self._record: dict = job if job is not None else (saved or {})  # the job file's content
         self.held: str | None = None  # the folder's key while this run holds it (`hold`)
         self._made = False  # this run made the folder
         # a resumed job's settings as saved; a new job's, written with its first part (may change until then)
-        self.settings: dict = job["settings"] if job is not None else (settings or {})
+        self.settings: dict = self._record.setdefault("settings", {})
         self.resumed = job is None
 
     @property
@@ -143,6 +144,11 @@ class PartStore:
             os.fsync(journal.fileno())
         self.parts.append(part)
         return part
+
+    def save_settings(self) -> None:
+        """Record `settings` as they are now in the job file (a new job's go with its first part)."""
+        if self._job is None and os.path.isdir(self.folder):
+            _replace_job(self.folder, self._record)
 
     def rewrite(self, name: str, table: pa.Table) -> None:
         """Replace the Parquet part `name` with `table` (the same rows, e.g. under a final
@@ -270,7 +276,7 @@ def _existing(folder: str, job: dict, resume: bool, dataset: bool) -> tuple[Part
         saved = _read_job(folder)
         if saved.get("format") == fmt and saved.get("fingerprint") is not None:
             _compare(saved["fingerprint"], job["fingerprint"], folder)
-            return PartStore(folder, fmt, _recover(folder, fmt), dataset, settings=saved.get("settings")), None
+            return PartStore(folder, fmt, _recover(folder, fmt), dataset, saved=saved), None
     unfinished = JOB in names or JOURNAL in names  # a finished dataset has neither: replaced silently
     note = None
     if (any(ours(n) for n in names) if not dataset else unfinished):
@@ -302,6 +308,11 @@ def _read_job(folder: str) -> dict:
 
 def _write_job(folder: str, job: dict) -> None:
     _unlink(os.path.join(folder, JOURNAL))
+    _replace_job(folder, job)
+
+
+def _replace_job(folder: str, job: dict) -> None:
+    """The job file, written whole under a temporary name, fsync'ed and renamed."""
     tmp = os.path.join(folder, f".{JOB}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import OutputClosed, UsageError
+from scorecli.io.floats import shortest_floats
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 
@@ -57,8 +58,9 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_de
 
 
 def to_jsonl(table: pa.Table) -> str:
-    """One JSON object per row, each followed by a newline (NaN/inf must be null already)."""
-    return "".join(_ENCODE(row) + "\n" for row in table.to_pylist())
+    """One JSON object per row, each followed by a newline (NaN/inf must be null already);
+    float32 values with float32 digits (`floats`)."""
+    return "".join(_ENCODE(row) + "\n" for row in shortest_floats(table).to_pylist())
 
 
 # ---- the sink --------------------------------------------------------------------------

