@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from scorecli.attention import backends as attention_backends
 from scorecli.errors import UsageError
 from scorecli.kinds import FAMILIES
+from scorecli.runtimes import NAMES as runtime_names
+from scorecli.runtimes import runtime_info
 
 KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
@@ -22,7 +24,7 @@ POOLINGS = ("last", "cls")
 TRUNCATES = ("item", "error")
 HIDDEN_DTYPES = ("float32", "float16")
 CHUNK_AGGREGATES = ("max", "mean", "first")
-RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
+RUNTIMES = runtime_names
 COMPILES = ("auto", "on", "off")  # torch.compile around a decoder's layers (`runtimes.compiled`)
 
 
@@ -83,7 +85,7 @@ class ScoreConfig:
         check_choice("--attention", self.attention, ATTENTIONS)
         check_choice("--runtime", self.runtime, RUNTIMES)
         check_choice("--compile", self.compile, COMPILES)
-        if self.runtime == "onnx-int8" and not self.self_check:
+        if self.runtime in RUNTIMES[1:] and runtime_info(self.runtime).approximate and not self.self_check:
             raise UsageError("--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
                              "scores drift from the model's own forward: drop --no-self-check")  # fmt: skip
         check_choice("--dtype", self.dtype, DTYPES)

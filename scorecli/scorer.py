@@ -33,6 +33,7 @@ from scorecli.model.load import Loaded, load_model
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate, top_k
 from scorecli.kinds.spec import RunSpec, resolve_spec
+from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.core.templates import load_template
 from scorecli.timings import mark
@@ -134,7 +135,7 @@ class Scorer:
             return "off"
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
-        if self.runtime == "onnx-int8":  # approximate: drift measured and recorded, not judged
+        if runtime_info(self.runtime).approximate:  # drift measured and recorded, not judged
             from scorecli.checks.drift import measure_drift
 
             self.drift = measure_drift(self)

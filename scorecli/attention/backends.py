@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 
 from scorecli.errors import UsageError
+from scorecli.runtimes import installed
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def reasons(name: str, device: str, half: bool, packed: bool) -> list[str]:
         return [f"it needs a {' or '.join(sorted(d.upper() for d in caps.devices))} device"]
     if caps.ragged and not packed:
         why.append("this model runs single-item only, and this backend concatenates a batch's sequences into one row")
-    if caps.needs and not _importable(caps.needs):
+    if caps.needs and not installed(caps.needs):
         why.append(f"the {caps.needs} package is not installed")
     if not caps.float32_exact and not half and device == "cuda" and name in AUTO_ORDER:
         why.append("its kernels take 16-bit dtypes only")  # `auto` keeps float32 exact; explicit runs it in float16
@@ -147,10 +148,3 @@ def build(name: str):
     module, cls = BACKENDS[name].factory.split(":")
     return getattr(importlib.import_module(module), cls)()
 
-
-def _importable(package: str) -> bool:
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        return False
-    return True

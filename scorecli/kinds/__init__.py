@@ -14,6 +14,7 @@ This package knows nothing about files, progress or the command line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -112,19 +113,42 @@ class FamilyDefaults:
         return len(self.spec.label_names) + self.hidden_width
 
 
-# every kind and the family that scores it ("module:Class", imported when a run needs it): adding a
-# kind is its module here and one entry (docs/ARCHITECTURE.md)
-FAMILIES: dict[str, str] = {
-    "seq-cls": "scorecli.kinds.decoder:DecoderFamily",
-    "causal-lm": "scorecli.kinds.decoder:DecoderFamily",
-    "cross-encoder": "scorecli.kinds.pairs:PairFamily",
-    "embedding": "scorecli.kinds.embedding:EmbeddingFamily",
-}
+@dataclass(frozen=True)
+class KindInfo:
+    """What a kind declares to the code that loads its models (`model.load`).
+
+    Attributes:
+        family: "module:Class" of the family that scores it (imported when a run needs it).
+        auto_class: the transformers Auto class its checkpoints load with.
+        scorecli_attention: a decoder's attention runs under scorecli's backends; False: the
+            model runs its own forward (a cross-encoder's full forward, heads included).
+        sentence_modules: its model may be a sentence-transformers folder whose modules (pooling,
+            Dense, Normalize) scorecli applies after the transformer; the transformer's unused
+            pooler weights are no missing weights then.
+        float32_head: a 16-bit model's own head runs in float32 (heads and activations stay float32).
+    """
+
+    family: str
+    auto_class: str
+    scorecli_attention: bool = True
+    sentence_modules: bool = False
+    float32_head: bool = False
+
+
+# every kind: adding one is its module here and one entry (docs/ARCHITECTURE.md)
+KINDS: dict[str, KindInfo] = {
+    "seq-cls": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification"),
+    "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM"),
+    "cross-encoder": KindInfo("scorecli.kinds.pairs:PairFamily", "AutoModelForSequenceClassification",
+                              scorecli_attention=False, float32_head=True),
+    "embedding": KindInfo("scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True),
+}  # fmt: skip
+FAMILIES = {name: info.family for name, info in KINDS.items()}
 
 
 def make_family(scorer) -> Family:
     """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
     import importlib
 
-    module, cls = FAMILIES[scorer.spec.kind].split(":")
+    module, cls = KINDS[scorer.spec.kind].family.split(":")
     return getattr(importlib.import_module(module), cls)(scorer)

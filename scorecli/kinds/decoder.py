@@ -17,8 +17,7 @@ from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
-from scorecli.runtimes.onnx import ONNX_RUNTIMES
-from scorecli.runtimes import compile_layers
+from scorecli.runtimes import compile_layers, runtime_info
 
 
 class DecoderFamily(FamilyDefaults):
@@ -30,7 +29,7 @@ class DecoderFamily(FamilyDefaults):
         from scorecli.model.compat import backend_for, text_config
 
         cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
-        if cfg.runtime in ONNX_RUNTIMES:
+        if runtime_info(cfg.runtime).encoders_only:
             raise UsageError(f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
                              f"not a {spec.kind} model; use --runtime auto or torch")  # fmt: skip
         self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
