@@ -63,11 +63,11 @@ class ScoreConfig:
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
-    top_k: int | None = None  # SPEC §12: the `top_k` column
-    chunk_tokens: int | None = None  # SPEC §12: score items longer than this in chunks
+    top_k: int | None = None  # README: Ranking and long documents: the `top_k` column
+    chunk_tokens: int | None = None  # README: Ranking and long documents: score items longer than this in chunks
     chunk_overlap: int = 0
     chunk_aggregate: str = "max"
-    similarity: str | None = None  # SPEC §13 (embedding): None: the model's similarity_fn_name, else cosine
+    similarity: str | None = None  # README: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
     query_prompt: str | None = None  # a prompt name of the model, or literal text; None: the model's default
     item_prompt: str | None = None
     trust_remote_code: bool = False

@@ -51,7 +51,7 @@ def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code
 
 def _embedding_lines(model: str, path: str, config) -> list[str]:
     """An embedding model's text (plain, or chat messages), pooling, modules after it, prompts and
-    similarity (SPEC §13)."""
+    similarity (README: Which models, embedding models)."""
     from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
 
     modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)

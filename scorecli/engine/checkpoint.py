@@ -1,4 +1,4 @@
-"""Checkpointed output for long runs (SPEC §11): finished windows are kept as durable parts.
+"""Checkpointed output for long runs (README: Long jobs): finished windows are kept as durable parts.
 
 A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
 (`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
@@ -97,7 +97,7 @@ class Checkpoint:
     @contextmanager
     def keeping(self) -> Iterator[None]:
         """Around the whole run: on failure the parts stay and the error's message says how
-        many rows are kept and that `--resume` continues (SPEC §11)."""
+        many rows are kept and that `--resume` continues (README: Long jobs)."""
         try:
             yield
         except BaseException as exc:
