@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
 from scorecli.runtimes import installed
@@ -148,3 +149,12 @@ def build(name: str):
     module, cls = BACKENDS[name].factory.split(":")
     return getattr(importlib.import_module(module), cls)()
 
+
+
+if TYPE_CHECKING:  # the type checker holds every backend to the protocol (`mypy` in .ci/run)
+    from scorecli.attention.dense import EagerBackend, SdpaBackend
+    from scorecli.attention.flashinfer import FlashInferBackend
+    from scorecli.attention.flex import FlexBackend
+    from scorecli.attention.protocol import AttentionBackend
+
+    _CHECKED: tuple[type[AttentionBackend], ...] = (FlashInferBackend, FlexBackend, SdpaBackend, EagerBackend)

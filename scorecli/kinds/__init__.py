@@ -15,7 +15,8 @@ This package knows nothing about files, progress or the command line.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -46,14 +47,22 @@ class Family(Protocol):
 
     encoder: object
     forward: object
-    streams: list
     backend_name: str
     padded: bool
     shares_prefix: bool
     fallback: str | None
-    hidden_width: int
-    entry_width: int
-    needs_check: bool
+
+    @property
+    def streams(self) -> Sequence: ...
+
+    @property
+    def hidden_width(self) -> int: ...
+
+    @property
+    def entry_width(self) -> int: ...
+
+    @property
+    def needs_check(self) -> bool: ...
 
     def prefix(self, enc) -> np.ndarray:
         """The row's prefix tokens, for a prefix shared by a window's rows (`shares_prefix`)."""
@@ -94,13 +103,21 @@ class Family(Protocol):
 class FamilyDefaults:
     """What most families share: one entry per scored item (or chunk), no shared prefix."""
 
-    streams: tuple = ()  # one forward at a time
+    streams: Sequence = ()  # one forward at a time
+    spec: Any  # the run's `kinds.spec.RunSpec`, set by each family
+
+    @property
+    def hidden_width(self) -> int:
+        raise NotImplementedError
     fallback: str | None = None
     shares_prefix = False
     needs_check = True
 
     def prefix(self, enc) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
+
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        return None  # only a kind that runs an approximate runtime measures its drift
 
     def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
         return out
@@ -152,3 +169,11 @@ def make_family(scorer) -> Family:
 
     module, cls = KINDS[scorer.spec.kind].family.split(":")
     return getattr(importlib.import_module(module), cls)(scorer)
+
+
+if TYPE_CHECKING:  # the type checker holds every family to the protocol (`mypy` in .ci/run)
+    from scorecli.kinds.decoder import DecoderFamily
+    from scorecli.kinds.embedding import EmbeddingFamily
+    from scorecli.kinds.pairs import PairFamily
+
+    _CHECKED: tuple[type[Family], ...] = (DecoderFamily, PairFamily, EmbeddingFamily)

@@ -96,4 +96,5 @@ def compile_layers(choice: str, base: torch.nn.Module, device: torch.device,
         if choice == "on":
             raise UsageError(f"--compile on: {type(base).__name__} has no list of decoder layers of one kind to compile")
         return None
-    return CompiledLayers(base.layers, strict=choice == "on")
+    layers: torch.nn.ModuleList = base.layers  # type: ignore[assignment]  # `compilable` checked its type
+    return CompiledLayers(layers, strict=choice == "on")
