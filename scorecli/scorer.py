@@ -26,7 +26,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.encode import Fields, Row, parse_row
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line
-from scorecli.kinds import Family, make_family
+from scorecli.kinds import Family, Setup, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
 from scorecli.model.load import Loaded, load_model
@@ -92,7 +92,8 @@ class Scorer:
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
-        self.family: Family = make_family(self)  # everything that depends on the kind
+        setup = Setup(cfg, loaded, self.spec, self.support, self.template, self.chunking)
+        self.family: Family = make_family(setup)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
             raise UsageError(f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model")
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)

@@ -163,12 +163,26 @@ KINDS: dict[str, KindInfo] = {
 FAMILIES = {name: info.family for name, info in KINDS.items()}
 
 
-def make_family(scorer) -> Family:
-    """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
+@dataclass(frozen=True)
+class Setup:
+    """What a family is built from (the `Scorer` resolves it once; families share no other state
+    with it): the run's config, the loaded model, the resolved spec, what the model supports,
+    the template and the chunking of long items (None: items are cut)."""
+
+    config: Any  # ScoreConfig
+    loaded: Any  # model.load.Loaded
+    spec: Any  # kinds.spec.RunSpec
+    support: Any  # model.compat.Support
+    template: Any  # core.templates.Template
+    chunking: Chunking | None
+
+
+def make_family(setup: Setup) -> Family:
+    """The family of `setup.spec.kind`."""
     import importlib
 
-    module, cls = KINDS[scorer.spec.kind].family.split(":")
-    return getattr(importlib.import_module(module), cls)(scorer)
+    module, cls = KINDS[setup.spec.kind].family.split(":")
+    return getattr(importlib.import_module(module), cls)(setup)
 
 
 if TYPE_CHECKING:  # the type checker holds every family to the protocol (`mypy` in .ci/run)
