@@ -72,7 +72,7 @@ class ScoreConfig:
     item_prompt: str | None = None
     trust_remote_code: bool = False
     allow_pickle: bool = False
-    cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
+    cache_dir: str | None = None  # where dequantized GGUF checkpoints and ONNX (and int8) exports are kept
     extra_metadata: tuple[tuple[str, str], ...] = field(default=())
     # not a flag: about how many tokens the whole job holds (the CLI estimates it from its inputs'
     # sizes; None: unknown, e.g. stdin or the library); `--compile auto` compiles jobs long enough

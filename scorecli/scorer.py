@@ -2,10 +2,11 @@
 
 `Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
 `Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
-table); `stream.score_stream` overlaps the two across windows. What depends on the model's
-kind (encoding, packing, forward, heads, the self-check's reference) is its family's
-(`scorecli.kinds`): the Scorer never asks which kind it runs. Knows nothing about files,
-progress bars or the command line.
+table; batch results come back once per window, `engine.batches`); `engine.local.score_stream`
+overlaps the two across windows. What depends on the model's kind (encoding, packing,
+forward, heads, the self-check's reference) is its family's (`scorecli.kinds`, built from a
+frozen `Setup`): the Scorer asks the family what it can do and never which kind it runs.
+Knows nothing about files, progress bars or the command line.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Knows nothing about models' forward passes or attention: it produces `EncodedRow`s for
 decoders (template prefix P with the tokenizer's leading special tokens once, items
-without) and pair encodings for cross-encoders. Tokenizer calls are batched per window.
+without) and pair encodings for cross-encoders; an embedding model's texts are encoded by
+its kind (`kinds.embedding`, `model.messages`). Tokenizer calls are batched per window.
 """
 
 from __future__ import annotations
