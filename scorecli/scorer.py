@@ -202,12 +202,13 @@ class Scorer:
             seqs = [drop_shared(s, len(shared)) for s in seqs]
             lengths = lengths - len(shared)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
-        has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
+        id_type = id_type or self.id_type
+        # an input whose schema has the id column keeps it, with or without rows (README: Output)
+        has_id = id_type is not None or any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type,
-                        chunked, first)  # fmt: skip
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first)
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
