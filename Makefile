@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.scorecli-installed
 
-.PHONY: install demo test test-fast bench gpu-wheels clean
+.PHONY: install demo test test-fast lint bench gpu-wheels clean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# ruff (lint and format, rules in pyproject.toml) and mypy over the protocols; .ci/run runs it
+lint: install
+	$(BIN)/ruff check scorecli tests benchmarks
+	$(BIN)/ruff format --check scorecli tests benchmarks
+	$(BIN)/mypy
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from scorecli.attention import backends as attention_backends
 from scorecli.errors import UsageError
 from scorecli.kinds import FAMILIES
+from scorecli.runtimes import NAMES as runtime_names
+from scorecli.runtimes import runtime_info
 
 KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
@@ -22,7 +24,7 @@ POOLINGS = ("last", "cls")
 TRUNCATES = ("item", "error")
 HIDDEN_DTYPES = ("float32", "float16")
 CHUNK_AGGREGATES = ("max", "mean", "first")
-RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
+RUNTIMES = runtime_names
 COMPILES = ("auto", "on", "off")  # torch.compile around a decoder's layers (`runtimes.compiled`)
 
 
@@ -64,16 +66,16 @@ class ScoreConfig:
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
     compact: bool = False  # no `scores` column when there is one label (`score` holds the same values)
-    top_k: int | None = None  # SPEC §12: the `top_k` column
-    chunk_tokens: int | None = None  # SPEC §12: score items longer than this in chunks
+    top_k: int | None = None  # README: Ranking and long documents: the `top_k` column
+    chunk_tokens: int | None = None  # README: Ranking and long documents: score items longer than this in chunks
     chunk_overlap: int = 0
     chunk_aggregate: str = "max"
-    similarity: str | None = None  # SPEC §13 (embedding): None: the model's similarity_fn_name, else cosine
+    similarity: str | None = None  # README: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
     query_prompt: str | None = None  # a prompt name of the model, or literal text; None: the model's default
     item_prompt: str | None = None
     trust_remote_code: bool = False
     allow_pickle: bool = False
-    cache_dir: str | None = None  # where dequantized GGUF checkpoints are kept
+    cache_dir: str | None = None  # where dequantized GGUF checkpoints and ONNX (and int8) exports are kept
     extra_metadata: tuple[tuple[str, str], ...] = field(default=())
     # not a flag: about how many tokens the whole job holds (the CLI estimates it from its inputs'
     # sizes; None: unknown, e.g. stdin or the library); `--compile auto` compiles jobs long enough
@@ -86,7 +88,7 @@ class ScoreConfig:
         check_choice("--attention", self.attention, ATTENTIONS)
         check_choice("--runtime", self.runtime, RUNTIMES)
         check_choice("--compile", self.compile, COMPILES)
-        if self.runtime == "onnx-int8" and not self.self_check:
+        if self.runtime in RUNTIMES[1:] and runtime_info(self.runtime).approximate and not self.self_check:
             raise UsageError("--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
                              "scores drift from the model's own forward: drop --no-self-check")  # fmt: skip
         check_choice("--dtype", self.dtype, DTYPES)

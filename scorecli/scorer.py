@@ -2,10 +2,11 @@
 
 `Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
 `Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
-table); `stream.score_stream` overlaps the two across windows. What depends on the model's
-kind (encoding, packing, forward, heads, the self-check's reference) is its family's
-(`scorecli.kinds`): the Scorer never asks which kind it runs. Knows nothing about files,
-progress bars or the command line.
+table; batch results come back once per window, `engine.batches`); `engine.local.score_stream`
+overlaps the two across windows. What depends on the model's kind (encoding, packing,
+forward, heads, the self-check's reference) is its family's (`scorecli.kinds`, built from a
+frozen `Setup`): the Scorer asks the family what it can do and never which kind it runs.
+Knows nothing about files, progress bars or the command line.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from scorecli.config import ScoreConfig
 from scorecli.core.encode import Fields, Row, parse_row
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line
-from scorecli.kinds import Family, make_family
+from scorecli.kinds import Family, Setup, make_family
 from scorecli.io.ids import id_array
 from scorecli.io.readers import RawRow
 from scorecli.model.load import Loaded, load_model
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate, top_k
 from scorecli.kinds.spec import RunSpec, resolve_spec
+from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.core.templates import load_template
 from scorecli.timings import mark
@@ -91,7 +93,8 @@ class Scorer:
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
-        self.family: Family = make_family(self)  # everything that depends on the kind
+        setup = Setup(cfg, loaded, self.spec, self.support, self.template, self.chunking)
+        self.family: Family = make_family(setup)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
             raise UsageError(f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model")
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
@@ -134,7 +137,7 @@ class Scorer:
             return "off"
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
-        if self.runtime == "onnx-int8":  # approximate: drift measured and recorded, not judged
+        if runtime_info(self.runtime).approximate:  # drift measured and recorded, not judged
             from scorecli.checks.drift import measure_drift
 
             self.drift = measure_drift(self)
@@ -199,12 +202,13 @@ class Scorer:
             seqs = [drop_shared(s, len(shared)) for s in seqs]
             lengths = lengths - len(shared)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
-        has_id = any(r.data is not None and self.fields.id in r.data for r in rows)
+        id_type = id_type or self.id_type
+        # an input whose schema has the id column keeps it, with or without rows (README: Output)
+        has_id = id_type is not None or any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type or self.id_type,
-                        chunked, first)  # fmt: skip
+        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first)
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once

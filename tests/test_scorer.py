@@ -69,3 +69,13 @@ def test_skip_bad_rows_in_the_core(qwen3_seq_cls):
     assert errors[2].startswith("f:3: field 'items'") and out["scores"].to_pylist()[2] is None
     assert errors[3].startswith("f:4: field 'item_ids'") and "vocabulary" in errors[3]
     assert out["num_tokens"].to_pylist()[1:] == [0, 0, 0]
+
+
+def test_score_table_without_rows_keeps_the_id_column(qwen3_seq_cls):
+    """The output's schema follows the input's, rows or none: a daily job's outputs union."""
+    empty = pa.table({"id": pa.array([], pa.int32()), "query": pa.array([], pa.string()),
+                      "items": pa.array([], pa.list_(pa.string()))})  # fmt: skip
+    out = Scorer(qwen3_seq_cls).score_table(empty)
+    full = Scorer(qwen3_seq_cls).score_table(pa.table({"id": pa.array([3], pa.int32()), "query": ["a"], "items": [["b"]]}))
+    assert out.num_rows == 0 and out.schema.field("id").type == pa.int32()
+    assert out.schema.names == full.schema.names

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
+from scorecli.runtimes import installed
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def reasons(name: str, device: str, half: bool, packed: bool) -> list[str]:
         return [f"it needs a {' or '.join(sorted(d.upper() for d in caps.devices))} device"]
     if caps.ragged and not packed:
         why.append("this model runs single-item only, and this backend concatenates a batch's sequences into one row")
-    if caps.needs and not _importable(caps.needs):
+    if caps.needs and not installed(caps.needs):
         why.append(f"the {caps.needs} package is not installed")
     if not caps.float32_exact and not half and device == "cuda" and name in AUTO_ORDER:
         why.append("its kernels take 16-bit dtypes only")  # `auto` keeps float32 exact; explicit runs it in float16
@@ -148,9 +150,11 @@ def build(name: str):
     return getattr(importlib.import_module(module), cls)()
 
 
-def _importable(package: str) -> bool:
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        return False
-    return True
+
+if TYPE_CHECKING:  # the type checker holds every backend to the protocol (`mypy` in .ci/run)
+    from scorecli.attention.dense import EagerBackend, SdpaBackend
+    from scorecli.attention.flashinfer import FlashInferBackend
+    from scorecli.attention.flex import FlexBackend
+    from scorecli.attention.protocol import AttentionBackend
+
+    _CHECKED: tuple[type[AttentionBackend], ...] = (FlashInferBackend, FlexBackend, SdpaBackend, EagerBackend)

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import ModelInputs, to_device
+from scorecli.attention.shared import SharedKV
 from scorecli.attention.backends import FLASHINFER_HEAD_DIMS
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, notice
@@ -195,7 +196,7 @@ class FlashInferBackend:
     name = "flashinfer"
     is_padded = False
     shares_prefix = False  # every batch starts at its own first token
-    shared = None
+    shared: SharedKV | None = None  # never set: batches start at their own first token
 
     def __init__(self, mis_kernel: str = "paged", workspace_bytes: int = 128 << 20) -> None:
         if mis_kernel not in MIS_KERNELS:

@@ -37,6 +37,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from scorecli.attention import ModelInputs, to_device
+from scorecli.attention.shared import SharedKV
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, error_line
 
@@ -113,7 +114,7 @@ class FlexBackend:
     name = "flex"
     is_padded = False
     shares_prefix = False  # every batch starts at its own first token
-    shared = None
+    shared: SharedKV | None = None  # never set: batches start at their own first token
 
     # batches whose compiled call failed before compiling is given up for the run: inductor can
     # fail on one batch's shapes alone (torch 2.11 on an H100: NoValidChoicesError for one

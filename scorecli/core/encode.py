@@ -2,7 +2,8 @@
 
 Knows nothing about models' forward passes or attention: it produces `EncodedRow`s for
 decoders (template prefix P with the tokenizer's leading special tokens once, items
-without) and pair encodings for cross-encoders. Tokenizer calls are batched per window.
+without) and pair encodings for cross-encoders; an embedding model's texts are encoded by
+its kind (`kinds.embedding`, `model.messages`). Tokenizer calls are batched per window.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ class PairEncoder:
         return PairLayout.of(self.tokenizer)
 
     def _encode_chunks(self, row: Row, where: str, chunking: Chunking) -> EncodedPairs:
-        """The pairs (query, chunk) of every chunk of every item, built from token ids (SPEC §12)."""
+        """The pairs (query, chunk) of every chunk of every item, built from token ids (README: Ranking and long documents)."""
         if not row.items:
             return EncodedPairs([], [], chunks=np.zeros(0, dtype=np.int64))
         room = self.max_seq_len - self.specials

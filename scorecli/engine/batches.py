@@ -52,7 +52,8 @@ class Readback:
         while self.waiting and (wait or self.waiting[0][0].query()):
             event, items, tokens = self.waiting.popleft()
             event.synchronize()
-            self.on_batch(items, tokens)
+            if self.on_batch is not None:
+                self.on_batch(items, tokens)
 
     def gather(self, entries: int, width: int) -> np.ndarray:
         """[entries, width] float32: every batch's rows at their entries (one copy to the host)."""

@@ -1,4 +1,4 @@
-"""Checkpointed output for long runs (SPEC §11): finished windows are kept as durable parts.
+"""Checkpointed output for long runs (README: Long jobs): finished windows are kept as durable parts.
 
 A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
 (`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
@@ -108,7 +108,7 @@ class Checkpoint:
     @contextmanager
     def keeping(self) -> Iterator[None]:
         """Around the whole run: on failure the parts stay and the error's message says how
-        many rows are kept and that `--resume` continues (SPEC §11)."""
+        many rows are kept and that `--resume` continues (README: Long jobs)."""
         try:
             yield
         except BaseException as exc:
@@ -174,14 +174,16 @@ class Checkpoint:
         """
         if cfg.runtime != "auto" or not self.store.files():
             return cfg
-        kept = self.metadata().get("runtime")
-        if kept == "onnx":
-            from scorecli.runtimes.onnx import available
+        from scorecli.runtimes import RUNTIMES, installed
 
-            if not available():
-                raise UsageError("--resume: the kept rows were scored by ONNX Runtime (--runtime auto chose it), "
-                                 "which is no longer installed: pip install 'scorecli[onnx]'")
-        return replace(cfg, runtime=kept) if kept in ("torch", "onnx") else cfg
+        kept = self.metadata().get("runtime")
+        info = RUNTIMES.get(kept or "")
+        if info is None or not info.auto:
+            return cfg
+        if info.needs and not installed(info.needs):
+            raise UsageError(f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
+                             f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'")  # fmt: skip
+        return replace(cfg, runtime=kept)
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""

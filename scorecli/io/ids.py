@@ -1,4 +1,4 @@
-"""The id column: copied unchanged (SPEC §1), with one type whatever the windows.
+"""The id column: copied unchanged (README: Input), with one type whatever the windows.
 
 The rule, decided in input order and never by where windows happen to start:
 - Parquet inputs: the id column has the type of the files' own schema (all Parquet inputs

@@ -14,7 +14,9 @@ This package knows nothing about files, progress or the command line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -45,14 +47,22 @@ class Family(Protocol):
 
     encoder: object
     forward: object
-    streams: list
     backend_name: str
     padded: bool
     shares_prefix: bool
     fallback: str | None
-    hidden_width: int
-    entry_width: int
-    needs_check: bool
+
+    @property
+    def streams(self) -> Sequence: ...
+
+    @property
+    def hidden_width(self) -> int: ...
+
+    @property
+    def entry_width(self) -> int: ...
+
+    @property
+    def needs_check(self) -> bool: ...
 
     def prefix(self, enc) -> np.ndarray:
         """The row's prefix tokens, for a prefix shared by a window's rows (`shares_prefix`)."""
@@ -93,13 +103,21 @@ class Family(Protocol):
 class FamilyDefaults:
     """What most families share: one entry per scored item (or chunk), no shared prefix."""
 
-    streams: tuple = ()  # one forward at a time
+    streams: Sequence = ()  # one forward at a time
+    spec: Any  # the run's `kinds.spec.RunSpec`, set by each family
+
+    @property
+    def hidden_width(self) -> int:
+        raise NotImplementedError
     fallback: str | None = None
     shares_prefix = False
     needs_check = True
 
     def prefix(self, enc) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
+
+    def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        return None  # only a kind that runs an approximate runtime measures its drift
 
     def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
         return out
@@ -112,19 +130,64 @@ class FamilyDefaults:
         return len(self.spec.label_names) + self.hidden_width
 
 
-# every kind and the family that scores it ("module:Class", imported when a run needs it): adding a
-# kind is its module here and one entry (docs/ARCHITECTURE.md)
-FAMILIES: dict[str, str] = {
-    "seq-cls": "scorecli.kinds.decoder:DecoderFamily",
-    "causal-lm": "scorecli.kinds.decoder:DecoderFamily",
-    "cross-encoder": "scorecli.kinds.pairs:PairFamily",
-    "embedding": "scorecli.kinds.embedding:EmbeddingFamily",
-}
+@dataclass(frozen=True)
+class KindInfo:
+    """What a kind declares to the code that loads its models (`model.load`).
+
+    Attributes:
+        family: "module:Class" of the family that scores it (imported when a run needs it).
+        auto_class: the transformers Auto class its checkpoints load with.
+        scorecli_attention: a decoder's attention runs under scorecli's backends; False: the
+            model runs its own forward (a cross-encoder's full forward, heads included).
+        sentence_modules: its model may be a sentence-transformers folder whose modules (pooling,
+            Dense, Normalize) scorecli applies after the transformer; the transformer's unused
+            pooler weights are no missing weights then.
+        float32_head: a 16-bit model's own head runs in float32 (heads and activations stay float32).
+    """
+
+    family: str
+    auto_class: str
+    scorecli_attention: bool = True
+    sentence_modules: bool = False
+    float32_head: bool = False
 
 
-def make_family(scorer) -> Family:
-    """The family of `scorer.spec.kind`, built from the scorer's config, model and spec."""
+# every kind: adding one is its module here and one entry (docs/ARCHITECTURE.md)
+KINDS: dict[str, KindInfo] = {
+    "seq-cls": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification"),
+    "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM"),
+    "cross-encoder": KindInfo("scorecli.kinds.pairs:PairFamily", "AutoModelForSequenceClassification",
+                              scorecli_attention=False, float32_head=True),
+    "embedding": KindInfo("scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True),
+}  # fmt: skip
+FAMILIES = {name: info.family for name, info in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a family is built from (the `Scorer` resolves it once; families share no other state
+    with it): the run's config, the loaded model, the resolved spec, what the model supports,
+    the template and the chunking of long items (None: items are cut)."""
+
+    config: Any  # ScoreConfig
+    loaded: Any  # model.load.Loaded
+    spec: Any  # kinds.spec.RunSpec
+    support: Any  # model.compat.Support
+    template: Any  # core.templates.Template
+    chunking: Chunking | None
+
+
+def make_family(setup: Setup) -> Family:
+    """The family of `setup.spec.kind`."""
     import importlib
 
-    module, cls = FAMILIES[scorer.spec.kind].split(":")
-    return getattr(importlib.import_module(module), cls)(scorer)
+    module, cls = KINDS[setup.spec.kind].family.split(":")
+    return getattr(importlib.import_module(module), cls)(setup)
+
+
+if TYPE_CHECKING:  # the type checker holds every family to the protocol (`mypy` in .ci/run)
+    from scorecli.kinds.decoder import DecoderFamily
+    from scorecli.kinds.embedding import EmbeddingFamily
+    from scorecli.kinds.pairs import PairFamily
+
+    _CHECKED: tuple[type[Family], ...] = (DecoderFamily, PairFamily, EmbeddingFamily)

@@ -12,31 +12,30 @@ import torch
 from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.errors import InputError, UsageError
-from scorecli.kinds import FamilyDefaults
+from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
-from scorecli.runtimes.onnx import ONNX_RUNTIMES
-from scorecli.runtimes import compile_layers
+from scorecli.runtimes import compile_layers, runtime_info
 
 
 class DecoderFamily(FamilyDefaults):
     """How a decoder kind scores rows (see `scorecli.kinds.Family`)."""
 
-    def __init__(self, scorer):
+    def __init__(self, setup: Setup):
         from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for, text_config
 
-        cfg, loaded, spec, support = scorer.config, scorer.loaded, scorer.spec, scorer.support
-        if cfg.runtime in ONNX_RUNTIMES:
+        cfg, loaded, spec, support = setup.config, setup.loaded, setup.spec, setup.support
+        if runtime_info(cfg.runtime).encoders_only:
             raise UsageError(f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
                              f"not a {spec.kind} model; use --runtime auto or torch")  # fmt: skip
         self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         vocab = loaded.model.get_input_embeddings().num_embeddings
-        self.encoder = DecoderEncoder(loaded.tokenizer, scorer.template, cfg.instruction, vocab, spec.max_seq_len)
+        self.encoder = DecoderEncoder(loaded.tokenizer, setup.template, cfg.instruction, vocab, spec.max_seq_len)
         backend = make_backend(backend_for(support, cfg.attention, spec.mis), loaded.device, loaded.dtype)
         self.backend_name = backend.name
         # a kernel compiled on first use (flashinfer's JIT) fails late: `auto` then switches

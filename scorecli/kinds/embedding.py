@@ -1,4 +1,4 @@
-"""Embedding scoring (`embedding`, SPEC §13): a row's query and each item are embedded as their own
+"""Embedding scoring (`embedding`, README: Which models, embedding models): a row's query and each item are embedded as their own
 sequences (prompted, tokenized and pooled as sentence-transformers does), and an item's score is
 the similarity of its embedding with its query's.
 
@@ -19,7 +19,7 @@ from scorecli.runtimes import fast_encoder
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.core.batching import Batch
 from scorecli.core.encode import Row, tokenize
-from scorecli.kinds import FamilyDefaults
+from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.forward import with_encoder
 from scorecli.model.messages import ChatTexts
@@ -143,12 +143,12 @@ class EmbeddingForward:
 class EmbeddingFamily(FamilyDefaults):
     """How an embedding model scores rows (see `scorecli.kinds.Family`)."""
 
-    def __init__(self, scorer):
+    def __init__(self, setup: Setup):
         from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for
 
-        cfg, loaded, spec = scorer.config, scorer.loaded, scorer.spec
+        cfg, loaded, spec = setup.config, setup.loaded, setup.spec
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
         vocab = loaded.model.get_input_embeddings().num_embeddings
@@ -156,7 +156,7 @@ class EmbeddingFamily(FamilyDefaults):
                                    spec.max_seq_len, cfg.truncate, vocab, loaded.config.model_type)  # fmt: skip
         backend = None
         if not loaded.is_encoder:
-            backend = make_backend(backend_for(scorer.support, cfg.attention, False), loaded.device, loaded.dtype)
+            backend = make_backend(backend_for(setup.support, cfg.attention, False), loaded.device, loaded.dtype)
         fast = backend is None and attention_backends.capabilities(cfg.attention).fused_encoder and \
             fast_encoder.supports(loaded.model)
         from scorecli.runtimes import onnx as runtime_onnx

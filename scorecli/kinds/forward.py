@@ -1,8 +1,10 @@
 """Run a batch through the model and gather hidden states at the pooled positions.
 
 Decoders run their base model (no lm_head, no classifier) with the attention backend's
-masks and explicit position ids; cross-encoders run their own full forward on padded
-pairs. Knows nothing about tokenization, activations or output.
+masks and explicit position ids (`DecoderForward`); cross-encoders run their own full
+forward on padded pairs (`EncoderForward`); embedding models' forward is their kind's
+(`kinds.embedding`), and speed-ups wrap these (`runtimes`). Knows nothing about
+tokenization, activations or output.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import torch
 
 from scorecli.core.batching import Batch
 from scorecli.core.encode import EncodedPairs, PairEncoder
-from scorecli.kinds import FamilyDefaults
+from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import EncoderForward
 from scorecli.kinds.heads import activate
 from scorecli.core.pack import Seq
@@ -28,13 +28,13 @@ class PairFamily(FamilyDefaults):
 
     padded = True
 
-    def __init__(self, scorer):
+    def __init__(self, setup: Setup):
         from scorecli.runtimes import onnx as runtime_onnx
         from scorecli.attention.backends import capabilities
         from scorecli.runtimes.fast_encoder import supports
 
-        cfg, loaded = scorer.config, scorer.loaded
-        self.loaded, self.spec = loaded, scorer.spec
+        cfg, loaded = setup.config, setup.loaded
+        self.loaded, self.spec = loaded, setup.spec
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
@@ -48,7 +48,7 @@ class PairFamily(FamilyDefaults):
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
             "sdpa (fused encoder)" if fast else "model")
-        if scorer.chunking is not None:
+        if setup.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
 
     @property

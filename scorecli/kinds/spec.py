@@ -76,7 +76,7 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
 
 
 def _embedding_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
-    """An embedding model's spec (SPEC §13): one label, `similarity`; flags that belong to other
+    """An embedding model's spec (README: Which models, embedding models): one label, `similarity`; flags that belong to other
     kinds are refused rather than ignored."""
     refused = [(cfg.mode == "mis", "--mode mis: an embedding model embeds every item as its own sequence already; "
                                    "use --mode single or auto"),

@@ -15,6 +15,7 @@ import torch
 
 from scorecli.attention.backends import capabilities
 from scorecli.config import ScoreConfig
+from scorecli.kinds import KINDS
 from scorecli.errors import UsageError, first_line
 from scorecli.model.hub import locate
 from scorecli.model.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
@@ -90,8 +91,9 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
     path, hf_config, kind = open_checkpoint(cfg)
+    declared = KINDS[kind]
     sentence = None
-    if kind == "embedding":  # a sentence-transformers folder's transformer may sit in a subfolder
+    if declared.sentence_modules:  # a sentence-transformers folder's transformer may sit in a subfolder
         sentence = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
         path, hf_config = sentence.transformer_dir, _load_config(sentence.transformer_dir, cfg)
     common = {"trust_remote_code": cfg.trust_remote_code}
@@ -105,14 +107,14 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         if sentence.do_lower_case:
             apply_lower_case(tokenizer)
     encoder = hf_config.model_type in ENCODER_TYPES
-    if kind != "cross-encoder" and not encoder:
+    if declared.scorecli_attention and not encoder:
         from scorecli.attention import ATTN_NAME, register, set_implementation
 
         register()
         set_implementation(model, ATTN_NAME)
     elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
         model.set_attn_implementation(own)
-    if kind == "cross-encoder" and dtype != torch.float32:
+    if declared.float32_head and dtype != torch.float32:
         float32_heads(model)
     model.to(device).eval()
     check_finite(model, cfg.model)
@@ -142,7 +144,7 @@ _HEAD_MODULES = ("pooler", "pre_classifier", "classifier")
 
 
 class Float32Head(torch.nn.Module):
-    """Runs a 16-bit model's head module in float32 on its upcast input (SPEC: heads and
+    """Runs a 16-bit model's head module in float32 on its upcast input (README, How items are scored: heads and
     activations stay float32)."""
 
     def __init__(self, head: torch.nn.Module):
@@ -196,10 +198,10 @@ def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
 
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+    import transformers
     from transformers.utils import logging as hf_logging
 
-    auto = {"causal-lm": AutoModelForCausalLM, "embedding": AutoModel}.get(kind, AutoModelForSequenceClassification)
+    auto = getattr(transformers, KINDS[kind].auto_class)
     kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report would break the one-line error; we say what matters
@@ -221,7 +223,7 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     finally:
         hf_logging.set_verbosity(verbosity)
     unread = set(info.get("missing_keys") or ())
-    if kind == "embedding":  # a BERT pooler's weights: the embedding never reads them
+    if KINDS[kind].sentence_modules:  # a BERT pooler's weights: the embedding never reads them
         unread = {k for k in unread if not k.startswith("pooler.")}
     missing = sorted(unread | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
     if missing:

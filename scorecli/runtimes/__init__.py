@@ -10,6 +10,7 @@ This package knows nothing about files, rows or the command line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
@@ -18,6 +19,51 @@ if TYPE_CHECKING:
     import torch
 
     from scorecli.runtimes.compiled import CompiledLayers
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What a `--runtime` declares.
+
+    Attributes:
+        description: what runs the forward, as the metadata's `attention` says it.
+        encoders_only: it runs BERT-family encoders (cross-encoders, embedding models) alone.
+        approximate: its scores drift from the model's own forward by design (int8): the
+            self-check measures and records the drift instead of judging it.
+        auto: `--runtime auto` may choose it (where it can run here).
+        needs: a package it imports (None: torch alone).
+    """
+
+    description: str
+    encoders_only: bool = False
+    approximate: bool = False
+    auto: bool = True
+    needs: str | None = None
+
+
+RUNTIMES: dict[str, RuntimeInfo] = {
+    "torch": RuntimeInfo("torch"),
+    "onnx": RuntimeInfo("onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime"),
+    "onnx-int8": RuntimeInfo("onnxruntime (fused encoder export, int8 dynamic quantization)", encoders_only=True,
+                             approximate=True, auto=False, needs="onnxruntime"),
+}  # fmt: skip
+NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
+
+
+def runtime_info(name: str) -> RuntimeInfo:
+    """What runtime `name` declares (`auto` resolves to one of them per run)."""
+    return RUNTIMES[name] if name in RUNTIMES else RUNTIMES["torch"]
+
+
+def installed(package: str) -> bool:
+    """Whether `package` imports here (a package blocked in `sys.modules` does not)."""
+    import importlib
+
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
 
 
 # devices where `--compile auto` compiles: inductor's GPU kernels repay their compile; on a CPU its
@@ -50,4 +96,5 @@ def compile_layers(choice: str, base: torch.nn.Module, device: torch.device,
         if choice == "on":
             raise UsageError(f"--compile on: {type(base).__name__} has no list of decoder layers of one kind to compile")
         return None
-    return CompiledLayers(base.layers, strict=choice == "on")
+    layers: torch.nn.ModuleList = base.layers  # type: ignore[assignment]  # `compilable` checked its type
+    return CompiledLayers(layers, strict=choice == "on")

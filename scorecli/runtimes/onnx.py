@@ -29,6 +29,7 @@ import torch
 from scorecli.attention import pad_ragged
 from scorecli.core.batching import Batch
 from scorecli.model.cache import build_once
+from scorecli.runtimes import RUNTIMES
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line
 from scorecli.kinds.forward import Pooled
 
@@ -36,9 +37,9 @@ EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the to
 OPSET = 17
 GRAPH_VERSION = "2"  # bump when the exported graph's inputs or outputs change
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-ONNX_RUNTIMES = ("onnx", "onnx-int8")  # onnx-int8: explicit opt-in only, never chosen by auto
-BACKEND_NAMES = {"onnx": "onnxruntime (fused encoder export)",
-                 "onnx-int8": "onnxruntime (fused encoder export, int8 dynamic quantization)"}  # fmt: skip
+# the runtimes this module runs, as `runtimes.RUNTIMES` declares them (onnx-int8: opt-in only)
+ONNX_RUNTIMES = tuple(name for name, info in RUNTIMES.items() if info.needs == "onnxruntime")
+BACKEND_NAMES = {name: RUNTIMES[name].description for name in ONNX_RUNTIMES}
 
 
 def onnxruntime():
