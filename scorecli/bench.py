@@ -9,6 +9,7 @@ on CUDA, the fraction of the GPU's bf16 FLOP limit reached. Knows nothing about 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -84,9 +85,13 @@ def text_rows(work: Workload, tokenizer) -> list[RawRow]:
     items are about as many tokens long as asked: words the tokenizer holds as one token."""
     words = [w for w in _WORDS if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1] or _WORDS
     rng = np.random.default_rng(work.seed)
-    text = lambda n: " ".join(rng.choice(words, n))  # noqa: E731
-    return [RawRow({"id": r, "query": text(work.query_tokens), "items": [text(work.item_tokens) for _ in range(work.items)]},
-                   f"bench row {r}") for r in range(work.rows)]  # fmt: skip
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(words, n))
+
+    rows = [{"query": text(work.query_tokens), "items": [text(work.item_tokens) for _ in range(work.items)]}
+            for _ in range(work.rows)]  # fmt: skip
+    return [RawRow({"id": r, **row}, f"bench row {r}") for r, row in enumerate(rows)]
 
 
 def run_bench(
@@ -121,15 +126,19 @@ def run_bench(
             for mode in modes or (["mis", "single"] if auto.spec.mis else ["single"]):
                 same = mode == ("mis" if auto.spec.mis else "single")
                 scorer = auto if same else Scorer(loaded, replace(cfg, attention=attention, mode=mode))
-                task = progress.add_task(f"{scorer.backend_name} {mode}", total=(repeats + 1) * work.rows * work.items)
-                seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device,
-                                              lambda items, _: progress.advance(task, items))  # fmt: skip
                 n_items = work.rows * work.items
+                task = progress.add_task(f"{scorer.backend_name} {mode}", total=(repeats + 1) * n_items)
+                advance = functools.partial(_advance, progress, task)
+                seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device, advance)
                 flops = 2.0 * params * tokens / seconds
                 fraction = flops / (peak * 1e12) if peak else None
-                results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds, tokens,
-                                           fraction))  # fmt: skip
+                results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds,
+                                           tokens, fraction))  # fmt: skip
     return results
+
+
+def _advance(progress: Progress, task: int, items: int, tokens: int) -> None:
+    progress.advance(task, items)
 
 
 def bench_progress(console: Console | None) -> Progress:

@@ -5,8 +5,9 @@ template, first rows), hands the run to `run` (or `ray`), whose progress and sum
 stderr (`progress`), and maps errors to exit codes: 2 for bad usage or input, 1 otherwise,
 130 / 143 after SIGINT / SIGTERM (`process`); each error is one line of plain text (no
 markup, no emoji codes, control bytes escaped). A closed pipe on the output ends the process
-quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS
-(through typer).
+quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only
+environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer). The
+flags themselves (panels, help) are declared in `options`; `--help` is drawn by `help`.
 """
 
 from __future__ import annotations
@@ -16,24 +17,34 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Optional
+from dataclasses import fields
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from scorecli import options as o
 from scorecli.config import ScoreConfig
 from scorecli.errors import Notice, OutputClosed, ScorecliError, UsageError, error_line, first_line
 from scorecli.help import Command, Group
-from scorecli.options import (APP_EXAMPLES, BENCH, BENCH_EXAMPLES, CHECK, INPUT, INSPECT_EXAMPLES, LONG, MAX_INT, MODEL,
-                              OUTPUT, PERF, SCORE_EXAMPLES, SCORING, WINDOW_ROWS, WINDOW_SECONDS, BatchTokens, CacheDir,
-                              Device, DType, Model, opt)
+from scorecli.options import opt
 from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
 
-app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, epilog=APP_EXAMPLES,
-                  help="Offline batch scoring with transformer rerankers, classifiers, embedding and reward models.")  # fmt: skip
+app = typer.Typer(
+    cls=Group,
+    add_completion=False,
+    no_args_is_help=True,
+    epilog=o.APP_EXAMPLES,
+    help="Offline batch scoring with transformer rerankers, classifiers, embedding and reward models.",
+)
 # paths and user text are printed as they are: no markup, no :emoji: codes
 err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# `score` flags passed to ScoreConfig as they are (the rest are converted in `score`)
+_SAME_NAMES = {f.name for f in fields(ScoreConfig)} - {"model", "template", "label_tokens", "label_token_ids",
+                                                       "activation", "window_rows", "window_seconds"}  # fmt: skip
+
+
 def _csv(value: str | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(v.strip() for v in value.split(","))
 
@@ -46,60 +57,62 @@ def _csv_ints(value: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
     for i in ids:
-        if not 0 <= i <= MAX_INT:
-            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_INT})")
+        if not 0 <= i <= o.MAX_INT:
+            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {o.MAX_INT})")
     return ids
 
 
-@app.command(cls=Command, epilog=SCORE_EXAMPLES)
+@app.command(cls=Command, epilog=o.SCORE_EXAMPLES)
 def score(
-    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", show_default=False, rich_help_panel=INPUT, help="JSONL/Parquet files, folders, globs, or - for stdin.")],
-    out: Annotated[str, opt("--out", "-o", metavar="OUT", panel=OUTPUT, help="FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), or - (JSON lines on stdout).")],
-    model: Model = None,
-    kind: Annotated[Optional[str], opt(panel=MODEL, help="seq-cls | causal-lm | cross-encoder | embedding (default: detected).")] = None,
-    mode: Annotated[str, opt(panel=SCORING, help="auto | mis (all items of a row in one sequence) | single.")] = "auto",
-    template: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="plain | qwen3-reranker | yes-no-chat | a .toml/.json file.")] = None,
-    instruction: Annotated[Optional[str], opt(metavar="TEXT", panel=SCORING, help="Instruction for templates that take one.")] = None,
-    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=SCORING, help="Causal-LM label tokens, e.g. yes,no.")] = None,
-    label_token_ids: Annotated[Optional[str], opt(metavar="IDS", panel=SCORING, help="Causal-LM label token ids, e.g. 9454,2152.")] = None,
-    activation: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="none | softmax | sigmoid.")] = None,
-    apply_softmax: Annotated[bool, opt("--apply-softmax", panel=SCORING, help="Same as --activation softmax.")] = False,
-    positive_label: Annotated[Optional[str], opt(metavar="LABEL", panel=SCORING, help="Label (name or index) that fills `score`.")] = None,
-    pooled_hidden_states: Annotated[bool, opt("--pooled-hidden-states", panel=OUTPUT, help="Also write each item's pooled final hidden state.")] = False,
-    pooling: Annotated[Optional[str], opt(metavar="WHERE", panel=OUTPUT, help="last | cls (default: last for decoders, cls for cross-encoders).")] = None,
-    hidden_dtype: Annotated[str, opt(metavar="DTYPE", panel=OUTPUT, help="float32 | float16 for pooled hidden states.")] = "float32",
-    query_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field holding the query.")] = "query",
-    items_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field holding the items.")] = "items",
-    id_field: Annotated[str, opt(metavar="NAME", panel=INPUT, help="Input field copied to the output as the row id.")] = "id",
-    device: Device = "auto",
-    dtype: DType = "auto",
-    attention: Annotated[str, opt(metavar="NAME", panel=PERF, help="auto | flashinfer | flex | sdpa | eager.")] = "auto",
-    runtime: Annotated[str, opt(metavar="NAME", panel=PERF, help="CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx (exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured and recorded).")] = "auto",
-    compile_layers: Annotated[str, opt("--compile", metavar="WHEN", panel=PERF, help="Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if the compiler fails) | on | off.")] = "auto",
-    max_batch_tokens: BatchTokens = None,
-    max_seq_len: Annotated[Optional[int], opt(min=2, max=MAX_INT, metavar="N", panel=SCORING, help="Longest packed sequence (default: model maximum, capped at 8192).")] = None,
-    truncate: Annotated[str, opt(metavar="HOW", panel=SCORING, help="item: cut over-long items' text | error: fail.")] = "item",
-    window_rows: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=LONG, help="Rows per window (read, scored, written and kept as one part): N each (default: windows start at one row and double, up to 2048 rows, while one takes less than --window-seconds).")] = None,
-    window_seconds: Annotated[Optional[float], opt(min=0.001, metavar="S", panel=LONG, help="Windows grow until one takes about S seconds, so that the first rows are kept, and progress shows, within seconds on any model (default: 30; with --window-rows, windows grow up to N).")] = None,
-    skip_bad_rows: Annotated[bool, opt("--skip-bad-rows", panel=INPUT, help="Write bad rows with null scores and an error column.")] = False,
-    top_k: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="K", panel=OUTPUT, help="Add the column top_k: the indices of each row's K best items, best first.")] = None,
-    chunk_tokens: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=SCORING, help="Score items longer than N tokens in chunks of N tokens instead of cutting them.")] = None,
-    chunk_overlap: Annotated[int, opt(min=0, max=MAX_INT, metavar="N", panel=SCORING, help="Tokens each chunk shares with the one before (less than --chunk-tokens).")] = 0,
-    chunk_aggregate: Annotated[str, opt(metavar="HOW", panel=SCORING, help="max | mean | first: an item's score from its chunks'.")] = "max",
-    similarity: Annotated[Optional[str], opt(metavar="NAME", panel=SCORING, help="Embedding models: cosine | dot (default: the model's own, else cosine).")] = None,
-    query_prompt: Annotated[Optional[str], opt(metavar="PROMPT", panel=SCORING, help="Embedding models: the query's prompt, by name or as text (default: the model's 'query').")] = None,
-    item_prompt: Annotated[Optional[str], opt(metavar="PROMPT", panel=SCORING, help="Embedding models: the items' prompt, by name or as text (default: 'document', else 'passage').")] = None,
-    self_check: Annotated[bool, opt("--self-check/--no-self-check", panel=SCORING, help="First compare a probe row's scores with the model's own forward; stop on a mismatch.")] = True,
-    compact: Annotated[bool, opt("--compact", panel=OUTPUT, help="Leave out the scores column when the model has one label (score holds the same values).")] = False,
-    trust_remote_code: Annotated[bool, opt("--trust-remote-code", panel=MODEL, help="Allow the checkpoint's own Python code to run.")] = False,
-    allow_pickle: Annotated[bool, opt("--allow-pickle", panel=MODEL, help="Allow pickled .bin weights (they can run code).")] = False,
-    cache_dir: CacheDir = None,
-    quiet: Annotated[bool, opt("--quiet", "-q", panel=OUTPUT, help="No status, progress or summary on stderr (for cron).")] = False,
-    resume: Annotated[bool, opt("--resume", panel=LONG, help="Continue the job whose finished rows OUT.partial/ (or a DIR/ output) keeps; without one, start it.")] = False,
-    engine: Annotated[str, opt(metavar="NAME", panel=PERF, help="local: score in this process | ray: on Ray workers (needs the ray extra).")] = "local",
-    ray_address: Annotated[Optional[str], opt(envvar="RAY_ADDRESS", show_envvar=True, metavar="ADDRESS", panel=PERF, help="With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.")] = None,
-    num_workers: Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=PERF, help="With --engine ray: scoring workers (default: one per GPU in the cluster, else 1).")] = None,
-) -> None:  # fmt: skip
+    inputs: Annotated[
+        list[str], typer.Argument(metavar="INPUT", show_default=False, rich_help_panel=o.INPUT, help=o.INPUTS)
+    ],
+    out: Annotated[str, opt("--out", "-o")],
+    model: o.Model = None,
+    kind: Annotated[str | None, opt("--kind")] = None,
+    mode: Annotated[str, opt("--mode")] = "auto",
+    template: Annotated[str | None, opt("--template")] = None,
+    instruction: Annotated[str | None, opt("--instruction")] = None,
+    label_tokens: Annotated[str | None, opt("--label-tokens")] = None,
+    label_token_ids: Annotated[str | None, opt("--label-token-ids")] = None,
+    activation: Annotated[str | None, opt("--activation")] = None,
+    apply_softmax: Annotated[bool, opt("--apply-softmax")] = False,
+    positive_label: Annotated[str | None, opt("--positive-label")] = None,
+    pooled_hidden_states: Annotated[bool, opt("--pooled-hidden-states")] = False,
+    pooling: Annotated[str | None, opt("--pooling")] = None,
+    hidden_dtype: Annotated[str, opt("--hidden-dtype")] = "float32",
+    query_field: Annotated[str, opt("--query-field")] = "query",
+    items_field: Annotated[str, opt("--items-field")] = "items",
+    id_field: Annotated[str, opt("--id-field")] = "id",
+    device: o.Device = "auto",
+    dtype: o.DType = "auto",
+    attention: Annotated[str, opt("--attention")] = "auto",
+    runtime: Annotated[str, opt("--runtime")] = "auto",
+    compile_layers: Annotated[str, opt("--compile")] = "auto",
+    max_batch_tokens: o.BatchTokens = None,
+    max_seq_len: Annotated[int | None, opt("--max-seq-len", min=2, max=o.MAX_INT)] = None,
+    truncate: Annotated[str, opt("--truncate")] = "item",
+    window_rows: Annotated[int | None, opt("--window-rows", min=1, max=o.MAX_INT)] = None,
+    window_seconds: Annotated[float | None, opt("--window-seconds", min=0.001)] = None,
+    skip_bad_rows: Annotated[bool, opt("--skip-bad-rows")] = False,
+    top_k: Annotated[int | None, opt("--top-k", min=1, max=o.MAX_INT)] = None,
+    chunk_tokens: Annotated[int | None, opt("--chunk-tokens", min=1, max=o.MAX_INT)] = None,
+    chunk_overlap: Annotated[int, opt("--chunk-overlap", min=0, max=o.MAX_INT)] = 0,
+    chunk_aggregate: Annotated[str, opt("--chunk-aggregate")] = "max",
+    similarity: Annotated[str | None, opt("--similarity")] = None,
+    query_prompt: Annotated[str | None, opt("--query-prompt")] = None,
+    item_prompt: Annotated[str | None, opt("--item-prompt")] = None,
+    self_check: Annotated[bool, opt("--self-check/--no-self-check")] = True,
+    compact: Annotated[bool, opt("--compact")] = False,
+    trust_remote_code: Annotated[bool, opt("--trust-remote-code")] = False,
+    allow_pickle: Annotated[bool, opt("--allow-pickle")] = False,
+    cache_dir: o.CacheDir = None,
+    quiet: Annotated[bool, opt("--quiet", "-q")] = False,
+    resume: Annotated[bool, opt("--resume")] = False,
+    engine: Annotated[str, opt("--engine")] = "local",
+    ray_address: Annotated[str | None, opt("--ray-address", envvar="RAY_ADDRESS", show_envvar=True)] = None,
+    num_workers: Annotated[int | None, opt("--num-workers", min=1, max=o.MAX_INT)] = None,
+) -> None:
     """Score every item of every input row against its query.
 
     Writes one output row per input row, in input order (README: Quickstart)."""
@@ -113,19 +126,21 @@ def score(
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
     model_path, default_template = _resolve_model(model)
+    given = {
+        name: value for name, value in locals().items() if name in _SAME_NAMES
+    }  # flags named as the config's fields
     cfg = ScoreConfig(
-        model=model_path, kind=kind, mode=mode, template=template or default_template, instruction=instruction,
-        label_tokens=_csv(label_tokens), label_token_ids=_csv_ints(label_token_ids),
+        **given,
+        model=model_path,
+        template=template or default_template,
+        label_tokens=_csv(label_tokens),
+        label_token_ids=_csv_ints(label_token_ids),
         activation="softmax" if apply_softmax and activation is None else activation,
-        positive_label=positive_label, pooled_hidden_states=pooled_hidden_states, pooling=pooling,
-        hidden_dtype=hidden_dtype, query_field=query_field, items_field=items_field, id_field=id_field,
-        device=device, dtype=dtype, attention=attention, runtime=runtime, compile=compile_layers, max_batch_tokens=max_batch_tokens,
-        max_seq_len=max_seq_len, truncate=truncate, window_rows=window_rows or WINDOW_ROWS, skip_bad_rows=skip_bad_rows, top_k=top_k,
-        window_seconds=window_seconds if window_seconds or window_rows else WINDOW_SECONDS, compact=compact,
-        chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, chunk_aggregate=chunk_aggregate, similarity=similarity,
-        query_prompt=query_prompt, item_prompt=item_prompt, self_check=self_check, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, cache_dir=cache_dir,
+        compile=compile_layers,
+        window_rows=window_rows or o.WINDOW_ROWS,
+        window_seconds=window_seconds if window_seconds or window_rows else o.WINDOW_SECONDS,
         job_tokens=estimate_tokens(paths),
-    )  # fmt: skip
+    )
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     _check_template(cfg.template)
@@ -210,17 +225,25 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     return path, template
 
 
-@app.command(cls=Command, epilog=INSPECT_EXAMPLES)
+@app.command(cls=Command, epilog=o.INSPECT_EXAMPLES)
 def inspect(
-    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", show_default=False, rich_help_panel=MODEL, help="Model folder, .gguf file, Hub id or short name (none: list the bundled models).")] = None,
-    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=MODEL, help="Show how these label tokens tokenize.")] = None,
-    check: Annotated[bool, opt("--check", panel=CHECK, help="Also load the weights and run the self-check in each mode (exit 1 if one fails).")] = False,
-    device: Annotated[str, opt(panel=CHECK, help="With --check: auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, opt(panel=CHECK, help="With --check: auto | float32 | bfloat16 | float16.")] = "auto",
-    attention: Annotated[str, opt(metavar="NAME", panel=CHECK, help="With --check: auto | flashinfer | flex | sdpa | eager.")] = "auto",
-    trust_remote_code: Annotated[bool, opt("--trust-remote-code", panel=MODEL, help="Allow the checkpoint's own Python code to run.")] = False,
-    cache_dir: CacheDir = None,
-) -> None:  # fmt: skip
+    model: Annotated[
+        str | None, typer.Argument(metavar="MODEL", show_default=False, rich_help_panel=o.MODEL, help=o.INSPECTED)
+    ] = None,
+    label_tokens: Annotated[
+        str | None, opt("--label-tokens", panel=o.MODEL, help="Show how these label tokens tokenize.")
+    ] = None,
+    check: Annotated[bool, opt("--check")] = False,
+    device: Annotated[str, opt("--device", panel=o.CHECK, help="With --check: auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[
+        str, opt("--dtype", panel=o.CHECK, help="With --check: auto | float32 | bfloat16 | float16.")
+    ] = "auto",
+    attention: Annotated[
+        str, opt("--attention", panel=o.CHECK, help="With --check: auto | flashinfer | flex | sdpa | eager.")
+    ] = "auto",
+    trust_remote_code: Annotated[bool, opt("--trust-remote-code")] = False,
+    cache_dir: o.CacheDir = None,
+) -> None:
     """Show what scorecli sees in a model: kind, labels, sizes, MIS.
 
     Without MODEL: the models the set-up installs, by short name."""
@@ -247,24 +270,28 @@ def inspect(
             raise typer.Exit(1)
 
 
-@app.command(cls=Command, epilog=BENCH_EXAMPLES)
+@app.command(cls=Command, epilog=o.BENCH_EXAMPLES)
 def bench(
-    model: Model = None,
-    rows: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Synthetic rows.")] = 32,
-    items: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Items per row.")] = 32,
-    query_tokens: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Tokens per query (prefix).")] = 128,
-    item_tokens: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Tokens per item.")] = 32,
-    attention: Annotated[str, opt(metavar="LIST", panel=BENCH, help="Comma-separated attention backends to compare.")] = "sdpa",
-    modes: Annotated[Optional[str], opt(metavar="LIST", panel=BENCH, help="Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).")] = None,
-    device: Device = "auto",
-    dtype: DType = "auto",
-    max_batch_tokens: BatchTokens = None,
-    label_tokens: Annotated[Optional[str], opt(metavar="LIST", panel=MODEL, help="Causal-LM label tokens (default: any two).")] = None,
-    repeats: Annotated[int, opt(min=1, max=MAX_INT, metavar="N", panel=BENCH, help="Timed repeats (median reported) after one warm-up.")] = 3,
-    peak_tflops: Annotated[Optional[float], opt(metavar="TFLOPS", panel=OUTPUT, help="GPU bf16 peak for the FLOP fraction (default: known GPUs).")] = None,
-    json_out: Annotated[Optional[str], opt("--json", metavar="PATH", panel=OUTPUT, help="Also write results as JSON to this path (- for stdout).")] = None,
-    cache_dir: CacheDir = None,
-) -> None:  # fmt: skip
+    model: o.Model = None,
+    rows: Annotated[int, opt("--rows", min=1, max=o.MAX_INT)] = 32,
+    items: Annotated[int, opt("--items", min=1, max=o.MAX_INT)] = 32,
+    query_tokens: Annotated[int, opt("--query-tokens", min=1, max=o.MAX_INT)] = 128,
+    item_tokens: Annotated[int, opt("--item-tokens", min=1, max=o.MAX_INT)] = 32,
+    attention: Annotated[
+        str, opt("--attention", panel=o.BENCH, metavar="LIST", help="Comma-separated attention backends to compare.")
+    ] = "sdpa",
+    modes: Annotated[str | None, opt("--modes")] = None,
+    device: o.Device = "auto",
+    dtype: o.DType = "auto",
+    max_batch_tokens: o.BatchTokens = None,
+    label_tokens: Annotated[
+        str | None, opt("--label-tokens", panel=o.MODEL, help="Causal-LM label tokens (default: any two).")
+    ] = None,
+    repeats: Annotated[int, opt("--repeats", min=1, max=o.MAX_INT)] = 3,
+    peak_tflops: Annotated[float | None, opt("--peak-tflops")] = None,
+    json_out: Annotated[str | None, opt("--json")] = None,
+    cache_dir: o.CacheDir = None,
+) -> None:
     """Measure items/s and tokens/s on synthetic rows.
 
     MIS and single-item per attention backend; any kind of model (cross-encoders and embedding
@@ -351,7 +378,6 @@ def _say(message: str) -> None:
 def _one_line(text: str) -> str:
     text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text.strip())
     return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
-
 
 
 def _fail(message: str, code: int) -> None:

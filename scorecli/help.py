@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group as Lines
+from rich.console import Console
+from rich.console import Group as Lines
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
@@ -153,5 +154,7 @@ class Group(TyperGroup):
         if self.help:
             parts.append(Padding(paragraphs(self.help), (1, 1, 1, 1)))
         parts.append(Panel(table, title="Commands", title_align="left", box=box.ROUNDED, border_style="dim"))
-        parts.append(Padding(Text("Options: --help shows this text; scorecli COMMAND --help, a command's."), (0, 1, 1, 1)))
+        parts.append(
+            Padding(Text("Options: --help shows this text; scorecli COMMAND --help, a command's."), (0, 1, 1, 1))
+        )
         _print([*parts, *_epilog(self.epilog)], console)

@@ -58,8 +58,8 @@ def _specials(tokenizer) -> str:
     bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
     start = next((k for k in range(len(full) - len(bare) + 1) if full[k : k + len(bare)] == bare), 0)
     before, after = full[:start], full[start + len(bare) :]
-    said = [f"{' '.join(tokenizer.convert_ids_to_tokens(ids))} {where}" for ids, where in ((before, "before"),
-                                                                                           (after, "after")) if ids]  # fmt: skip
+    tokens = ((before, "before"), (after, "after"))
+    said = [f"{' '.join(tokenizer.convert_ids_to_tokens(ids))} {where}" for ids, where in tokens if ids]
     return f"adds {' and '.join(said)} a text" if said else "adds no special tokens to a text"
 
 

@@ -1,37 +1,160 @@
-"""The command line's shared options and words: help panels, the options several commands take,
-the examples after each command's options (`scorecli.help`), and the limits every flag is checked
-against. Knows nothing about what a run does.
+"""The command line's flags in one table: each flag's help panel, its value's name and its help
+(`FLAGS`, read by `opt`), the options several commands share, the examples after each command's
+options (`scorecli.help`), and the limits flags are checked against. Knows nothing about what a
+run does.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 # Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
 # needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
 MAX_INT = 2**31 - 1
-# windows grow from one row until one takes this long, up to this many rows (README: Long runs)
+# windows grow from one row until one takes this long, up to this many rows (README: Long jobs)
 WINDOW_SECONDS, WINDOW_ROWS = 30.0, 2048
 
-# help panels (`scorecli.help`)
+# help panels (`scorecli.help` shows them in this order)
 INPUT, MODEL, SCORING, OUTPUT, PERF, LONG = "Input", "Model", "Scoring", "Output", "Performance", "Long runs"
 BENCH, CHECK = "Benchmark", "Self-check"
 
+# flag: (help panel, the value's name in help (None: a switch), help)
+FLAGS: dict[str, tuple[str, str | None, str]] = {
+    "--out": (
+        OUTPUT,
+        "OUT",
+        "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), or - (JSON lines on stdout).",
+    ),
+    "--kind": (MODEL, "KIND", "seq-cls | causal-lm | cross-encoder | embedding (default: detected)."),
+    "--mode": (SCORING, "MODE", "auto | mis (all items of a row in one sequence) | single."),
+    "--template": (SCORING, "NAME", "plain | qwen3-reranker | yes-no-chat | a .toml/.json file."),
+    "--instruction": (SCORING, "TEXT", "Instruction for templates that take one."),
+    "--label-tokens": (SCORING, "LIST", "Causal-LM label tokens, e.g. yes,no."),
+    "--label-token-ids": (SCORING, "IDS", "Causal-LM label token ids, e.g. 9454,2152."),
+    "--activation": (SCORING, "NAME", "none | softmax | sigmoid."),
+    "--apply-softmax": (SCORING, None, "Same as --activation softmax."),
+    "--positive-label": (SCORING, "LABEL", "Label (name or index) that fills `score`."),
+    "--pooled-hidden-states": (OUTPUT, None, "Also write each item's pooled final hidden state."),
+    "--pooling": (OUTPUT, "WHERE", "last | cls (default: last for decoders, cls for cross-encoders)."),
+    "--hidden-dtype": (OUTPUT, "DTYPE", "float32 | float16 for pooled hidden states."),
+    "--query-field": (INPUT, "NAME", "Input field holding the query."),
+    "--items-field": (INPUT, "NAME", "Input field holding the items."),
+    "--id-field": (INPUT, "NAME", "Input field copied to the output as the row id."),
+    "--attention": (PERF, "NAME", "auto | flashinfer | flex | sdpa | eager."),
+    "--runtime": (
+        PERF,
+        "NAME",
+        "CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx "
+        "(exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured "
+        "and recorded).",
+    ),
+    "--compile": (
+        PERF,
+        "WHEN",
+        "Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if "
+        "the compiler fails) | on | off.",
+    ),
+    "--max-seq-len": (SCORING, "N", "Longest packed sequence (default: model maximum, capped at 8192)."),
+    "--truncate": (SCORING, "HOW", "item: cut over-long items' text | error: fail."),
+    "--window-rows": (
+        LONG,
+        "N",
+        "Rows per window (read, scored, written and kept as one part): N each (default: windows start at "
+        "one row and double, up to 2048 rows, while one takes less than --window-seconds).",
+    ),
+    "--window-seconds": (
+        LONG,
+        "S",
+        "Windows grow until one takes about S seconds, so that the first rows are kept, and progress "
+        "shows, within seconds on any model (default: 30; with --window-rows, windows grow up to N).",
+    ),
+    "--skip-bad-rows": (INPUT, None, "Write bad rows with null scores and an error column."),
+    "--top-k": (OUTPUT, "K", "Add the column top_k: the indices of each row's K best items, best first."),
+    "--chunk-tokens": (SCORING, "N", "Score items longer than N tokens in chunks of N tokens instead of cutting them."),
+    "--chunk-overlap": (SCORING, "N", "Tokens each chunk shares with the one before (less than --chunk-tokens)."),
+    "--chunk-aggregate": (SCORING, "HOW", "max | mean | first: an item's score from its chunks'."),
+    "--similarity": (SCORING, "NAME", "Embedding models: cosine | dot (default: the model's own, else cosine)."),
+    "--query-prompt": (
+        SCORING,
+        "PROMPT",
+        "Embedding models: the query's prompt, by name or as text (default: the model's 'query').",
+    ),
+    "--item-prompt": (
+        SCORING,
+        "PROMPT",
+        "Embedding models: the items' prompt, by name or as text (default: 'document', else 'passage').",
+    ),
+    "--self-check": (
+        SCORING,
+        None,
+        "First compare a probe row's scores with the model's own forward; stop on a mismatch.",
+    ),
+    "--compact": (
+        OUTPUT,
+        None,
+        "Leave out the scores column when the model has one label (score holds the same values).",
+    ),
+    "--trust-remote-code": (MODEL, None, "Allow the checkpoint's own Python code to run."),
+    "--allow-pickle": (MODEL, None, "Allow pickled .bin weights (they can run code)."),
+    "--quiet": (OUTPUT, None, "No status, progress or summary on stderr (for cron)."),
+    "--resume": (
+        LONG,
+        None,
+        "Continue the job whose finished rows OUT.partial/ (or a DIR/ output) keeps; without one, start it.",
+    ),
+    "--engine": (PERF, "NAME", "local: score in this process | ray: on Ray workers (needs the ray extra)."),
+    "--ray-address": (
+        PERF,
+        "ADDRESS",
+        "With --engine ray: the cluster to join (auto, HOST:PORT, ray://...); default: a local Ray.",
+    ),
+    "--num-workers": (PERF, "N", "With --engine ray: scoring workers (default: one per GPU in the cluster, else 1)."),
+    "--check": (CHECK, None, "Also load the weights and run the self-check in each mode (exit 1 if one fails)."),
+    "--device": (PERF, "DEVICE", "auto | cpu | cuda | cuda:N."),
+    "--dtype": (PERF, "DTYPE", "auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16."),
+    "--max-batch-tokens": (
+        PERF,
+        "N",
+        "Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the "
+        "free memory holds, 16384 to 131072).",
+    ),
+    "--model": (
+        MODEL,
+        "MODEL",
+        "Model folder, .gguf file, Hub id, or a bundled model's short name: minilm (the default), smollm2-judge.",
+    ),
+    "--cache-dir": (MODEL, "DIR", "Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli)."),
+    "--rows": (BENCH, "N", "Synthetic rows."),
+    "--items": (BENCH, "N", "Items per row."),
+    "--query-tokens": (BENCH, "N", "Tokens per query (prefix)."),
+    "--item-tokens": (BENCH, "N", "Tokens per item."),
+    "--modes": (
+        BENCH,
+        "LIST",
+        "Comma-separated modes to compare (default: mis,single; single alone for a model that runs only single-item).",
+    ),
+    "--repeats": (BENCH, "N", "Timed repeats (median reported) after one warm-up."),
+    "--peak-tflops": (OUTPUT, "TFLOPS", "GPU bf16 peak for the FLOP fraction (default: known GPUs)."),
+    "--json": (OUTPUT, "PATH", "Also write results as JSON to this path (- for stdout)."),
+}
 
-def opt(*decls: str, panel: str, help: str, **kw: Any) -> Any:
-    """An option in help panel `panel` (`scorecli.help`)."""
-    return typer.Option(*decls, help=help, rich_help_panel=panel, **kw)
+
+def opt(flag: str, *names: str, **kw: Any) -> Any:
+    """typer's Option for `flag` (and its other `names`) as `FLAGS` declares it; `panel`, `metavar`
+    and `help` in `kw` replace the table's for one command."""
+    panel, metavar, text = FLAGS[flag.split("/")[0]]
+    panel, metavar, text = kw.pop("panel", panel), kw.pop("metavar", metavar), kw.pop("help", text)
+    return typer.Option(flag, *names, help=text, rich_help_panel=panel, metavar=metavar, **kw)
 
 
-Model = Annotated[Optional[str], opt("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True, metavar="MODEL", panel=MODEL,
-                                     help="Model folder, .gguf file, Hub id, or a bundled model's short name: minilm (the default), smollm2-judge.")]  # fmt: skip
-CacheDir = Annotated[Optional[str], opt(envvar="SCORECLI_CACHE_DIR", metavar="DIR", panel=MODEL,
-                                        help="Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli).")]  # fmt: skip
-Device = Annotated[str, opt(panel=PERF, help="auto | cpu | cuda | cuda:N.")]
-DType = Annotated[str, opt(panel=PERF, help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16.")]
-BatchTokens = Annotated[Optional[int], opt(min=1, max=MAX_INT, metavar="N", panel=PERF, help="Token budget of one forward batch, padding counted (default: 2048 on CPU; on CUDA what half the free memory holds, 16384 to 131072).")]  # fmt: skip
+Model = Annotated[str | None, opt("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True)]
+CacheDir = Annotated[str | None, opt("--cache-dir", envvar="SCORECLI_CACHE_DIR")]
+Device = Annotated[str, opt("--device")]
+DType = Annotated[str, opt("--dtype")]
+BatchTokens = Annotated[int | None, opt("--max-batch-tokens", min=1, max=MAX_INT)]
+
 SCORE_EXAMPLES = """Examples (input rows: {"id": ..., "query": "...", "items": ["...", ...]}):
   scorecli score rows.jsonl --out scores.parquet       minilm, offline
   scorecli score rows.jsonl --out - --top-k 3          JSON lines on stdout
@@ -51,3 +174,5 @@ BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
   scorecli bench --model ./reranker --attention sdpa,flex --json out.json"""
+INPUTS = "JSONL/Parquet files, folders, globs, or - for stdin."
+INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

@@ -62,4 +62,3 @@ class Schedule:
         self.fixed = size
         if self.on_fixed is not None:
             self.on_fixed(size)
-
