@@ -23,6 +23,7 @@ from scorecli.errors import InputError
 from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
 from scorecli.io.output import Target
 from scorecli.io.readers import STDIN, RawRow, iter_rows
+from scorecli.io.sources import source_for
 from scorecli.io.writers import Sink
 from scorecli.engine.progress import Tracker, note, summary
 
@@ -68,7 +69,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
 
 
 def _is_stream(path: str) -> bool:
-    return path == STDIN or not os.path.isfile(path)
+    return path == STDIN or source_for(path).size(path) is None
 
 
 def run_score(
