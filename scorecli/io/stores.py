@@ -310,6 +310,9 @@ def locate(url: str) -> tuple[Store, str]:
         UsageError: an unsupported scheme, or a URL the scheme's filesystem refuses.
     """
     scheme = scheme_of(url)
+    if shown(url) != url:  # it would show in messages, logs and `ps`: never taken from there
+        raise UsageError(f"{shown(url)}: credentials in a URL are not used (they would show in messages and "
+                         "process lists): give them as the store's SDK expects (AWS_ACCESS_KEY_ID, a profile, ...)")
     make = SCHEMES.get(scheme)
     if make is None:
         raise UsageError(f"unsupported URL scheme {scheme}:// in {shown(url)} ({SUPPORTED})")
