@@ -1,4 +1,4 @@
-"""Checkpointed output for long runs (SPEC §11): finished windows are kept as durable parts.
+"""Checkpointed output for long runs (README: Long jobs): finished windows are kept as durable parts.
 
 A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
 (`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
@@ -24,10 +24,10 @@ import pyarrow as pa
 from scorecli.config import ScoreConfig
 from scorecli.errors import ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
-from scorecli.io.parts import PartStore, open_store
+from scorecli.io.parts import Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.stores import is_url
-from scorecli.io.writers import Sink
+from scorecli.io.writers import FileSink
 from scorecli.engine.job import fingerprint
 
 
@@ -130,6 +130,16 @@ class Checkpoint:
             self.nulled[name] = self.nulled.get(name, 0) + n
         self.store.add(table)
 
+    def record(self, part: Part, nulled: dict[str, int]) -> None:
+        """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""
+        for name, n in nulled.items():
+            self.nulled[name] = self.nulled.get(name, 0) + n
+        self.store.record(part)
+
+    def sink(self, metadata: dict[str, str]) -> PartsSink:
+        """This checkpoint as the run's `io.sinks.Sink`."""
+        return PartsSink(self, metadata)
+
     def part_rows(self, rows: int) -> int:
         """Input rows per part (a window; a Ray block): a resumed job's own, so that the rest of
         its rows share batches as in an uninterrupted run; a new job's `rows`, kept with it."""
@@ -178,7 +188,7 @@ class Checkpoint:
             self.store.finish_dataset()
             self.written = True
         else:
-            with Sink(self.target, metadata) as sink:
+            with FileSink(self.target, metadata) as sink:
                 for table in self.store.tables():
                     sink.write(table)
             self.written = True
@@ -198,3 +208,27 @@ class Checkpoint:
                 self.store.rewrite(name, table)
 
 
+
+
+class PartsSink:
+    """The `io.sinks.Sink` of a checkpointed run: each window a durable part (`Checkpoint.write`),
+    or one a Ray worker wrote (`record`); `close` makes the output from the parts
+    (`Checkpoint.finish`); `abort` keeps them (`Checkpoint.keeping` says how many rows)."""
+
+    def __init__(self, checkpoint: Checkpoint, metadata: dict[str, str]):
+        self.checkpoint = checkpoint
+        self.metadata = metadata
+        self.out = checkpoint.target.out
+        self.nulled = checkpoint.nulled
+
+    def write(self, table: pa.Table) -> None:
+        self.checkpoint.write(table)
+
+    def record(self, part: Part, nulled: dict[str, int]) -> None:
+        self.checkpoint.record(part, nulled)
+
+    def close(self) -> None:
+        self.checkpoint.finish(self.metadata)
+
+    def abort(self) -> None:
+        """Nothing to undo: the parts are what a failed run keeps."""

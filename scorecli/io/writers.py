@@ -37,7 +37,7 @@ from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, outpu
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.stores import is_url, locate
 
-__all__ = ["OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
+__all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
 
 
 # ---- JSON lines ------------------------------------------------------------------------
@@ -232,6 +232,9 @@ class Sink:
                 os.unlink(self._tmp)
             except FileNotFoundError:
                 pass
+
+
+FileSink = Sink  # the `io.sinks.Sink` that writes a file, an object or a stream straight through
 
 
 def _open_special(target: Target) -> IO[bytes]:
