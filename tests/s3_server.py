@@ -46,6 +46,8 @@ class Endpoint:
     moto: str  # moto itself
     rules: list[Rule] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)  # requests answered by a rule
+    track: bool = False  # record which process sent each request (`senders`)
+    senders: list[tuple[str, int | None]] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -110,6 +112,8 @@ def _handler(endpoint: Endpoint):
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                 body = self._chunked()
             line = f"{self.command} {self.path}"
+            if endpoint.track:
+                endpoint.senders.append((line, _pid_of(self.client_address[1])))
             for rule in endpoint.rules:
                 if (rule.times is None or rule.hits < rule.times) and re.search(rule.pattern, line):
                     rule.hits += 1
@@ -148,6 +152,16 @@ def _handler(endpoint: Endpoint):
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
     return Proxy
+
+
+def _pid_of(port: int) -> int | None:
+    """The process whose TCP socket on 127.0.0.1 has local port `port`."""
+    import psutil
+
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.pid is not None:
+            return conn.pid
+    return None
 
 
 def stop(proc: subprocess.Popen, proxy: ThreadingHTTPServer) -> None:

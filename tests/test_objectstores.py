@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -240,3 +241,37 @@ def test_a_store_failure_is_exit_1_with_the_rows_kept(s3, uploaded, qwen3_seq_cl
     resumed = run_cli(Case(case.args + ["--resume"], env=case.env))
     assert resumed.rc == 0, resumed.stderr
     same(pl.read_parquet("s3://outputs/stuck.parquet"), local_run)
+
+
+def test_ray_workers_read_and_write_the_store_and_resume_after_a_kill(s3, uploaded, qwen3_seq_cls, local_run):
+    """--engine ray on a local cluster of 2 workers: the workers read their blocks from the store
+    (the driver only lists and indexes the inputs, on worker tasks) and write their parts there;
+    a kill -9 of the driver, then --resume, gives the local run's output."""
+    pytest.importorskip("ray")
+    import os
+    import signal
+
+    case = score(s3, [uploaded], "s3://outputs/ray/", qwen3_seq_cls, "--engine", "ray", "--num-workers", "2")
+    s3.track, s3.senders[:] = True, []
+    proc = subprocess.Popen(SCORECLI + case.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=case.env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        _wait_for_parts(s3, proc, "outputs", f"ray/{JOURNAL}", 1)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "ray/_SUCCESS" not in keys(s3, "outputs")
+    s3.track = False
+    # nothing funnels through the driver: its workers read every input (the driver reads first rows
+    # and footers only, to check them) and write every part
+    read_by_workers = {line.split()[1] for line, pid in s3.senders if line.startswith("GET /inputs/rows/") and pid != proc.pid}
+    parts = {pid for line, pid in s3.senders if re.match(r"(PUT|POST) /outputs/ray/part-", line)}
+    assert read_by_workers == {"/inputs/rows/a.jsonl", "/inputs/rows/b.jsonl.gz", "/inputs/rows/c.parquet"}, s3.senders
+    assert parts and proc.pid not in parts and None not in parts, s3.senders
+    resumed = run_cli(Case(case.args + ["--resume"], env=case.env))
+    assert resumed.rc == 0, resumed.stderr
+    assert "resumed after" in resumed.stderr
+    same(pl.read_parquet("s3://outputs/ray/*.parquet"), local_run)
+    assert not [k for k in keys(s3, "outputs", "ray/") if "_scorecli_" in k]

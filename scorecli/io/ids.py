@@ -77,6 +77,12 @@ class IdCheck:
                     raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
             yield raw
 
+    def fixed(self, t: pa.DataType, where: str | None) -> None:
+        """The job's first id, at `where`, fixed the kind `t` (a Ray worker checks a block of a
+        later part of the input as if it had read the rows before it)."""
+        if self.type is None:
+            self.type, self.first = t, where
+
     def seen(self, t: pa.DataType | None, earlier: Iterable[RawRow]) -> None:
         """Ids of type `t` came before: the rows a resumed run's earlier runs kept, `earlier`
         (read again only if a message must say where the first of them is, as the

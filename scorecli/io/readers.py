@@ -171,11 +171,12 @@ def _escaped_at(value) -> str | None:
     return None
 
 
-def _iter_lines(stream: BinaryIO, label: str, skip: int = 0) -> Iterator[RawRow]:
+def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> Iterator[RawRow]:
     """Rows of a JSON-lines stream; the first `skip` rows (non-blank lines) are passed over
-    without being parsed."""
-    first = True
-    for lineno, line in enumerate(stream, start=1):
+    without being parsed. `start`: the line number of the stream's first line (> 1: a stream
+    that starts inside a file, `iter_range`)."""
+    first = start == 1
+    for lineno, line in enumerate(stream, start=start):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM):]
         if not line.strip():
@@ -286,6 +287,43 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) ->
         else:
             yield from _iter_jsonl(path, skip)
         skip = 0
+
+
+# rows between two marks of `index_file` (a reader seeks to the mark before its first row)
+MARK_ROWS = 4096
+
+
+def index_file(path: str) -> tuple[int, list[tuple[int, int, int]]]:
+    """An input file's row count and, for plain JSON lines, marks `(row, byte offset, line)` of
+    every `MARK_ROWS`-th row, so that a reader of a later range seeks instead of reading from the
+    start (`iter_range`; Ray workers read their own blocks this way)."""
+    if is_parquet(path) or _is_gzip(path):
+        return _count_file(path), []
+    count, offset, marks = 0, 0, []
+    with _open(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip() and not (lineno == 1 and line.strip() == _BOM):
+                if count % MARK_ROWS == 0 and lineno > 1:
+                    marks.append((count, offset, lineno))
+                count += 1
+            offset += len(line)
+    return count, marks
+
+
+def iter_range(path: str, skip: int, count: int, marks: list[tuple[int, int, int]] = ()) -> Iterator[RawRow]:
+    """`count` rows of one input file after its first `skip` (the last mark at or before `skip`
+    saves reading what comes before it), as `iter_rows` reads them: the same rows and locations."""
+    mark = max((m for m in marks if m[0] <= skip), default=None)
+    if mark is None or is_parquet(path):
+        rows = _iter_parquet(path, skip) if is_parquet(path) else _iter_jsonl(path, skip)
+    else:
+        stream = _open(path)
+        stream.seek(mark[1])
+        rows = _iter_lines(stream, path, skip - mark[0], start=mark[2])
+    for n, row in enumerate(rows):
+        if n == count:
+            break
+        yield row
 
 
 def _count_file(path: str) -> int:
