@@ -98,7 +98,7 @@ class Checkpoint:
     @contextmanager
     def keeping(self) -> Iterator[None]:
         """Around the whole run: on failure the parts stay and the error's message says how
-        many rows are kept and that `--resume` continues (SPEC §11)."""
+        many rows are kept and that `--resume` continues (README: Exit codes)."""
         try:
             yield
         except BaseException as exc:

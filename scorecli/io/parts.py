@@ -1,6 +1,6 @@
 """Durable part files of a long run and the journal that says which input rows they hold.
 
-A `PartStore` is a folder (SPEC §11: `<out>.partial/`, or the output directory itself for a
+A `PartStore` is a folder (README: Long jobs; `<out>.partial/`, or the output directory itself for a
 Parquet dataset) holding:
 - `_scorecli_job.json`: the job's fingerprint and settings (what the job keeps but does not
   compare, e.g. its rows per part), written once (atomically) when the folder is made;
