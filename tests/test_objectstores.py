@@ -221,10 +221,10 @@ def test_denied_bucket_missing_key_and_bad_urls_are_one_line_exit_2(s3, uploaded
 
 
 def test_throttled_requests_are_retried(s3, uploaded, qwen3_seq_cls, local_run):
-    rule = s3.throttle(r"^GET /inputs/rows/", times=8)  # more than the SDK retries by itself
+    rule = s3.throttle(r"^GET /inputs/rows/a\.jsonl", times=12)  # more in a row than the SDK retries by itself
     result = run_cli(score(s3, [uploaded], "s3://outputs/throttled.parquet", qwen3_seq_cls, "--quiet"))
     assert result.rc == 0, result.stderr
-    assert rule.hits == 8
+    assert rule.hits == 12
     same(pl.read_parquet("s3://outputs/throttled.parquet"), local_run)
 
 
@@ -275,3 +275,34 @@ def test_ray_workers_read_and_write_the_store_and_resume_after_a_kill(s3, upload
     assert "resumed after" in resumed.stderr
     same(pl.read_parquet("s3://outputs/ray/*.parquet"), local_run)
     assert not [k for k in keys(s3, "outputs", "ray/") if "_scorecli_" in k]
+
+
+def test_store_calls_retry_what_is_transient_and_name_the_url(monkeypatch):
+    """`Store.call`, the one place every store operation goes through: what the SDK gives up on
+    and is transient is tried again (backoff), the rest is mapped at once to the exit codes."""
+    from scorecli.errors import ScorecliError, UsageError
+    from scorecli.io import stores
+
+    monkeypatch.setattr(stores, "BACKOFF", 0.0)
+    store = stores.Store("s3", None, "s3://")
+    failures = iter([OSError("AWS Error SLOW_DOWN during GetObject operation: Please reduce your request rate.")] * 5)
+
+    def flaky() -> str:
+        for exc in failures:
+            raise exc
+        return "read"
+
+    assert store.call("cannot read", "b/k", flaky) == "read"  # 5 throttled attempts, then the 6th
+    always = OSError("AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush response stream")
+    with pytest.raises(ScorecliError, match=r"cannot read s3://b/k \(after 6 attempts\): AWS Error INTERNAL") as err:
+        store.call("cannot read", "b/k", lambda: (_ for _ in ()).throw(always))
+    assert err.value.exit_code == 1
+    calls = []
+
+    def denied() -> None:
+        calls.append(1)
+        raise OSError("AWS Error ACCESS_DENIED during HeadObject operation: No response body.")
+
+    with pytest.raises(UsageError, match=r"cannot read s3://b/k: access denied \(check AWS_ACCESS_KEY_ID"):
+        store.call("cannot read", "b/k", denied)
+    assert calls == [1]  # never retried
