@@ -56,8 +56,8 @@ def _csv_ints(value: str | None) -> tuple[int, ...] | None:
 
 @app.command()
 def score(
-    inputs: Annotated[list[str], typer.Argument(help="JSONL/Parquet files, directories, globs, or - for stdin.")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet, .jsonl, or - (JSONL on stdout).")],
+    inputs: Annotated[list[str], typer.Argument(help="JSONL/Parquet files, directories, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet, .jsonl, a DIR/ for a dataset (a path or an s3://, gs://, abfs:// URL), or - (JSONL on stdout).")],
     model: Model = None,
     kind: Annotated[Optional[str], typer.Option(help="seq-cls | causal-lm | cross-encoder | embedding (default: detected).")] = None,
     mode: Annotated[str, typer.Option(help="auto | mis | single.")] = "auto",
