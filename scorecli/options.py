@@ -25,7 +25,8 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--out": (
         OUTPUT,
         "OUT",
-        "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), or - (JSON lines on stdout).",
+        "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), any of them as an s3://, gs:// "
+        "or abfs:// URL, or - (JSON lines on stdout).",
     ),
     "--kind": (MODEL, "KIND", "seq-cls | causal-lm | cross-encoder | embedding (default: detected)."),
     "--mode": (SCORING, "MODE", "auto | mis (all items of a row in one sequence) | single."),
@@ -174,5 +175,5 @@ BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
   scorecli bench --model ./reranker --attention sdpa,flex --json out.json"""
-INPUTS = "JSONL/Parquet files, folders, globs, or - for stdin."
+INPUTS = "JSONL/Parquet files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
 INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

@@ -52,7 +52,7 @@ def test_self_check_stops_an_ignored_attention_argument(gemma2_seq_cls, monkeypa
 def test_self_check_fits_the_probe_in_a_short_max_seq_len(qwen3_seq_cls, max_seq_len):
     from transformers import AutoTokenizer
 
-    from scorecli.checks.selfcheck import probe_rows
+    from scorecli.kinds.probes import probe_rows
 
     rows = probe_rows(AutoTokenizer.from_pretrained(qwen3_seq_cls), max_seq_len)
     assert all(len(q) + len(item) <= max_seq_len and item for q, items in rows for item in items)
@@ -101,7 +101,7 @@ def test_the_probe_looks_like_real_work(qwen3_seq_cls):
     """Two rows (two sequences in one batch in either mode), items of very different lengths,
     packed rows longer than small models' sliding windows."""
     from scorecli.io.readers import RawRow
-    from scorecli.checks.selfcheck import probe_rows
+    from scorecli.kinds.probes import probe_rows
 
     scorer = Scorer(qwen3_seq_cls, mode="mis")
     rows = probe_rows(scorer.loaded.tokenizer, scorer.spec.max_seq_len)

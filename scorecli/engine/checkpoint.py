@@ -20,14 +20,14 @@ from dataclasses import replace
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
-from scorecli.io.parts import PartStore, open_store
+from scorecli.io.parts import Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
-from scorecli.io.writers import Sink
+from scorecli.io.stores import is_url
+from scorecli.io.writers import FileSink
 from scorecli.engine.job import fingerprint
 from scorecli.engine.windows import Schedule
 
@@ -87,9 +87,10 @@ class Checkpoint:
                 return None  # a run from stdin cannot continue: no parts to keep (a dataset's parts are its output)
         folder = target.path if dataset else target.path + ".partial"
         shown = target.out if dataset else target.out + ".partial"
-        if os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target
+        local = not is_url(folder)  # a prefix in a store has no links, and an object of its name is another object
+        if not local or os.path.realpath(shown) != folder:  # --out is a symlink: the folder is beside its target
             shown = folder
-        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        if local and (os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder))):
             what = "a symlink" if os.path.islink(folder) else "a file"
             raise UsageError(f"{shown} is {what}, not the folder of parts scorecli keeps there: move it away")
         job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
@@ -108,7 +109,7 @@ class Checkpoint:
     @contextmanager
     def keeping(self) -> Iterator[None]:
         """Around the whole run: on failure the parts stay and the error's message says how
-        many rows are kept and that `--resume` continues (README: Long jobs)."""
+        many rows are kept and that `--resume` continues (README: Exit codes)."""
         try:
             yield
         except BaseException as exc:
@@ -154,6 +155,16 @@ class Checkpoint:
 
         return Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
 
+    def record(self, part: Part, nulled: dict[str, int]) -> None:
+        """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""
+        for name, n in nulled.items():
+            self.nulled[name] = self.nulled.get(name, 0) + n
+        self.store.record(part)
+
+    def sink(self, metadata: dict[str, str]) -> PartsSink:
+        """This checkpoint as the run's `io.sinks.Sink`."""
+        return PartsSink(self, metadata)
+
     def part_rows(self, rows: int) -> int:
         """Input rows per part of a Ray job (a block; the local engine's windows: `schedule`): a
         resumed job's own, so that the rest of its rows share batches as in an uninterrupted run;
@@ -172,7 +183,7 @@ class Checkpoint:
         Raises:
             UsageError: the kept rows ran ONNX Runtime, which this run cannot import.
         """
-        if cfg.runtime != "auto" or not self.store.files():
+        if cfg.runtime != "auto" or not self.store.parts:
             return cfg
         from scorecli.runtimes import RUNTIMES, installed
 
@@ -187,13 +198,13 @@ class Checkpoint:
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""
-        schema = pq.read_schema(self.store.files()[-1])
+        schema = self.store.schema(self.store.names()[-1])
         return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
 
     def id_type(self, field: str) -> pa.DataType | None:
         """The id column's type in the kept parts (None: no part has a typed id column)."""
-        for path in self.store.files():
-            schema = pq.read_schema(path)
+        for name in self.store.names():
+            schema = self.store.schema(name)
             if field in schema.names and not pa.types.is_null(schema.field(field).type):
                 return schema.field(field).type
         return None
@@ -205,7 +216,7 @@ class Checkpoint:
             self.store.finish_dataset()
             self.written = True
         else:
-            with Sink(self.target, metadata) as sink:
+            with FileSink(self.target, metadata) as sink:
                 for table in self.store.tables():
                     sink.write(table)
             self.written = True
@@ -214,14 +225,38 @@ class Checkpoint:
     def _unify_parts(self) -> None:
         """Give every part the dataset's one schema: a part written before a column's type was
         known (all null in its window) is rewritten under the final schema."""
-        schemas = [pq.read_schema(f) for f in self.store.files()]
+        schemas = [self.store.schema(name) for name in self.store.names()]
         final = schemas[0]
         for schema in schemas[1:]:
             final = merge_schema(final, schema)
         final = final.with_metadata(schemas[-1].metadata)
-        for path, schema in zip(self.store.files(), schemas):
+        for name, schema in zip(self.store.names(), schemas):
             if not schema.equals(final, check_metadata=True):
-                table = conform(pq.read_table(path), final).replace_schema_metadata(final.metadata)
-                self.store.rewrite(os.path.basename(path), table)
+                table = conform(self.store.table(name), final).replace_schema_metadata(final.metadata)
+                self.store.rewrite(name, table)
 
 
+
+
+class PartsSink:
+    """The `io.sinks.Sink` of a checkpointed run: each window a durable part (`Checkpoint.write`),
+    or one a Ray worker wrote (`record`); `close` makes the output from the parts
+    (`Checkpoint.finish`); `abort` keeps them (`Checkpoint.keeping` says how many rows)."""
+
+    def __init__(self, checkpoint: Checkpoint, metadata: dict[str, str]):
+        self.checkpoint = checkpoint
+        self.metadata = metadata
+        self.out = checkpoint.target.out
+        self.nulled = checkpoint.nulled
+
+    def write(self, table: pa.Table) -> None:
+        self.checkpoint.write(table)
+
+    def record(self, part: Part, nulled: dict[str, int]) -> None:
+        self.checkpoint.record(part, nulled)
+
+    def close(self) -> None:
+        self.checkpoint.finish(self.metadata)
+
+    def abort(self) -> None:
+        """Nothing to undo: the parts are what a failed run keeps."""

@@ -1,7 +1,7 @@
 """What identifies a scoring job, for `--resume` (README: Long jobs): its fingerprint.
 
 Two runs are the same job when they read the same input files (resolved paths, sizes,
-modification times), load the same model (its resolved path, and the names, sizes and
+modification times; objects in a store by URL, size and ETag or generation), load the same model (its resolved path, and the names, sizes and
 modification times of the files that make it: weights, configs, tokenizer), run the same
 scorecli version and set every flag that changes the output's content the same way. Flags that
 only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
@@ -21,6 +21,7 @@ from typing import Any
 from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.io.readers import STDIN
+from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
@@ -53,7 +54,9 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
 
 
 def _file(path: str) -> list:
-    return [path] if path == STDIN else [os.path.realpath(path), *_stamp(path)]  # stdin: never resumed
+    """An input's identity: its real path, size and modification time; an object's URL, size and
+    ETag or generation (a store's modification time says when it was uploaded, not what it holds)."""
+    return [path] if path == STDIN else source_for(path).stamp(path)  # stdin: never resumed
 
 
 def _model_files(name: str) -> dict[str, list]:

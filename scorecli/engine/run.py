@@ -1,5 +1,5 @@
-"""One `scorecli score` run: rows from files, through the Scorer, into the sink, with rich
-progress on stderr and a one-line summary. Knows nothing about flags.
+"""A `scorecli score` run in this process: `LocalEngine`, where the lifecycle's windows are
+scored (`lifecycle.run_job` does the rest). Knows nothing about flags.
 
 `open_rows` is the one way a run reads its input (ids checked in input order, `scorecli.io.ids`);
 `preflight` checks what can be checked before the model loads.
@@ -7,23 +7,23 @@ progress on stderr and a one-line summary. Knows nothing about flags.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager
 from itertools import chain
 from typing import BinaryIO
 
+import pyarrow as pa
 from rich.console import Console
 
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError
 from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
-from scorecli.io.output import Target
+from scorecli.engine.lifecycle import Window, run_job
+from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, iter_rows
-from scorecli.io.writers import Sink
-from scorecli.engine.progress import Tracker, loading, note, summary
+from scorecli.io.sources import source_for
+from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.model.default_model import short_name
 
@@ -69,7 +69,60 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
 
 
 def _is_stream(path: str) -> bool:
-    return path == STDIN or not os.path.isfile(path)
+    return path == STDIN or source_for(path).size(path) is None
+
+
+class LocalEngine:
+    """`engine.lifecycle.Engine` in this process: one Scorer, windows prepared ahead (`local`)."""
+
+    def __init__(self, paths: list[str], stdin: BinaryIO | None, rows: Iterator[RawRow] | None,
+                 checkpoint: Checkpoint | None, total_rows: int | None, console: Console | None = None):  # fmt: skip
+        self.paths, self.stdin, self.rows, self.checkpoint = paths, stdin, rows, checkpoint
+        self.total_rows, self.console = total_rows, console
+
+    @contextmanager
+    def start(self, cfg: ScoreConfig, part_rows) -> Iterator[_Local]:
+        """`part_rows` is the Ray engine's: here a resumed job's windows are its checkpoint's
+        `schedule` (growing windows, `engine.windows`)."""
+        from transformers.utils import logging as hf_logging
+
+        from scorecli.scorer import Scorer
+
+        # our own progress is the only one: transformers' "Loading weights" bar would break
+        # --quiet and the one-line error contract
+        hf_logging.disable_progress_bar()
+        rows = self.rows if self.rows is not None else open_rows(cfg, self.paths, self.stdin, self.checkpoint)
+        windows = self.checkpoint.schedule(cfg) if self.checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
+        with loading(self.console, short_name(cfg.model) or cfg.model):
+            scorer = Scorer(cfg.model, cfg)
+        scorer.id_type = schema_id_type(self.paths, cfg.id_field)
+        yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
+
+
+class _Local:
+    label = "scoring"
+
+    def __init__(self, scorer, rows: Iterator[RawRow], total_rows: int | None, checkpoint: Checkpoint | None,
+                 schedule: Schedule):  # fmt: skip
+        self.scorer, self.rows, self.total_rows, self.checkpoint = scorer, rows, total_rows, checkpoint
+        self.schedule = schedule
+        self.mode_note = scorer.metadata.get("mode_reason", "")
+
+    def total(self) -> int | None:
+        done = self.checkpoint.rows_done if self.checkpoint else 0
+        return None if self.total_rows is None else max(self.total_rows - done, 0)
+
+    def windows(self, work, begin=None) -> Iterator[Window]:
+        from scorecli.engine.local import score_stream
+
+        for prepared, table in score_stream(self.scorer, self.rows, work, windows=self.schedule, on_window=begin):
+            yield Window(prepared.num_rows, self.scorer.metadata, table, counted=True)
+
+    def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
+        if self.checkpoint is not None and self.checkpoint.rows_done:
+            return None, self.scorer.metadata
+        table = with_id_column(self.scorer.empty_table(), self.scorer.config.id_field, self.scorer.id_type)
+        return table, self.scorer.metadata
 
 
 def run_score(
@@ -77,47 +130,14 @@ def run_score(
     stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None, checkpoint: Checkpoint | None = None,
     started: float | None = None,
 ) -> None:  # fmt: skip
-    """Score `paths` into `out`; progress and summary go to `console` (None: silent).
+    """Score `paths` into `out` in this process (`lifecycle.run_job`); progress and summary go to
+    `console` (None: silent).
 
     `rows` (from `open_rows`, maybe through `preflight`) replaces reading `paths` afresh.
     `checkpoint` (`Checkpoint.open`): windows are kept as parts and become `out` at the end;
-    the rows it already holds are not read again. None: written straight through a `Sink`.
+    the rows it already holds are not read again. None: written straight through a sink.
     `started`: when the command began (`time.perf_counter`), for the summary's start-up time.
     """
-    from transformers.utils import logging as hf_logging
-
-    from scorecli.checks.drift import stderr_line
-    from scorecli.scorer import Scorer
-    from scorecli.engine.local import score_stream
-
-    # our own progress is the only one: transformers' "Loading weights" bar would break
-    # --quiet and the one-line error contract
-    hf_logging.disable_progress_bar()
-    start = started if started is not None else time.perf_counter()  # the summary's time counts from here
-    done = checkpoint.rows_done if checkpoint else 0
-    if rows is None:
-        rows = open_rows(cfg, paths, stdin, checkpoint)
-    with checkpoint.keeping() if checkpoint else nullcontext():
-        if checkpoint is not None:  # a resumed job goes on as it began: its windows, its runtime
-            cfg = checkpoint.same_runtime(cfg)
-        windows = checkpoint.schedule(cfg) if checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
-        with loading(console, short_name(cfg.model) or cfg.model):
-            scorer = Scorer(cfg.model, cfg)
-        note(console, stderr_line(scorer.metadata))  # approximate scores (onnx-int8) say so
-        scorer.id_type = schema_id_type(paths, cfg.id_field)
-        with nullcontext(checkpoint) if checkpoint else Sink(out, scorer.metadata) as sink, \
-                Tracker(console, total_rows, done=done) as tracker:  # fmt: skip
-            counts, wrote = tracker.counts, done > 0
-            for prepared, table in score_stream(scorer, rows, tracker.work, windows=windows, on_window=tracker.window):
-                sink.write(table)
-                wrote = True
-                counts.add_rows(table)
-                tracker.rows(prepared.num_rows)
-            if not wrote:
-                sink.write(with_id_column(scorer.empty_table(), cfg.id_field, scorer.id_type))
-        if checkpoint is not None:
-            checkpoint.finish(scorer.metadata)
-        counts.nan = sink.nulled.get("score", 0)
-    if console is not None:
-        summary(console, counts, time.perf_counter() - start, (checkpoint.target if checkpoint else sink).out,
-                scorer.metadata.get("mode_reason", ""))
+    target = out if isinstance(out, Target) else resolve_output(out)
+    engine = LocalEngine(paths, stdin, rows, checkpoint, total_rows, console)
+    run_job(cfg, target, checkpoint, engine, console, started)

@@ -19,10 +19,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from scorecli.errors import InputError, UsageError
-from scorecli.io.readers import RawRow, is_parquet
+from scorecli.io.readers import RawRow, is_parquet, parquet_file
 
 INT64 = (-(2**63), 2**63)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -44,10 +43,8 @@ def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
     for path in paths:
         if not is_parquet(path):
             continue
-        try:
-            schema = pq.read_schema(path)
-        except (pa.ArrowException, OSError) as e:
-            raise InputError(f"{path}: cannot read Parquet: {e}") from e
+        with parquet_file(path) as pf:
+            schema = pf.schema_arrow
         if field not in schema.names:
             continue
         t = schema.field(field).type
@@ -79,6 +76,12 @@ class IdCheck:
                 if error:
                     raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
             yield raw
+
+    def fixed(self, t: pa.DataType, where: str | None) -> None:
+        """The job's first id, at `where`, fixed the kind `t` (a Ray worker checks a block of a
+        later part of the input as if it had read the rows before it)."""
+        if self.type is None:
+            self.type, self.first = t, where
 
     def seen(self, t: pa.DataType | None, earlier: Iterable[RawRow]) -> None:
         """Ids of type `t` came before: the rows a resumed run's earlier runs kept, `earlier`

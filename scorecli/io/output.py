@@ -4,6 +4,8 @@
 - A device or FIFO (after following symlinks), or an open descriptor (`/dev/stderr`,
   `/dev/fd/3`, whatever it points to): written through, never replaced.
 - A path ending in `/`, or an existing directory: a Parquet dataset (`scorecli.engine.checkpoint`).
+- A URL (`s3://`, `gs://`, `abfs://`): the same two kinds in a store, a dataset under a prefix
+  ending in `/` (or one that holds objects) or one object (`io.writers`, `io.folders`).
 - Anything else: a regular file, written under a temporary name beside its real path (a
   symlink's target: the link stays) and renamed onto it at the end; its finished windows are
   kept in `<out>.partial/` meanwhile (`scorecli.engine.checkpoint`).
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
+from scorecli.io.sources import localize
+from scorecli.io.stores import is_url, locate
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")
@@ -82,6 +86,9 @@ def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = (), folders: 
     """
     if not out:
         raise UsageError("--out: empty path (give a .parquet or .jsonl path, or - for stdout)")
+    out = localize(out)
+    if is_url(out):
+        return _checked(_in_store(out), inputs, folders)
     if out not in STDOUT_PATHS and (out.endswith(("/", os.sep)) or os.path.isdir(out)):
         return _checked(_dataset(out), inputs, folders)
     fmt = output_format(out)
@@ -118,6 +125,22 @@ def _dataset(out: str) -> Target:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write output {out}: directory {parent} is not writable")
     return Target(out, "parquet", "dataset", real)
+
+
+def _in_store(out: str) -> Target:
+    """An `--out` URL: a dataset under a prefix (ending in `/`, or one that holds objects), else
+    one object; its bucket must exist and the scheme be one scorecli writes (`io.stores`)."""
+    from pyarrow.fs import FileType
+
+    store, path = locate(out)
+    store.check_writable(path)
+    bucket = path.split("/", 1)[0]
+    if store.info(bucket).type == FileType.NotFound:
+        raise UsageError(f"cannot write output {out}: the bucket or container {bucket} does not exist")
+    url = store.url(path.rstrip("/"))
+    if out.endswith("/") or store.info(path).type == FileType.Directory:
+        return Target(out, "parquet", "dataset", url)
+    return Target(out, output_format(out), "file", url)
 
 
 def unwritable_file(path: str) -> str | None:
@@ -166,6 +189,8 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
     or lies inside an input folder.
     """
     written = None if target.kind == "stdout" else target.path
+    if written is not None and is_url(written):
+        return _touches_input_url(target, inputs, folders)
     try:
         st = os.fstat(1) if written is None else os.stat(written)
     except OSError:
@@ -185,6 +210,27 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
         if _within(written, os.path.realpath(folder)):
             return f"it lies inside the input folder {folder} (a later run would read it as input)"
     return None
+
+
+def _touches_input_url(target: Target, inputs, folders) -> str | None:
+    """`_touches_input` for an output in a store: URLs compared as names (objects have no links)."""
+    written = target.path
+    zone, what = (written, "it") if target.kind == "dataset" else (written + ".partial", f"its parts folder {target.out}.partial/")
+    for path in inputs:
+        if path == written:
+            return f"it is the input {path}"
+        if path.startswith(zone.rstrip("/") + "/"):
+            return f"{what} holds the input {path}"
+    for folder in folders:
+        if is_url(folder) and written.startswith(locate_url(folder).rstrip("/") + "/"):
+            return f"it lies inside the input folder {folder} (a later run would read it as input)"
+    return None
+
+
+def locate_url(spec: str) -> str:
+    """A URL as `io.stores` names it (credentials dropped, the scheme's own spelling)."""
+    store, path = locate(spec)
+    return store.url(path)
 
 
 def _input_files(inputs) -> list[tuple[str, list[str], os.stat_result | None]]:

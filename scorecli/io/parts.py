@@ -1,6 +1,6 @@
 """Durable part files of a long run and the journal that says which input rows they hold.
 
-A `PartStore` is a folder (README: Long jobs: `<out>.partial/`, or the output directory itself for a
+A `PartStore` is a folder (README: Long jobs; `<out>.partial/`, or the output directory itself for a
 Parquet dataset) holding:
 - `_scorecli_job.json`: the job's fingerprint and settings (what the job keeps but does not
   compare, e.g. its rows per part), written once (atomically) when the folder is made;
@@ -9,8 +9,10 @@ Parquet dataset) holding:
 - `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
   byte size), appended and fsync'ed only after the part is in place.
 
-One run at a time: a run holds the folder (`folder_lock.hold`) from the moment it uses it until
-it ends, and another run on the same folder is refused, so two runs never interleave their parts.
+One run at a time: a run holds the folder (`Folder.hold`: a lock on a local disk, a lease in a
+store) from the moment it uses it until it ends, and another run on the same folder is refused,
+so two runs never interleave their parts. The folder is a local directory or a prefix in a
+store (`io.folders`); the same files and rules hold in both.
 
 A kill at any instant leaves a folder that `open_store(..., resume=True)` accepts: parts the
 journal does not list (half-written, or written but not yet journaled) are removed and their
@@ -24,18 +26,15 @@ dicts and moves tables and bytes.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import UsageError
-from scorecli.io.folder_lock import hold, release
-from scorecli.io.output import fsync_dir
+from scorecli.io.folders import LEASE, Folder, folder_at, read_schema, read_table
 
 JOB = "_scorecli_job.json"
 JOURNAL = "_scorecli_journal.jsonl"
@@ -61,43 +60,43 @@ class FingerprintMismatch(UsageError):
 
 def ours(name: str) -> bool:
     """Whether a file name in a store's folder is one the store writes (temporary ones too)."""
-    if name == SUCCESS or name.startswith(("_scorecli_", "._scorecli_")):
+    if name in (SUCCESS, f".{SUCCESS}.tmp") or name.startswith(("_scorecli_", "._scorecli_")):
         return True
     return bool(_PART.fullmatch(name)) or (name.startswith(".part-") and name.endswith(".tmp"))
 
 
-def not_ours(folder: str, fmt: str) -> list[str]:
+def not_ours(folder: Folder, fmt: str) -> list[str]:
     """The files in `folder` that no scorecli run wrote (sorted): names a store does not use, and
     parts that are not a store's own (`part-00000.parquet` is what many writers name their files):
     a regular file of the store's format whose Parquet metadata records the scorecli version, or
     one the folder's journal lists (a part damaged since is recovered, `_recover`)."""
     listed = {p.file for p in map(_parse_part, _journal_lines(folder)) if p is not None}
-    return sorted(n for n in os.listdir(folder)
+    return sorted(n for n in folder.names()
                   if not ours(n) or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt)))  # fmt: skip
 
 
-def _our_part(folder: str, name: str, fmt: str) -> bool:
-    path = os.path.join(folder, name)
-    if os.path.islink(path) or not os.path.isfile(path) or not name.endswith("." + fmt):
+def _our_part(folder: Folder, name: str, fmt: str) -> bool:
+    if not folder.plain(name) or not name.endswith("." + fmt):
         return False
     try:  # JSON lines parts (library use) carry no metadata
-        return fmt != "parquet" or WRITTEN_BY in (pq.read_schema(path).metadata or {})
+        return fmt != "parquet" or WRITTEN_BY in (read_schema(folder, name).metadata or {})
     except Exception:  # noqa: BLE001 - not Parquet, or torn: pyarrow raises several kinds
         return False
 
 
 class PartStore:
-    """The parts of one job in `folder`; `fmt` is the part files' format (parquet or jsonl)."""
+    """The parts of one job in `folder` (a `Folder`, or a local path or store URL for one);
+    `fmt` is the part files' format (parquet or jsonl)."""
 
-    def __init__(self, folder: str, fmt: str, parts: list[Part], dataset: bool = False, job: dict | None = None,
-                 saved: dict | None = None):  # fmt: skip
-        self.folder = folder
+    def __init__(self, folder: Folder | str, fmt: str, parts: list[Part], dataset: bool = False,
+                 job: dict | None = None, saved: dict | None = None):  # fmt: skip
+        self.dir = folder_at(folder) if isinstance(folder, str) else folder
+        self.folder = self.dir.where
         self.fmt = fmt
         self.parts = parts
         self.dataset = dataset  # the folder is the output directory (only our files are ours)
         self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
         self._record: dict = job if job is not None else (saved or {})  # the job file's content
-        self.held: str | None = None  # the folder's key while this run holds it (`hold`)
         self._made = False  # this run made the folder
         # a resumed job's settings as saved; a new job's, written with its first part (may change until then)
         self.settings: dict = self._record.setdefault("settings", {})
@@ -109,133 +108,138 @@ class PartStore:
         return sum(p.rows for p in self.parts)
 
     def durable_rows(self) -> int:
-        """Input rows the journal on disk holds: what a resumed run continues after, even when
-        an interrupt came between a journal line and `add` returning. 0 before a new job's first
+        """Input rows the journal holds: what a resumed run continues after, even when an
+        interrupt came between a journal line and `add` returning. 0 before a new job's first
         part: the folder still holds an earlier run's journal, not this job's."""
         if self._job is not None:
             return 0
         rows = 0
-        for line in _journal_lines(self.folder):
+        for line in _journal_lines(self.dir):
             part = _parse_part(line)
             if part is None or part.first_row != rows:
                 break
             rows += part.rows
         return rows
 
-    def path(self, name: str) -> str:
-        return os.path.join(self.folder, name)
-
     # ---- writing ----------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """A new job takes its folder (made, held, an earlier run's files cleared, the job file
+        written) before its first part; nothing for a resumed job."""
+        if self._job is not None:
+            self._made = self.dir.make()
+            self.dir.hold()
+            _start(self.dir, self._job, self.dataset)
+            self._job = None
 
     def add(self, table: pa.Table) -> Part:
         """Write `table` (the next rows of the output, one per input row) as a durable part."""
-        if self._job is not None:
-            self._made = not os.path.isdir(self.folder)
-            os.makedirs(self.folder, exist_ok=True)
-            self.held = self.held or hold(self.folder)
-            _start(self.folder, self._job, self.dataset)
-            self._job = None
+        self.begin()
         name = f"part-{len(self.parts):05d}.{self.fmt}"
-        self._write(name, table)
-        part = Part(name, self.rows_done, table.num_rows, os.path.getsize(self.path(name)))
-        with open(self.path(JOURNAL), "a", encoding="utf-8") as journal:
-            journal.write(json.dumps(part.__dict__) + "\n")
-            journal.flush()
-            os.fsync(journal.fileno())
+        size = self._write(name, table)
+        return self.record(Part(name, self.rows_done, table.num_rows, size))
+
+    def record(self, part: Part) -> Part:
+        """Journal `part`, the next in input order, once its file is in place (written by `add`,
+        or by a Ray worker straight into the store); the run's hold is checked first."""
+        self.begin()
+        self.dir.check()
+        self.dir.append(JOURNAL, (json.dumps(part.__dict__) + "\n").encode())
         self.parts.append(part)
         return part
 
     def save_settings(self) -> None:
         """Record `settings` as they are now in the job file (a new job's go with its first part)."""
-        if self._job is None and os.path.isdir(self.folder):
-            _replace_job(self.folder, self._record)
+        if self._job is None and self.dir.exists():
+            _write_job(self.dir, self._record)
+
+    def next_name(self, k: int = 0) -> str:
+        """The file name of the part `k` places after the last one kept."""
+        return f"part-{len(self.parts) + k:05d}.{self.fmt}"
 
     def rewrite(self, name: str, table: pa.Table) -> None:
         """Replace the Parquet part `name` with `table` (the same rows, e.g. under a final
         schema), as durably as `add` writes. The journal keeps the old size: recovery accepts
         a part whose footer holds the journaled rows (`_intact`)."""
+        self.dir.check()
         self._write(name, table)
 
-    def _write(self, name: str, table: pa.Table) -> None:
-        """`table` as the file `name`: written under a temporary name, fsync'ed, renamed, and
-        the folder fsync'ed."""
-        tmp = self.path(f".{name}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                if self.fmt == "parquet":
-                    pq.write_table(table, f, compression=COMPRESSION)
-                else:
-                    from scorecli.io.writers import to_jsonl
-
-                    f.write(to_jsonl(table).encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path(name))
-        except BaseException:
-            _unlink(tmp)
-            raise
-        fsync_dir(self.folder)
+    def _write(self, name: str, table: pa.Table) -> int:
+        """`table` as the file `name`, whole or not at all (`Folder.write`); returns its size."""
+        return self.dir.write(name, lambda f: write_part(f, table, self.fmt))
 
     # ---- reading back -----------------------------------------------------------------
 
     def tables(self) -> Iterator[pa.Table]:
         """The Parquet parts' tables, in input order, one part in memory at a time."""
         for part in self.parts:
-            yield pq.read_table(self.path(part.file))
+            yield read_table(self.dir, part.file)
 
     def files(self) -> list[str]:
-        """The parts' paths, in input order."""
-        return [self.path(p.file) for p in self.parts]
+        """The parts' paths or URLs, in input order."""
+        return [f"{self.folder.rstrip('/')}/{p.file}" for p in self.parts]
+
+    def names(self) -> list[str]:
+        """The parts' file names, in input order."""
+        return [p.file for p in self.parts]
+
+    def schema(self, name: str) -> pa.Schema:
+        return read_schema(self.dir, name)
+
+    def table(self, name: str) -> pa.Table:
+        return read_table(self.dir, name)
 
     def finish_dataset(self) -> None:
         """The folder is the output: drop the bookkeeping, then write `_SUCCESS` last."""
+        self.dir.check()
         for name in (JOURNAL, JOB):
-            _unlink(self.path(name))
-        fsync_dir(self.folder)
-        with open(self.path(SUCCESS), "wb") as f:
-            os.fsync(f.fileno())
-        fsync_dir(self.folder)
+            self.dir.delete(name)
+        self.dir.sync()
+        self.dir.write(SUCCESS, lambda f: None)
 
     def remove(self) -> None:
         """Delete the folder and everything in it (the output is in place)."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.dir.remove()
 
     def release(self) -> None:
         """The run is over: let another run use the folder."""
-        release(self.held)
-        self.held = None
+        self.dir.release()
 
     def discard(self) -> None:
         """Undo a store that holds no part: its bookkeeping goes, and the folder if then empty."""
-        if self._job is not None or not os.path.isdir(self.folder):
+        if self._job is not None or not self.dir.exists():
             if self._made:  # made, but its job file could not be written (a full disk)
-                try:
-                    os.rmdir(self.folder)
-                except OSError:
-                    pass
+                self.dir.remove_if_empty()
             return  # never started: an earlier run's files stay as they were
         if not self.dataset:
-            self.remove()
+            self.dir.remove()
             return
-        for name in os.listdir(self.folder):
-            if ours(name) and name != SUCCESS:
-                _unlink(self.path(name))
-        try:
-            os.rmdir(self.folder)
-        except OSError:  # not empty: the user's, or an earlier output's
-            pass
+        for name in self.dir.names():
+            if ours(name) and name not in (SUCCESS, LEASE):
+                self.dir.delete(name)
+        self.dir.remove_if_empty()
+
+
+def write_part(f: BinaryIO, table: pa.Table, fmt: str) -> None:
+    """`table` as a part file's bytes."""
+    if fmt == "parquet":
+        pq.write_table(table, f, compression=COMPRESSION)
+    else:
+        from scorecli.io.writers import to_jsonl
+
+        f.write(to_jsonl(table).encode("utf-8"))
 
 
 def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False,
                settings: dict[str, Any] | None = None) -> tuple[PartStore, str | None]:  # fmt: skip
     """The store for a job: continued (`resume` and a folder of the same job) or new.
 
-    Nothing on disk changes here: a new job's folder is made (and an earlier run's files in it
-    removed) when its first part is written, so a run that fails before that leaves the disk as
-    it was.
+    Nothing in the folder changes here: a new job's folder is made (and an earlier run's files in
+    it removed) when its first part is written, so a run that fails before that leaves it as it
+    was.
 
     Args:
-        folder: the store's folder.
+        folder: the store's folder: a local path, or a prefix URL in a store.
         fingerprint: what identifies the job (JSON-able); `resume` needs an equal one on disk.
         fmt: part format, `parquet` or `jsonl`.
         resume: continue the job the folder holds, if any.
@@ -252,78 +256,58 @@ def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool,
         UsageError: the folder holds files that no scorecli run wrote (`not_ours`).
     """
     job = {"format": fmt, "fingerprint": fingerprint, "settings": dict(settings or {})}
-    if not os.path.isdir(folder):
-        return PartStore(folder, fmt, [], dataset, job), None
-    key = hold(folder)  # before reading it: another run may be writing it
+    place = folder_at(folder)
+    if not place.exists():
+        return PartStore(place, fmt, [], dataset, job), None
+    place.hold()  # before reading it: another run may be writing it
     try:
-        store, note = _existing(folder, job, resume, dataset)
+        return _existing(place, job, resume, dataset)
     except BaseException:
-        release(key)
+        place.release()
         raise
-    store.held = key
-    return store, note
 
 
-def _existing(folder: str, job: dict, resume: bool, dataset: bool) -> tuple[PartStore, str | None]:
+def _existing(folder: Folder, job: dict, resume: bool, dataset: bool) -> tuple[PartStore, str | None]:
     """`open_store` on a folder that exists (held by this process)."""
-    fmt, names = job["format"], os.listdir(folder)
+    fmt, names = job["format"], folder.names()
     foreign = not_ours(folder, fmt)
     if foreign:  # scorecli never deletes or overwrites a file it did not write (README: Output)
         more = ", ..." if len(foreign) > 1 else ""
-        raise UsageError(f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder}: it holds files "
-                         f"scorecli did not write ({foreign[0]}{more}): move them away, or give another --out")  # fmt: skip
-    if resume and os.path.exists(os.path.join(folder, JOB)):
+        raise UsageError(f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder.where}: it holds "
+                         f"files scorecli did not write ({foreign[0]}{more}): move them away, or give another --out")  # fmt: skip
+    if resume and JOB in names:
         saved = _read_job(folder)
         if saved.get("format") == fmt and saved.get("fingerprint") is not None:
-            _compare(saved["fingerprint"], job["fingerprint"], folder)
+            _compare(saved["fingerprint"], job["fingerprint"], folder.where)
             return PartStore(folder, fmt, _recover(folder, fmt), dataset, saved=saved), None
     unfinished = JOB in names or JOURNAL in names  # a finished dataset has neither: replaced silently
     note = None
-    if (any(ours(n) for n in names) if not dataset else unfinished):
-        note = f"replacing {folder} left by an earlier run (pass --resume to continue such a run)"
+    if (any(ours(n) and n != LEASE for n in names) if not dataset else unfinished):
+        note = f"replacing {folder.where} left by an earlier run (pass --resume to continue such a run)"
     return PartStore(folder, fmt, [], dataset, job), note
 
 
-def _start(folder: str, job: dict, dataset: bool) -> None:
+def _start(folder: Folder, job: dict, dataset: bool) -> None:
     """A new job's folder (made and held): an earlier run's files removed (in a dataset, only
     ours), the job file written. The folder itself stays: it is what the run holds."""
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if dataset and not ours(name):
+    for name in folder.names():
+        if (dataset and not ours(name)) or name == LEASE:
             continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            _unlink(path)
+        folder.delete(name)
+    folder.delete(JOURNAL)
     _write_job(folder, job)
 
 
-def _read_job(folder: str) -> dict:
+def _write_job(folder: Folder, job: dict) -> None:
+    """The job file, written whole (a temporary name, fsync'ed and renamed; one object in a store)."""
+    folder.write(JOB, lambda f: f.write(json.dumps(job, indent=1, sort_keys=True).encode()))
+
+
+def _read_job(folder: Folder) -> dict:
     try:
-        with open(os.path.join(folder, JOB), encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(folder.read(JOB) or b"{}")
     except (OSError, ValueError):
         return {}  # torn or unreadable: the job never got a part (it is written before any)
-
-
-def _write_job(folder: str, job: dict) -> None:
-    _unlink(os.path.join(folder, JOURNAL))
-    _replace_job(folder, job)
-
-
-def _replace_job(folder: str, job: dict) -> None:
-    """The job file, written whole under a temporary name, fsync'ed and renamed."""
-    tmp = os.path.join(folder, f".{JOB}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(job, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(folder, JOB))
-    except BaseException:  # a full disk: nothing half-written left behind
-        _unlink(tmp)
-        raise
-    fsync_dir(folder)
 
 
 def _compare(saved: dict, now: dict, folder: str) -> None:
@@ -344,52 +328,46 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _recover(folder: str, fmt: str) -> list[Part]:
+def _recover(folder: Folder, fmt: str) -> list[Part]:
     """The journaled parts that are intact and contiguous; everything else is removed."""
     parts: list[Part] = []
-    journal = os.path.join(folder, JOURNAL)
     for line in _journal_lines(folder):
         part = _parse_part(line)
         expected = f"part-{len(parts):05d}.{fmt}"
         if part is None or part.file != expected or part.first_row != sum(p.rows for p in parts):
             break
-        size = _intact(os.path.join(folder, part.file), part, fmt)
+        size = _intact(folder, part, fmt)
         if size is None:
             break
         parts.append(Part(part.file, part.first_row, part.rows, size))
-    keep = {p.file for p in parts} | {JOB, JOURNAL}
-    for name in os.listdir(folder):
+    keep = {p.file for p in parts} | {JOB, JOURNAL, LEASE}
+    for name in folder.names():
         if ours(name) and name not in keep:
-            _unlink(os.path.join(folder, name))
-    _rewrite_journal(journal, parts)
-    fsync_dir(folder)
+            folder.delete(name)
+    # drop a torn or stale tail so that later lines follow the intact ones
+    folder.write(JOURNAL, lambda f: f.writelines((json.dumps(p.__dict__) + "\n").encode() for p in parts))
     return parts
 
 
-def _intact(path: str, part: Part, fmt: str) -> int | None:
-    """The size of the part file at `path` if it holds what the journal says, else None: its
-    journaled size, or (a Parquet part rewritten under the final schema) a footer that reads and
-    counts the journaled rows; files only ever appear whole under a part's name."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
+def _intact(folder: Folder, part: Part, fmt: str) -> int | None:
+    """The size of the part file if it holds what the journal says, else None: its journaled
+    size, or (a Parquet part rewritten under the final schema) a footer that reads and counts the
+    journaled rows; files only ever appear whole under a part's name."""
+    size = folder.size(part.file)
+    if size is None:
         return None
     if size == part.bytes:
         return size
     if fmt != "parquet":
         return None
     try:
-        return size if pq.ParquetFile(path).metadata.num_rows == part.rows else None
+        return size if pq.ParquetFile(folder.source(part.file)).metadata.num_rows == part.rows else None
     except Exception:  # not Parquet, or torn: pyarrow raises several kinds
         return None
 
 
-def _journal_lines(folder: str) -> list[bytes]:
-    try:
-        with open(os.path.join(folder, JOURNAL), "rb") as f:
-            return f.read().split(b"\n")
-    except FileNotFoundError:
-        return []
+def _journal_lines(folder: Folder) -> list[bytes]:
+    return (folder.read(JOURNAL) or b"").split(b"\n")
 
 
 def _parse_part(line: bytes) -> Part | None:
@@ -398,20 +376,3 @@ def _parse_part(line: bytes) -> Part | None:
         return Part(str(data["file"]), int(data["first_row"]), int(data["rows"]), int(data["bytes"]))
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _rewrite_journal(journal: str, parts: list[Part]) -> None:
-    """Drop a torn or stale tail so that later lines follow the intact ones."""
-    tmp = journal + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(p.__dict__) + "\n" for p in parts)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, journal)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -9,10 +9,8 @@ fields, tokenizers or models.
 
 from __future__ import annotations
 
-import glob
 import gzip
 import json
-import os
 import re
 import sys
 import zlib
@@ -24,13 +22,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import InputError, UsageError
+from scorecli.io.sources import GLOB_CHARS, localize, source_for
+from scorecli.io.stores import is_url
 
 STDIN = "-"
 STDIN_PATHS = (STDIN, "/dev/stdin")
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 PARQUET_SUFFIXES = (".parquet",)
 SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, or - for JSONL on stdin"
-_GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
 _BATCH = 1024  # Parquet rows decoded at a time
@@ -66,42 +65,24 @@ def is_parquet(path: str) -> bool:
 
 
 def _is_regular(path: str) -> bool:
-    return path != STDIN and os.path.isfile(path)
+    return path != STDIN and source_for(path).size(path) is not None
 
 
 def _is_gzip(path: str) -> bool:
     return path.lower().endswith(".gz")
 
 
-def _expand_dir(path: str) -> list[str]:
-    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
-    files = [os.path.join(path, n) for n in names]
-    found = [f for f in files if os.path.isfile(f) and _is_supported(f)]
-    if not found:
-        raise UsageError(f"input not found: {path} (no input files in directory; {SUPPORTED})")
-    return found
-
-
-def _expand_glob(pattern: str) -> list[str]:
-    matches = sorted(glob.glob(pattern))
-    if not matches:
-        raise UsageError(f"input not found: {pattern}")
-    found = [m for m in matches if os.path.isfile(m) and _is_supported(m)]
-    if not found:
-        raise UsageError(f"input not found: {pattern} (no input files match; {SUPPORTED})")
-    return found
-
-
 def resolve_inputs(specs: list[str]) -> list[str]:
     """Expand input specs into the ordered list of files to read.
 
     Args:
-        specs: paths, directories (non-recursive), glob patterns, or `-` for stdin.
+        specs: paths, directories (non-recursive), glob patterns, URLs of objects, prefixes or
+            globs in a store (`io.sources`), or `-` for stdin.
 
     Returns:
-        Paths in reading order; `-` and `/dev/stdin` become `-`. Directory and glob matches
-        are sorted and keep only supported formats. A pipe (`<(zcat x.gz)`, a FIFO) without
-        a known suffix is read as JSON lines.
+        Paths (and URLs) in reading order; `-` and `/dev/stdin` become `-`, a `file://` URL its
+        path. Directory and glob matches are sorted and keep only supported formats. A pipe
+        (`<(zcat x.gz)`, a FIFO) without a known suffix is read as JSON lines.
 
     Raises:
         UsageError: a spec matches nothing, a file has an unsupported extension, or a
@@ -111,25 +92,24 @@ def resolve_inputs(specs: list[str]) -> list[str]:
     for spec in specs:
         if spec in STDIN_PATHS:
             out.append(STDIN)
-        elif os.path.isdir(spec):
-            out.extend(_expand_dir(spec))
-        elif os.path.exists(spec):
-            regular = os.path.isfile(spec)
+            continue
+        spec = localize(spec)
+        source = source_for(spec)
+        found = source.expand(spec, _is_supported, SUPPORTED)
+        if found == [spec] and not source.is_folder(spec):
+            regular = source.size(spec) is not None
             if regular and not _is_supported(spec):
                 raise UsageError(f"unsupported input format: {spec} ({SUPPORTED})")
             if not regular and is_parquet(spec):
                 raise UsageError(f"{spec}: Parquet input must be a regular file, not a pipe or device")
-            out.append(spec)
-        elif _GLOB_CHARS & set(spec):
-            out.extend(_expand_glob(spec))
-        else:
-            raise UsageError(f"input not found: {spec}")
+        out.extend(found)
     return out
 
 
 def input_folders(specs: list[str]) -> list[str]:
     """The input specs that are folders (read for their files): no output may lie inside one."""
-    return [spec for spec in specs if spec not in STDIN_PATHS and os.path.isdir(spec)]
+    specs = [localize(spec) for spec in specs if spec not in STDIN_PATHS]
+    return [spec for spec in specs if not GLOB_CHARS & set(spec) and source_for(spec).is_folder(spec)]
 
 
 def _parse_line(line: bytes, where: str) -> RawRow:
@@ -191,11 +171,12 @@ def _escaped_at(value) -> str | None:
     return None
 
 
-def _iter_lines(stream: BinaryIO, label: str, skip: int = 0) -> Iterator[RawRow]:
+def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> Iterator[RawRow]:
     """Rows of a JSON-lines stream; the first `skip` rows (non-blank lines) are passed over
-    without being parsed."""
-    first = True
-    for lineno, line in enumerate(stream, start=1):
+    without being parsed. `start`: the line number of the stream's first line (> 1: a stream
+    that starts inside a file, `iter_range`)."""
+    first = start == 1
+    for lineno, line in enumerate(stream, start=start):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM):]
         if not line.strip():
@@ -211,10 +192,7 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0) -> Iterator[RawRow]
 
 
 def _iter_jsonl(path: str, skip: int = 0) -> Iterator[RawRow]:
-    try:
-        stream = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    stream = _open(path)
     with stream:
         try:
             yield from _iter_lines(stream, path, skip)
@@ -223,12 +201,30 @@ def _iter_jsonl(path: str, skip: int = 0) -> Iterator[RawRow]:
             raise InputError(f"{path}: cannot read: {e}") from e
 
 
-def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
-    """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
+def _open(path: str) -> BinaryIO:
+    """The bytes of an input file (gzip undone), from its source."""
     try:
-        pf = pq.ParquetFile(path)
+        raw = source_for(path).open(path)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    if not _is_gzip(path):
+        return raw
+    unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
+    unzipped.myfileobj = raw  # closed with it, as gzip.open(path) closes its own file
+    return unzipped
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A Parquet input opened for reading its footer and row groups (ranged reads in a store)."""
+    try:
+        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else path)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: cannot read Parquet: {_printable(e)}") from e
+
+
+def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
+    """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
+    pf = parquet_file(path)
     with pf:
         groups, row = [], 0
         for g in range(pf.metadata.num_row_groups):
@@ -293,6 +289,43 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) ->
         skip = 0
 
 
+# rows between two marks of `index_file` (a reader seeks to the mark before its first row)
+MARK_ROWS = 4096
+
+
+def index_file(path: str) -> tuple[int, list[tuple[int, int, int]]]:
+    """An input file's row count and, for plain JSON lines, marks `(row, byte offset, line)` of
+    every `MARK_ROWS`-th row, so that a reader of a later range seeks instead of reading from the
+    start (`iter_range`; Ray workers read their own blocks this way)."""
+    if is_parquet(path) or _is_gzip(path):
+        return _count_file(path), []
+    count, offset, marks = 0, 0, []
+    with _open(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip() and not (lineno == 1 and line.strip() == _BOM):
+                if count % MARK_ROWS == 0 and lineno > 1:
+                    marks.append((count, offset, lineno))
+                count += 1
+            offset += len(line)
+    return count, marks
+
+
+def iter_range(path: str, skip: int, count: int, marks: list[tuple[int, int, int]] = ()) -> Iterator[RawRow]:
+    """`count` rows of one input file after its first `skip` (the last mark at or before `skip`
+    saves reading what comes before it), as `iter_rows` reads them: the same rows and locations."""
+    mark = max((m for m in marks if m[0] <= skip), default=None)
+    if mark is None or is_parquet(path):
+        rows = _iter_parquet(path, skip) if is_parquet(path) else _iter_jsonl(path, skip)
+    else:
+        stream = _open(path)
+        stream.seek(mark[1])
+        rows = _iter_lines(stream, path, skip - mark[0], start=mark[2])
+    for n, row in enumerate(rows):
+        if n == count:
+            break
+        yield row
+
+
 def _count_file(path: str) -> int:
     return _count_parquet(path) if is_parquet(path) else _count_lines(path)
 
@@ -307,7 +340,7 @@ def _count_lines(path: str) -> int:
     """Non-blank lines of a (possibly gzipped) file, read in 1 MiB chunks."""
     count, carry = 0, b""
     try:
-        with gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb") as f:
+        with _open(path) as f:
             carry = f.read(len(_BOM)).removeprefix(_BOM)  # as `_iter_lines` drops it
             while chunk := f.read(_CHUNK):
                 lines = (carry + chunk).split(b"\n")
@@ -319,10 +352,8 @@ def _count_lines(path: str) -> int:
 
 
 def _count_parquet(path: str) -> int:
-    try:
-        return pq.read_metadata(path).num_rows
-    except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: cannot read Parquet: {e}") from e
+    with parquet_file(path) as pf:
+        return pf.metadata.num_rows
 
 
 # bytes of input text per token, roughly, for English text in JSON (gzip: about 3x smaller on disk)
@@ -338,10 +369,11 @@ def estimate_tokens(specs: list[str]) -> int | None:
     total = 0
     for p in paths:
         if is_parquet(p):
-            meta = pq.read_metadata(p)
-            total += sum(meta.row_group(k).total_byte_size for k in range(meta.num_row_groups))
+            with parquet_file(p) as pf:
+                meta = pf.metadata
+                total += sum(meta.row_group(k).total_byte_size for k in range(meta.num_row_groups))
         else:
-            total += os.path.getsize(p) * (3 if _is_gzip(p) else 1)
+            total += (source_for(p).size(p) or 0) * (3 if _is_gzip(p) else 1)
     return total // BYTES_PER_TOKEN
 
 

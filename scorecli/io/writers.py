@@ -4,6 +4,8 @@ Where the bytes go is `scorecli.io.output`'s decision (a `Target`):
 - a regular file: a hidden temporary file beside it (locked, so a later run can tell a
   killed run's leftover from a live one), renamed onto it when the run succeeds; a failed
   or interrupted run leaves nothing at `out`;
+- an object in a store (`s3://...`): assembled in an anonymous temporary file and uploaded at
+  the end, whole or not at all (`io.stores.Store.upload`);
 - stdout, a device or a FIFO: JSON lines are streamed into it window by window (a window
   is written only once all of it is scored); Parquet, unreadable before its footer anyway,
   is spooled in an anonymous temporary file and copied in at the end.
@@ -34,8 +36,9 @@ from scorecli.errors import OutputClosed, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
+from scorecli.io.stores import is_url, locate
 
-__all__ = ["OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
+__all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
 
 
 # ---- JSON lines ------------------------------------------------------------------------
@@ -91,13 +94,17 @@ class Sink:
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         self._done = False
+        self._object = False  # an object in a store (`io.stores.Store.upload`)
         self._open()
 
     def _open(self) -> None:
         t = self.target
         if t.kind == "dataset":  # a folder of parts: `checkpoint.Checkpoint` writes it, never one file
             raise UsageError(f"cannot write output {t.out}: a folder (a Parquet dataset) is not written through a Sink")
-        if t.kind == "file":
+        if t.kind == "file" and is_url(t.path):  # an object: assembled here, uploaded whole at the end
+            self._file = tempfile.TemporaryFile()
+            self._object = True
+        elif t.kind == "file":
             clean_stale_temps(t.path)
             self._tmp = temp_path(t.path)
             self._file = open(self._tmp, "w+b")
@@ -184,6 +191,13 @@ class Sink:
             self._writer.close()
         if self._text is not None:
             self._text.close()
+        if self._object:
+            store, key = locate(self.target.path)
+            self._file.flush()
+            self._file.seek(0)
+            store.upload(key, self._file, locate(temp_path(self.target.path))[1])
+            self._file.close()
+            return
         if self._tmp is None:
             with _closed_pipe(self):
                 if self.format == "parquet":  # the spool, copied into the special file
@@ -220,6 +234,9 @@ class Sink:
                 os.unlink(self._tmp)
             except FileNotFoundError:
                 pass
+
+
+FileSink = Sink  # the `io.sinks.Sink` that writes a file, an object or a stream straight through
 
 
 def _open_special(target: Target) -> IO[bytes]:

@@ -113,6 +113,6 @@ class DecoderFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.checks.selfcheck import decoder_errors, probe_rows
+        from scorecli.kinds.probes import decoder_errors, probe_rows
 
         return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))

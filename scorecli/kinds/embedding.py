@@ -222,14 +222,14 @@ class EmbeddingFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.checks.selfcheck import embedding_errors
+        from scorecli.kinds.probes import embedding_errors
 
         return embedding_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(the run's, the model's own) similarities [items + 1] of the probe query with `items`
         and a long text."""
-        from scorecli.checks.selfcheck import embedding_probe
+        from scorecli.kinds.probes import embedding_probe
 
         return embedding_probe(scorer, items)["scores"]
 

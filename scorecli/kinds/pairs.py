@@ -75,12 +75,12 @@ class PairFamily(FamilyDefaults):
 
     def probe_errors(self, scorer) -> dict[str, float] | None:
         """None when the probe's pairs do not fit --max-seq-len."""
-        from scorecli.checks.selfcheck import pair_errors
+        from scorecli.kinds.probes import pair_errors
 
         return pair_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
-        from scorecli.checks.selfcheck import pair_scores
+        from scorecli.kinds.probes import pair_scores
 
         return pair_scores(scorer, items)

@@ -1,0 +1,162 @@
+"""Where input files come from: a `Source` per kind of location, chosen by the spec's URL scheme.
+
+- `LocalSource`: paths on this machine (and `file://` URLs): files, directories, globs, pipes;
+- `StoreSource`: objects in a store `io.stores` reaches (`s3://`, `gs://`, `abfs://`, `hf://`):
+  an object, a prefix ending in `/` (or any prefix that holds objects: a folder), a glob;
+  read in ranged requests, never downloaded whole first.
+`source_for(spec)` picks one; every reader, the fingerprint and the output checks ask it rather
+than `os.path` (docs/ARCHITECTURE.md: Add an input format or source). stdin (`-`) stays the
+readers' own. Knows nothing about rows or formats beyond which file names are inputs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from collections.abc import Callable
+from typing import BinaryIO, Protocol
+
+from scorecli.errors import UsageError
+from scorecli.io.stores import Store, is_url, local_path, locate, scheme_of
+
+GLOB_CHARS = frozenset("*?[")
+
+
+class Source(Protocol):
+    """One kind of input location. Paths are strings as the user writes them (a path or a URL)."""
+
+    def expand(self, spec: str, keep: Callable[[str], bool], supported: str) -> list[str]:
+        """The files `spec` names, in reading order: itself, a folder's (non-recursive) or a glob's
+        matches, sorted, keeping those `keep(name)` accepts. UsageError when it names none
+        (`supported` says which names are inputs)."""
+        ...
+
+    def open(self, path: str) -> BinaryIO:
+        """The file's bytes, streamed (seekable where the file is)."""
+        ...
+
+    def stamp(self, path: str) -> list:
+        """What identifies the file's content for `--resume` (README: Long jobs)."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """Its size in bytes; None for a stream (a pipe)."""
+        ...
+
+    def is_folder(self, spec: str) -> bool:
+        """Whether `spec` is read as a folder of files."""
+        ...
+
+
+class LocalSource:
+    """Paths on this machine."""
+
+    def expand(self, spec: str, keep: Callable[[str], bool], supported: str) -> list[str]:
+        if os.path.isdir(spec):
+            names = sorted(n for n in os.listdir(spec) if not n.startswith("."))
+            found = [f for f in (os.path.join(spec, n) for n in names) if os.path.isfile(f) and keep(f)]
+            if not found:
+                raise UsageError(f"input not found: {spec} (no input files in directory; {supported})")
+            return found
+        if os.path.exists(spec):
+            return [spec]
+        if GLOB_CHARS & set(spec):
+            matches = sorted(glob.glob(spec))
+            if not matches:
+                raise UsageError(f"input not found: {spec}")
+            found = [m for m in matches if os.path.isfile(m) and keep(m)]
+            if not found:
+                raise UsageError(f"input not found: {spec} (no input files match; {supported})")
+            return found
+        raise UsageError(f"input not found: {spec}")
+
+    def open(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def stamp(self, path: str) -> list:
+        st = os.stat(path)
+        return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
+
+    def size(self, path: str) -> int | None:
+        return os.path.getsize(path) if os.path.isfile(path) else None
+
+    def is_folder(self, spec: str) -> bool:
+        return os.path.isdir(spec)
+
+
+class StoreSource:
+    """Objects in a store, named by URLs."""
+
+    def expand(self, spec: str, keep: Callable[[str], bool], supported: str) -> list[str]:
+        store, path = locate(spec)
+        if GLOB_CHARS & set(path):
+            return self._glob(store, spec, path, keep, supported)
+        if not path.endswith("/"):
+            info = store.info(path)
+            if info.is_file:
+                return [spec]
+        listed = sorted(i.path for i in store.listing(path) if i.is_file)
+        found = [store.url(p) for p in listed if not os.path.basename(p).startswith(".") and keep(p)]
+        if found:
+            return found
+        if listed:
+            raise UsageError(f"input not found: {spec} (no input files under it; {supported})")
+        raise UsageError(f"input not found: {spec} ({_nothing_at(store, path)})")
+
+    def _glob(self, store: Store, spec: str, path: str, keep: Callable[[str], bool], supported: str) -> list[str]:
+        """Objects matching a glob: listed from the longest folder before the first wildcard
+        (recursively only when the pattern spans folders, `**`)."""
+        head = path[: min(path.index(c) for c in GLOB_CHARS if c in path)]
+        folder = head.rsplit("/", 1)[0]
+        deep = path.count("/") > folder.count("/") + 1 or "**" in path
+        names = sorted(i.path for i in store.listing(folder, recursive=deep) if i.is_file)
+        matches = [p for p in names if fnmatch.fnmatchcase(p, path)]
+        if not matches:
+            raise UsageError(f"input not found: {spec}")
+        found = [store.url(p) for p in matches if keep(p)]
+        if not found:
+            raise UsageError(f"input not found: {spec} (no input files match; {supported})")
+        return found
+
+    def open(self, path: str) -> BinaryIO:
+        store, key = locate(path)
+        return store.open(key)
+
+    def stamp(self, path: str) -> list:
+        store, key = locate(path)
+        info = store.info(key)
+        return [store.url(key), info.size, store.version(key)]
+
+    def size(self, path: str) -> int | None:
+        store, key = locate(path)
+        return store.info(key).size
+
+    def is_folder(self, spec: str) -> bool:
+        store, path = locate(spec)
+        if GLOB_CHARS & set(path):
+            return False
+        return path.endswith("/") or not store.info(path).is_file
+
+
+def _nothing_at(store: Store, path: str) -> str:
+    from pyarrow.fs import FileType
+
+    bucket = path.split("/", 1)[0]
+    if store.scheme != "hf" and store.info(bucket).type == FileType.NotFound:
+        return f"the bucket or container {bucket} does not exist"
+    return "no such object, and no objects under it"
+
+
+# scheme -> Source: "" is a local path; every scheme io.stores registers is a StoreSource
+_LOCAL, _STORE = LocalSource(), StoreSource()
+
+
+def source_for(spec: str) -> Source:
+    """The Source that reads `spec` (a `file://` URL is a local path: see `localize`)."""
+    return _STORE if is_url(spec) and scheme_of(spec) != "file" else _LOCAL
+
+
+def localize(spec: str) -> str:
+    """A `file://` URL as the local path it names; anything else unchanged."""
+    return local_path(spec) if scheme_of(spec) == "file" else spec
