@@ -102,7 +102,7 @@ class _RayScoring:
         if self.folder is not None:
             checkpoint.store.begin()  # a new job's folder is taken and cleared before any worker writes
         self.refs, self.rows = (self._ranges(counts) if ranged else
-                                _stage(ray, self.block_rows, cfg, open_rows(cfg, paths, None, checkpoint)))  # fmt: skip
+                                _stage(ray, self.block_rows, cfg, open_rows(cfg, paths, None, checkpoint), self.done))  # fmt: skip
         used = min(self.workers, max(len(self.refs), 1))
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
 
@@ -242,9 +242,9 @@ def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
     return max(1, min(window_rows, math.ceil(total / (workers * _BLOCKS_PER_WORKER))))
 
 
-def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow]) -> tuple[list, int]:
-    """Read the inputs' `rows` (`run.open_rows`) into the object store, one block per
-    `block_rows` rows.
+def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done: int = 0) -> tuple[list, int]:
+    """Read the inputs' `rows` (`run.open_rows`: those after the `done` rows a resumed job kept)
+    into the object store, one block per `block_rows` rows, numbered from `done`.
 
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
@@ -259,7 +259,7 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow]) -> tu
                 if raw.error is not None:
                     raise InputError(f"{raw.where}: {raw.error}")
                 parse_row(raw.data, raw.where, fields)
-        refs.append(ray.put(encode(window, total)))
+        refs.append(ray.put(encode(window, done + total)))
         total += len(window)
     return refs, total
 
