@@ -86,8 +86,13 @@ def run_process(cmd: list[str], env: dict | None = None, log: Path | None = None
     try:
         load = os.getloadavg()[0]
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", LAUNCHER, usage_file, *cmd],
-                              stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, usage_file, *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            cwd=ROOT,
+        )
         seconds = time.perf_counter() - start
         usage = Path(usage_file).read_text().split()
     finally:
@@ -141,9 +146,12 @@ def alternate(contenders: list[Contender], repeats: int, log: Path, warmup: list
         for c in order:
             run = run_process(c.cmd, env, log)
             c.runs.append(run)
-            print(f"  round {r + 1}/{repeats} {c.name}: {run.seconds:.2f} s wall, {run.cpu_seconds:.2f} s CPU, "
-                  f"peak RSS {run.max_rss_mib:.0f} MiB, load {run.load:.1f}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  round {r + 1}/{repeats} {c.name}: {run.seconds:.2f} s wall, {run.cpu_seconds:.2f} s CPU, "
+                f"peak RSS {run.max_rss_mib:.0f} MiB, load {run.load:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # ---------------------------------------------------------------- data
@@ -201,10 +209,12 @@ def write_row_scores(rows: list[dict], scores: list[float], path) -> None:
         n = len(row["items"])
         out.append([float(s) for s in scores[start : start + n]])
         start += n
-    table = pa.table({
-        "id": pa.array([row.get("id") for row in rows]),
-        "score": pa.array(out, type=pa.list_(pa.float32())),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "id": pa.array([row.get("id") for row in rows]),
+            "score": pa.array(out, type=pa.list_(pa.float32())),
+        }
+    )
     pq.write_table(table, path)
 
 
@@ -269,16 +279,20 @@ def table(contenders: list[Contender], baseline: Contender) -> None:
     (min) ratio estimates the undisturbed speed, and the CPU-time ratio (user + system of
     the process) is less disturbed by other work; both are shown beside it.
     """
-    print("| contender | median wall s | wall runs (s) | median speed-up vs B | min wall s | min speed-up vs B "
-          "| median CPU s | CPU speed-up vs B | median peak RSS MiB | load avg at starts |")
+    print(
+        "| contender | median wall s | wall runs (s) | median speed-up vs B | min wall s | min speed-up vs B "
+        "| median CPU s | CPU speed-up vs B | median peak RSS MiB | load avg at starts |"
+    )
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for c in contenders:
         speed = "-" if c.info else f"{baseline.median_s / c.median_s:.2f}x"
         best = "-" if c.info else f"{baseline.min_s / c.min_s:.2f}x"
         cpu = "-" if c.info else f"{baseline.median_cpu / c.median_cpu:.2f}x"
         loads = f"{min(r.load for r in c.runs):.1f}-{max(r.load for r in c.runs):.1f}"
-        print(f"| {c.name} | {c.median_s:.2f} | {c.times()} | {speed} | {c.min_s:.2f} | {best} | {c.median_cpu:.2f} "
-              f"| {cpu} | {c.median_rss:.0f} | {loads} |")
+        print(
+            f"| {c.name} | {c.median_s:.2f} | {c.times()} | {speed} | {c.min_s:.2f} | {best} | {c.median_cpu:.2f} "
+            f"| {cpu} | {c.median_rss:.0f} | {loads} |"
+        )
     print(f"\n(B = {baseline.name}.)\n")
 
 

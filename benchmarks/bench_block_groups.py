@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-import _common as C  # noqa: F401  (puts the repository on sys.path)
+import _common as C
 import numpy as np
 import torch
 
@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(0)
     heads, kv, d = 9, 3, 64
     default = blocks.GROUP_OVERHEAD
-    print(f"\n#### Attention by blocks, one call (`bench_block_groups.py`; {C.machine()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, {torch.get_num_threads()} threads)\n")
+    print(
+        f"\n#### Attention by blocks, one call (`bench_block_groups.py`; {C.machine()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, {torch.get_num_threads()} threads)\n"
+    )
     print("| rows shaped like | " + " | ".join(f"{v}: ms per call (groups)" for v in VARIANTS) + " |")
     print("|---|" + "---:|" * len(VARIANTS))
     for name, (p, (lo, hi), n) in CASES.items():

@@ -39,8 +39,11 @@ def write_rows(path: Path, n: int, seed: int, pool: list[str]) -> None:
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for r in range(n):
-            row = {"id": r, "query": C.words(rng, pool, rng.randint(4, 10)),
-                   "items": [" " + C.words(rng, pool, rng.randint(2, 8)) for _ in range(4)]}  # fmt: skip
+            row = {
+                "id": r,
+                "query": C.words(rng, pool, rng.randint(4, 10)),
+                "items": [" " + C.words(rng, pool, rng.randint(2, 8)) for _ in range(4)],
+            }
             f.write(json.dumps(row) + "\n")
 
 
@@ -82,8 +85,12 @@ def main(argv: list[str] | None = None) -> None:
     write_rows(work / "in.jsonl", args.rows, args.seed, C.word_pool())
     out_parts, out_plain = work / "parts.parquet", work / "plain.parquet"
     common = ["score", str(work / "in.jsonl"), "--model", model, "--pooled-hidden-states", "--quiet"]
-    parts = C.Contender("checkpointed (as shipped)", [C.PYTHON, "-c", LAUNCH.format(parts=True), *common, "--out", str(out_parts)])
-    plain = C.Contender("parts disabled internally", [C.PYTHON, "-c", LAUNCH.format(parts=False), *common, "--out", str(out_plain)])
+    parts = C.Contender(
+        "checkpointed (as shipped)", [C.PYTHON, "-c", LAUNCH.format(parts=True), *common, "--out", str(out_parts)]
+    )
+    plain = C.Contender(
+        "parts disabled internally", [C.PYTHON, "-c", LAUNCH.format(parts=False), *common, "--out", str(out_plain)]
+    )
     C.alternate([parts, plain], args.repeats, work / "stderr.log")
     same = pq.read_table(out_parts).equals(pq.read_table(out_plain))
 
@@ -99,16 +106,20 @@ def main(argv: list[str] | None = None) -> None:
 
     C.header(
         "Long-run safety: checkpointed parts and --resume (bench_checkpoint.py)",
-        [f"model: {'tiny' if args.tiny else 'mid'} random Qwen3 classifier; {args.rows:,} rows x 4 items, "
-         f"--pooled-hidden-states, default --window-rows 2048 ({-(-args.rows // 2048)} parts)",
-         f"outputs identical (checkpointed vs not): {same}; resumed output identical: {resumed_same}"],
-    )  # fmt: skip
+        [
+            f"model: {'tiny' if args.tiny else 'mid'} random Qwen3 classifier; {args.rows:,} rows x 4 items, "
+            f"--pooled-hidden-states, default --window-rows 2048 ({-(-args.rows // 2048)} parts)",
+            f"outputs identical (checkpointed vs not): {same}; resumed output identical: {resumed_same}",
+        ],
+    )
     C.table([parts, plain], plain)
     cost = parts.median_s / plain.median_s - 1
     print(f"Checkpointing cost: {cost:+.1%} of the whole-process time (goal: under 3%).\n")
     share = resumed.median_s / parts.median_s
-    print(f"Resume after a kill at 75% ({statistics.median(kept):,.0f} rows kept, median): {resumed.median_s:.2f} s "
-          f"(runs {resumed.times()}) = {share:.0%} of the uninterrupted run's {parts.median_s:.2f} s (goal: under 40%).\n")
+    print(
+        f"Resume after a kill at 75% ({statistics.median(kept):,.0f} rows kept, median): {resumed.median_s:.2f} s "
+        f"(runs {resumed.times()}) = {share:.0%} of the uninterrupted run's {parts.median_s:.2f} s (goal: under 40%).\n"
+    )
     C.commands([parts, plain, resumed])
 
 

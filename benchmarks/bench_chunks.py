@@ -96,13 +96,18 @@ def main(argv: list[str] | None = None) -> float:
     chunking = ["--chunk-tokens", str(args.chunk_tokens), "--chunk-overlap", str(args.chunk_overlap)]
 
     def cmd(inp: str, out: str, mode: str) -> list[str]:
-        return C.scorecli_cmd("score", str(work / inp), "--out", str(work / out), "--model", model,
-                              "--mode", mode, *chunking, "--quiet")  # fmt: skip
+        return C.scorecli_cmd(
+            "score", str(work / inp), "--out", str(work / out), "--model", model, "--mode", mode, *chunking, "--quiet"
+        )
 
-    mis = C.Contender(f"scorecli --chunk-tokens {args.chunk_tokens} (MIS: chunks share the query)",
-                      cmd("in.jsonl", "mis.parquet", "mis"))  # fmt: skip
-    single = C.Contender(f"scorecli --chunk-tokens {args.chunk_tokens} --mode single (each (query, chunk) alone)",
-                         cmd("in.jsonl", "single.parquet", "single"))  # fmt: skip
+    mis = C.Contender(
+        f"scorecli --chunk-tokens {args.chunk_tokens} (MIS: chunks share the query)",
+        cmd("in.jsonl", "mis.parquet", "mis"),
+    )
+    single = C.Contender(
+        f"scorecli --chunk-tokens {args.chunk_tokens} --mode single (each (query, chunk) alone)",
+        cmd("in.jsonl", "single.parquet", "single"),
+    )
     startup = C.Contender("scorecli, 1 row (start-up + load)", cmd("one.jsonl", "one.parquet", "mis"), info=True)
     contenders = [mis, single, startup]
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[startup])
@@ -129,11 +134,13 @@ def main(argv: list[str] | None = None) -> float:
     C.table(contenders, single)
     ratio = single.median_s / mis.median_s
     bound = tokens["single"] / max(tokens["mis"], 1)  # what exact scoring of these chunks can save at most
-    print(f"**Chunked MIS speed-up over one sequence per chunk: {ratio:.2f}x** (goal >= 2x: "
-          f"{'met' if ratio >= 2 else 'NOT met'}; the forward-token ratio, the most skipping the query's "
-          f"recomputation can save, is {bound:.2f}x here: {ratio / bound:.0%} of it); best-of-N ratio {single.min_s / mis.min_s:.2f}x; CPU-time ratio "
-          f"{single.median_cpu / mis.median_cpu:.2f}x; net of the 1-row run (start-up + load): "
-          f"{C.net_ratio(single, startup, mis, startup)}. Max |MIS - single| score difference: {diff:.2e}.\n")
+    print(
+        f"**Chunked MIS speed-up over one sequence per chunk: {ratio:.2f}x** (goal >= 2x: "
+        f"{'met' if ratio >= 2 else 'NOT met'}; the forward-token ratio, the most skipping the query's "
+        f"recomputation can save, is {bound:.2f}x here: {ratio / bound:.0%} of it); best-of-N ratio {single.min_s / mis.min_s:.2f}x; CPU-time ratio "
+        f"{single.median_cpu / mis.median_cpu:.2f}x; net of the 1-row run (start-up + load): "
+        f"{C.net_ratio(single, startup, mis, startup)}. Max |MIS - single| score difference: {diff:.2e}.\n"
+    )
     return ratio
 
 

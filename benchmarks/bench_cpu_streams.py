@@ -53,11 +53,14 @@ def main(argv: list[str] | None = None) -> None:
             scores[name] = np.concatenate([np.asarray(x, dtype=np.float32) for x in table["score"].to_pylist()])
     torch.set_num_threads(threads)
 
-    C.header("CPU streams for cross-encoders (`bench_cpu_streams.py`)", [
-        f"model: all-MiniLM-L6-v2 weights + random 1-label head, float32, CPU; {args.rows} rows x 8 items, "
-        f"{int(prepared.num_tokens.sum()):,} tokens in {len(prepared.batches)} batches",
-        f"{args.repeats} alternating rounds in one process; seconds of `Scorer.run` on one prepared window",
-    ])  # fmt: skip
+    C.header(
+        "CPU streams for cross-encoders (`bench_cpu_streams.py`)",
+        [
+            f"model: all-MiniLM-L6-v2 weights + random 1-label head, float32, CPU; {args.rows} rows x 8 items, "
+            f"{int(prepared.num_tokens.sum()):,} tokens in {len(prepared.batches)} batches",
+            f"{args.repeats} alternating rounds in one process; seconds of `Scorer.run` on one prepared window",
+        ],
+    )
     base = statistics.median(seconds[next(iter(modes))])
     print("| mode | median s | runs (s) | speed-up vs one stream |\n|---|---:|---|---:|")
     for name, runs in seconds.items():

@@ -39,11 +39,29 @@ import torch  # noqa: E402
 from scorecli.bench import Workload, device_peak_tflops, non_embedding_params, synthetic_rows, time_scorer  # noqa: E402
 from scorecli.config import ScoreConfig  # noqa: E402
 
-QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, vocab_size=151_936, max_position_embeddings=40_960,
-                 rope_theta=1_000_000.0, rms_norm_eps=1e-6, initializer_range=0.02)  # fmt: skip
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=2000, max_position_embeddings=16_384)  # fmt: skip
+QWEN3_06B = {
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151_936,
+    "max_position_embeddings": 40_960,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.02,
+}
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 2000,
+    "max_position_embeddings": 16_384,
+}
 
 # (label, --attention, backend override): the override replaces the backend the Scorer built
 VARIANTS = {
@@ -93,8 +111,13 @@ def run_case(loaded, cfg: ScoreConfig, variant: str, mode: str, work: Workload, 
             torch.cuda.reset_peak_memory_stats(loaded.device)
         seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device)
         items = work.rows * work.items
-        out.update(seconds=seconds, tokens=tokens, items_per_s=items / seconds, tokens_per_s=tokens / seconds,
-                   flop_fraction=(2.0 * params * tokens / seconds) / (peak * 1e12) if peak else None)  # fmt: skip
+        out.update(
+            seconds=seconds,
+            tokens=tokens,
+            items_per_s=items / seconds,
+            tokens_per_s=tokens / seconds,
+            flop_fraction=(2.0 * params * tokens / seconds) / (peak * 1e12) if peak else None,
+        )
         if loaded.device.type == "cuda":
             out["peak_gib"] = torch.cuda.max_memory_allocated(loaded.device) / 2**30
     except Exception as exc:  # noqa: BLE001 - one failing backend must not hide the others
@@ -105,8 +128,12 @@ def run_case(loaded, cfg: ScoreConfig, variant: str, mode: str, work: Workload, 
 
 
 def markdown(results: list[dict], header: str) -> str:
-    lines = [header, "", "| workload | backend | mode | tokens | s (median) | items/s | tokens/s | FLOP fraction | peak GiB |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        header,
+        "",
+        "| workload | backend | mode | tokens | s (median) | items/s | tokens/s | FLOP fraction | peak GiB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         w = r["workload"]
         name = f"{w['rows']} x ({w['query_tokens']} + {w['items']} x {w['item_tokens']})"
@@ -115,8 +142,10 @@ def markdown(results: list[dict], header: str) -> str:
             continue
         frac = f"{r['flop_fraction']:.1%}" if r.get("flop_fraction") is not None else "n/a"
         gib = f"{r['peak_gib']:.2f}" if "peak_gib" in r else "n/a"
-        lines.append(f"| {name} | {r['variant']} | {r['mode']} | {r['tokens']:,} | {r['seconds']:.4f} | "
-                     f"{r['items_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | {frac} | {gib} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {r['variant']} | {r['mode']} | {r['tokens']:,} | {r['seconds']:.4f} | "
+            f"{r['items_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | {frac} | {gib} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -167,17 +196,21 @@ def main() -> int:
         versions += f", flashinfer {flashinfer.__version__}"
     except ImportError:
         versions += ", flashinfer not installed"
-    header = (f"### {dt.date.today()}: {name}, Qwen3-0.6B-sized random classifier "
-              f"({'tiny' if args.quick else f'{params / 1e6:.0f}M non-embedding parameters'}), bfloat16\n\n"
-              f"{versions}; peak bf16 {peak or 'n/a'} TFLOP/s; median of {args.repeats} after a warm-up; "
-              f"`python benchmarks/bench_gpu.py`.")  # fmt: skip
+    header = (
+        f"### {dt.date.today()}: {name}, Qwen3-0.6B-sized random classifier "
+        f"({'tiny' if args.quick else f'{params / 1e6:.0f}M non-embedding parameters'}), bfloat16\n\n"
+        f"{versions}; peak bf16 {peak or 'n/a'} TFLOP/s; median of {args.repeats} after a warm-up; "
+        f"`python benchmarks/bench_gpu.py`."
+    )
     text = markdown(results, header)
     print(text)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpu_bench.md").write_text(text)
-        (out / "gpu_bench.json").write_text(json.dumps({"device": name, "versions": versions, "results": results}, indent=2))
+        (out / "gpu_bench.json").write_text(
+            json.dumps({"device": name, "versions": versions, "results": results}, indent=2)
+        )
     return 1 if any("error" in r for r in results if r["variant"] in ("sdpa", "sdpa-dense")) else 0
 
 

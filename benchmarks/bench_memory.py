@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> float:
     sizes = {n: (work / f"{n}.jsonl").stat().st_size / 2**20 for n in ("small", "large")}
 
     def cmd(name: str) -> list[str]:
-        return C.scorecli_cmd("score", str(work / f"{name}.jsonl"), "--out", str(work / f"{name}.parquet"),
-                              "--model", model, "--quiet")  # fmt: skip
+        return C.scorecli_cmd(
+            "score", str(work / f"{name}.jsonl"), "--out", str(work / f"{name}.parquet"), "--model", model, "--quiet"
+        )
 
     small = C.Contender(f"scorecli score, {args.small:,} rows", cmd("small"))
     large = C.Contender(f"scorecli score, {args.large:,} rows", cmd("large"))
@@ -77,9 +78,13 @@ def main(argv: list[str] | None = None) -> float:
     print("|---|---:|---|---:|---|---:|")
     for c, n in ((small, args.small), (large, args.large)):
         rss_runs = ", ".join(f"{r.max_rss_mib:.0f}" for r in c.runs)
-        print(f"| {c.name} | {c.median_rss:.0f} | {rss_runs} | {c.median_s:.1f} | {c.times()} | {n / c.median_s:,.0f} |")
-    print(f"\n**Peak RSS growth, {args.large:,} vs {args.small:,} rows: {growth:.2f}x** "
-          f"(goal <= 1.25x: {'met' if growth <= 1.25 else 'NOT met'}).\n")
+        print(
+            f"| {c.name} | {c.median_rss:.0f} | {rss_runs} | {c.median_s:.1f} | {c.times()} | {n / c.median_s:,.0f} |"
+        )
+    print(
+        f"\n**Peak RSS growth, {args.large:,} vs {args.small:,} rows: {growth:.2f}x** "
+        f"(goal <= 1.25x: {'met' if growth <= 1.25 else 'NOT met'}).\n"
+    )
     return growth
 
 

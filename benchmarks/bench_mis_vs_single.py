@@ -62,16 +62,21 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
     i_stats = C.token_stats(tok, [i for r in rows for i in r["items"]])
 
     def cmd(inp: str, out: str, mode: str) -> list[str]:
-        return C.scorecli_cmd("score", str(work / inp), "--out", str(work / out), "--model", model,
-                              "--mode", mode, "--quiet")  # fmt: skip
+        return C.scorecli_cmd(
+            "score", str(work / inp), "--out", str(work / out), "--model", model, "--mode", mode, "--quiet"
+        )
 
     sizes = sorted(set(args.rows))
     pairs = {}
     for n in sizes:
         C.write_jsonl(work / f"in{n}.jsonl", rows[:n])
-        pairs[n] = (C.Contender(f"scorecli --mode mis, {n} rows", cmd(f"in{n}.jsonl", f"mis{n}.parquet", "mis")),
-                    C.Contender(f"scorecli --mode single, {n} rows", cmd(f"in{n}.jsonl", f"single{n}.parquet", "single")))  # fmt: skip
-    startup = C.Contender("scorecli --mode mis, 1 row (start-up + load)", cmd("one.jsonl", "one.parquet", "mis"), info=True)
+        pairs[n] = (
+            C.Contender(f"scorecli --mode mis, {n} rows", cmd(f"in{n}.jsonl", f"mis{n}.parquet", "mis")),
+            C.Contender(f"scorecli --mode single, {n} rows", cmd(f"in{n}.jsonl", f"single{n}.parquet", "single")),
+        )
+    startup = C.Contender(
+        "scorecli --mode mis, 1 row (start-up + load)", cmd("one.jsonl", "one.parquet", "mis"), info=True
+    )
     contenders = [c for n in sizes for c in pairs[n]] + [startup]
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[startup])
 
@@ -95,10 +100,12 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
         ratio = ratios[n] = single.median_s / mis.median_s
         print(f"#### {n} rows x {args.items} items = {n * args.items:,} items\n")
         C.table([mis, single, startup], single)
-        print(f"**MIS speed-up over single, {n} rows: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); "
-              f"best-of-N ratio {single.min_s / mis.min_s:.2f}x; CPU-time ratio {single.median_cpu / mis.median_cpu:.2f}x; "
-              f"net of the 1-row run (start-up + load): {C.net_ratio(single, startup, mis, startup)}. "
-              f"Max |MIS - single| score difference: {diff:.2e}.\n")
+        print(
+            f"**MIS speed-up over single, {n} rows: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); "
+            f"best-of-N ratio {single.min_s / mis.min_s:.2f}x; CPU-time ratio {single.median_cpu / mis.median_cpu:.2f}x; "
+            f"net of the 1-row run (start-up + load): {C.net_ratio(single, startup, mis, startup)}. "
+            f"Max |MIS - single| score difference: {diff:.2e}.\n"
+        )
     return ratios
 
 

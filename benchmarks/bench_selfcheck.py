@@ -24,12 +24,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from scorecli import Scorer
+    from scorecli.checks.selfcheck import self_check
     from scorecli.config import ScoreConfig
     from scorecli.model.load import load_model
-    from scorecli.checks.selfcheck import self_check
 
-    cfg = ScoreConfig(model=args.model, template=args.template, mode=args.mode, attention=args.attention,
-                      self_check=False)  # fmt: skip
+    cfg = ScoreConfig(
+        model=args.model, template=args.template, mode=args.mode, attention=args.attention, self_check=False
+    )
     loaded = load_model(cfg)
     scorer = Scorer(loaded, cfg)
     self_check(scorer)  # warm-up
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> None:
         error = self_check(scorer)
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    print(f"self-check on {args.model} ({scorer.metadata['mode']}, {scorer.backend_name}): wall median "
-          f"{statistics.median(wall):.3f} s, best {min(wall):.3f} s; CPU median {statistics.median(cpu):.3f} s, best "
-          f"{min(cpu):.3f} s over {args.repeats}; difference {error:.2g}")
+    print(
+        f"self-check on {args.model} ({scorer.metadata['mode']}, {scorer.backend_name}): wall median "
+        f"{statistics.median(wall):.3f} s, best {min(wall):.3f} s; CPU median {statistics.median(cpu):.3f} s, best "
+        f"{min(cpu):.3f} s over {args.repeats}; difference {error:.2g}"
+    )
 
 
 if __name__ == "__main__":

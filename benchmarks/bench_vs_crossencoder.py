@@ -48,10 +48,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-onnx", action="store_true", help="leave out the ONNX Runtime contenders")
-    ap.add_argument("--st-onnx-python", default=os.environ.get("SCORECLI_ST_ONNX_PYTHON") or None, metavar="PATH",
-                    help="interpreter of the ST-ONNX peer environment (benchmarks/make_st_onnx_env.sh; default "
-                         "$SCORECLI_ST_ONNX_PYTHON): the ONNX peers are then sentence-transformers' own "
-                         "backend='onnx' instead of the emulation (ort_crossencoder_job.py)")  # fmt: skip
+    ap.add_argument(
+        "--st-onnx-python",
+        default=os.environ.get("SCORECLI_ST_ONNX_PYTHON") or None,
+        metavar="PATH",
+        help="interpreter of the ST-ONNX peer environment (benchmarks/make_st_onnx_env.sh; default "
+        "$SCORECLI_ST_ONNX_PYTHON): the ONNX peers are then sentence-transformers' own "
+        "backend='onnx' instead of the emulation (ort_crossencoder_job.py)",
+    )
     return ap
 
 
@@ -81,23 +85,60 @@ def main(argv: list[str] | None = None) -> float:
     C.write_jsonl(work / "one.jsonl", rows[:1])
     pair_lens = [len(x) for r in rows for x in tok([r["query"]] * len(r["items"]), r["items"])["input_ids"]]
 
-    a = C.Contender("scorecli score --runtime torch", C.scorecli_cmd(
-        "score", str(work / "in.jsonl"), "--out", str(work / "a.parquet"), "--model", model, "--quiet", "--runtime", "torch"))
-    b = C.Contender("sentence-transformers CrossEncoder.predict", [
-        C.PYTHON, str(C.BENCH_DIR / "st_crossencoder_job.py"), str(work / "in.jsonl"), str(work / "b.parquet"),
-        model, "--batch-size", str(args.batch_size)])
-    a1 = C.Contender("scorecli score, 1 row (start-up + load)", C.scorecli_cmd(
-        "score", str(work / "one.jsonl"), "--out", str(work / "a1.parquet"), "--model", model, "--quiet"), info=True)
-    b1 = C.Contender("CrossEncoder job, 1 row (start-up + load)", [
-        C.PYTHON, str(C.BENCH_DIR / "st_crossencoder_job.py"), str(work / "one.jsonl"), str(work / "b1.parquet"),
-        model, "--batch-size", str(args.batch_size)], info=True)  # fmt: skip
+    a = C.Contender(
+        "scorecli score --runtime torch",
+        C.scorecli_cmd(
+            "score",
+            str(work / "in.jsonl"),
+            "--out",
+            str(work / "a.parquet"),
+            "--model",
+            model,
+            "--quiet",
+            "--runtime",
+            "torch",
+        ),
+    )
+    b = C.Contender(
+        "sentence-transformers CrossEncoder.predict",
+        [
+            C.PYTHON,
+            str(C.BENCH_DIR / "st_crossencoder_job.py"),
+            str(work / "in.jsonl"),
+            str(work / "b.parquet"),
+            model,
+            "--batch-size",
+            str(args.batch_size),
+        ],
+    )
+    a1 = C.Contender(
+        "scorecli score, 1 row (start-up + load)",
+        C.scorecli_cmd(
+            "score", str(work / "one.jsonl"), "--out", str(work / "a1.parquet"), "--model", model, "--quiet"
+        ),
+        info=True,
+    )
+    b1 = C.Contender(
+        "CrossEncoder job, 1 row (start-up + load)",
+        [
+            C.PYTHON,
+            str(C.BENCH_DIR / "st_crossencoder_job.py"),
+            str(work / "one.jsonl"),
+            str(work / "b1.parquet"),
+            model,
+            "--batch-size",
+            str(args.batch_size),
+        ],
+        info=True,
+    )
     contenders, warmup = [a, b, a1, b1], [a1, b1]
     onnx = OnnxSide() if args.no_onnx else onnx_contenders(work, model, args.batch_size, args.st_onnx_python)
     contenders, warmup = contenders + onnx.all, warmup + onnx.warmup
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=warmup)
     diff = C.max_abs_diff(C.read_scores(work / "a.parquet"), C.read_scores(work / "b.parquet"))
-    onnx_diffs = {c.name: C.max_abs_diff(C.read_scores(out), C.read_scores(work / "b.parquet"))
-                  for c, out in onnx.outputs}  # fmt: skip
+    onnx_diffs = {
+        c.name: C.max_abs_diff(C.read_scores(out), C.read_scores(work / "b.parquet")) for c, out in onnx.outputs
+    }
 
     ratio = b.median_s / a.median_s
     cpu_ratio = b.median_cpu / a.median_cpu
@@ -122,10 +163,12 @@ def main(argv: list[str] | None = None) -> float:
     )
     C.commands(contenders)
     C.table(contenders, b)
-    print(f"**scorecli speed-up over CrossEncoder: {ratio:.2f}x** (goal >= 1.25x: "
-          f"{'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; net of each side's 1-row run: {net}. "
-          f"Max |scorecli - CrossEncoder| score difference: {diff:.2e} "
-          f"({'within' if diff <= 1e-4 else 'OUTSIDE'} 1e-4).\n")
+    print(
+        f"**scorecli speed-up over CrossEncoder: {ratio:.2f}x** (goal >= 1.25x: "
+        f"{'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; net of each side's 1-row run: {net}. "
+        f"Max |scorecli - CrossEncoder| score difference: {diff:.2e} "
+        f"({'within' if diff <= 1e-4 else 'OUTSIDE'} 1e-4).\n"
+    )
     if onnx.peers:
         onnx_summary(a, onnx, onnx_diffs)
     if onnx.note:
@@ -140,11 +183,14 @@ def onnx_summary(a, onnx, onnx_diffs: dict) -> None:
     fastest = min(onnx.peers, key=lambda c: c.median_s)
     ratio = peer.median_s / best.median_s
     kind = "" if onnx.real else ", emulated by ort_crossencoder_job.py"
-    print(f"**ONNX: fastest scorecli ({best.name}) over the fastest fp32 ONNX peer ({peer.name}{kind}): "
-          f"{ratio:.2f}x** (issue 21's goal >= 1.25x: {'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio "
-          f"{peer.min_s / best.min_s:.2f}x; CPU-time ratio {peer.median_cpu / best.median_cpu:.2f}x; fastest peer "
-          f"of all: {fastest.name}. Max |score - CrossEncoder (torch)|: "
-          + ", ".join(f"{name} {d:.2e}" for name, d in onnx_diffs.items()) + "\n")
+    print(
+        f"**ONNX: fastest scorecli ({best.name}) over the fastest fp32 ONNX peer ({peer.name}{kind}): "
+        f"{ratio:.2f}x** (issue 21's goal >= 1.25x: {'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio "
+        f"{peer.min_s / best.min_s:.2f}x; CPU-time ratio {peer.median_cpu / best.median_cpu:.2f}x; fastest peer "
+        f"of all: {fastest.name}. Max |score - CrossEncoder (torch)|: "
+        + ", ".join(f"{name} {d:.2e}" for name, d in onnx_diffs.items())
+        + "\n"
+    )
 
 
 @dataclass
@@ -175,14 +221,40 @@ def onnx_contenders(work, model: str, batch_size: int, st_python: str | None) ->
     except ImportError:
         onnxruntime = None
     if onnxruntime is not None:
-        side.scorecli = C.Contender("scorecli score --runtime onnx", C.scorecli_cmd(
-            "score", str(work / "in.jsonl"), "--out", str(work / "ao.parquet"), "--model", model, "--quiet",
-            "--runtime", "onnx", "--cache-dir", str(work / "cache")))  # fmt: skip
+        side.scorecli = C.Contender(
+            "scorecli score --runtime onnx",
+            C.scorecli_cmd(
+                "score",
+                str(work / "in.jsonl"),
+                "--out",
+                str(work / "ao.parquet"),
+                "--model",
+                model,
+                "--quiet",
+                "--runtime",
+                "onnx",
+                "--cache-dir",
+                str(work / "cache"),
+            ),
+        )
         side.outputs.append((side.scorecli, work / "ao.parquet"))
         side.warmup.append(side.scorecli)  # scorecli's export is built in the warm-up
-        side.int8 = C.Contender("scorecli score --runtime onnx-int8 (opt-in, approximate)", C.scorecli_cmd(
-            "score", str(work / "in.jsonl"), "--out", str(work / "ai8.parquet"), "--model", model, "--quiet",
-            "--runtime", "onnx-int8", "--cache-dir", str(work / "cache")))  # fmt: skip
+        side.int8 = C.Contender(
+            "scorecli score --runtime onnx-int8 (opt-in, approximate)",
+            C.scorecli_cmd(
+                "score",
+                str(work / "in.jsonl"),
+                "--out",
+                str(work / "ai8.parquet"),
+                "--model",
+                model,
+                "--quiet",
+                "--runtime",
+                "onnx-int8",
+                "--cache-dir",
+                str(work / "cache"),
+            ),
+        )
         side.outputs.append((side.int8, work / "ai8.parquet"))
         side.warmup.append(side.int8)  # and its int8 quantization
     if st_python:
@@ -191,20 +263,36 @@ def onnx_contenders(work, model: str, batch_size: int, st_python: str | None) ->
         print("(no onnxruntime: the ONNX contenders are left out)")
     else:
         emulated_peers(side, work, model, batch_size)
-        side.note = ("(ONNX peers emulated by ort_crossencoder_job.py; the real sentence-transformers backend=\"onnx\" "
-                     "peers need --st-onnx-python PATH, an interpreter built by benchmarks/make_st_onnx_env.sh.)")  # fmt: skip
+        side.note = (
+            '(ONNX peers emulated by ort_crossencoder_job.py; the real sentence-transformers backend="onnx" '
+            "peers need --st-onnx-python PATH, an interpreter built by benchmarks/make_st_onnx_env.sh.)"
+        )
     return side
 
 
 def emulated_peers(side: OnnxSide, work, model: str, batch_size: int) -> None:
     """ort_crossencoder_job.py on the model's own forward exported once beforehand, fp32 and int8."""
     job = str(C.BENCH_DIR / "ort_crossencoder_job.py")
-    subprocess.run([C.PYTHON, job, "export", model, str(work / "peer.onnx"), "--int8", str(work / "peer8.onnx")],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [C.PYTHON, job, "export", model, str(work / "peer.onnx"), "--int8", str(work / "peer8.onnx")],
+        check=True,
+        capture_output=True,
+    )
     for name, out, f in (("fp32", "o32.parquet", "peer.onnx"), ("int8", "o8.parquet", "peer8.onnx")):
-        peer = C.Contender(f"ONNX peer ({name}, ORT session, batch {batch_size})", [
-            C.PYTHON, job, "score", str(work / "in.jsonl"), str(work / out), model, str(work / f),
-            "--batch-size", str(batch_size)])  # fmt: skip
+        peer = C.Contender(
+            f"ONNX peer ({name}, ORT session, batch {batch_size})",
+            [
+                C.PYTHON,
+                job,
+                "score",
+                str(work / "in.jsonl"),
+                str(work / out),
+                model,
+                str(work / f),
+                "--batch-size",
+                str(batch_size),
+            ],
+        )
         side.peers.append(peer)
         side.outputs.append((peer, work / out))
     side.fp32 = side.peers[:1]
@@ -225,17 +313,35 @@ def st_onnx_peers(side: OnnxSide, work, model: str, batch_size: int, st_python: 
         raise SystemExit(f"--st-onnx-python {st_python}: not an executable (build it: benchmarks/make_st_onnx_env.sh)")
     print(f"  exporting the sentence-transformers ONNX files with {st_python} ...", file=sys.stderr, flush=True)
     st_model = str(work / "model-st-onnx")
-    proc = subprocess.run([st_python, str(C.BENCH_DIR / "st_onnx_export.py"), model, st_model],
-                          capture_output=True, text=True, cwd=C.ROOT, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [st_python, str(C.BENCH_DIR / "st_onnx_export.py"), model, st_model],
+        capture_output=True,
+        text=True,
+        cwd=C.ROOT,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"st_onnx_export.py failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    code = ("import importlib.metadata as m, sys; print(sys.version.split()[0], *(m.version(p) for p in "
-            "('sentence-transformers', 'transformers', 'optimum', 'onnxruntime', 'torch')))")
+    code = (
+        "import importlib.metadata as m, sys; print(sys.version.split()[0], *(m.version(p) for p in "
+        "('sentence-transformers', 'transformers', 'optimum', 'onnxruntime', 'torch')))"
+    )
     versions = subprocess.run([st_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     job = str(C.BENCH_DIR / "st_crossencoder_job.py")
     for label, file_name, out, fp32 in ST_ONNX_FILES:
-        cmd = [st_python, job, str(work / "in.jsonl"), str(work / f"{out}.parquet"), st_model,
-               "--batch-size", str(batch_size), "--backend", "onnx", "--file-name", file_name]  # fmt: skip
+        cmd = [
+            st_python,
+            job,
+            str(work / "in.jsonl"),
+            str(work / f"{out}.parquet"),
+            st_model,
+            "--batch-size",
+            str(batch_size),
+            "--backend",
+            "onnx",
+            "--file-name",
+            file_name,
+        ]
         peer = C.Contender(f"sentence-transformers CrossEncoder, backend=onnx ({label})", cmd)
         side.peers.append(peer)
         side.outputs.append((peer, work / f"{out}.parquet"))
@@ -246,11 +352,12 @@ def st_onnx_peers(side: OnnxSide, work, model: str, batch_size: int, st_python: 
         warm[2:4] = [str(work / "one.jsonl"), str(work / f"{out}-warm.parquet")]
         side.warmup.append(C.Contender(f"{peer.name}, 1-row warm-up", warm))
     side.details.append(
-        f"ONNX peers: sentence-transformers {versions[1]} CrossEncoder(backend=\"onnx\", model_kwargs={{file_name}}) "
+        f'ONNX peers: sentence-transformers {versions[1]} CrossEncoder(backend="onnx", model_kwargs={{file_name}}) '
         f"in a separate env (Python {versions[0]}, transformers {versions[2]}, optimum {versions[3]}, onnxruntime "
         f"{versions[4]}, torch {versions[5]}; `make_st_onnx_env.sh`), files exported once before the rounds, untimed, "
         "by `st_onnx_export.py` (ST's save_pretrained, export_optimized_onnx_model O3, "
-        "export_dynamic_quantized_onnx_model avx2)")
+        "export_dynamic_quantized_onnx_model avx2)"
+    )
 
 
 if __name__ == "__main__":

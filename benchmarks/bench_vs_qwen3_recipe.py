@@ -72,12 +72,28 @@ def main(argv: list[str] | None = None) -> float:
     i_stats = C.token_stats(tok, [" " + i for r in rows for i in r["items"]])
 
     def a_cmd(inp: str, out: str) -> list[str]:
-        return C.scorecli_cmd("score", str(work / inp), "--out", str(work / out), "--model", model,
-                              "--template", "qwen3-reranker", "--quiet")  # fmt: skip
+        return C.scorecli_cmd(
+            "score",
+            str(work / inp),
+            "--out",
+            str(work / out),
+            "--model",
+            model,
+            "--template",
+            "qwen3-reranker",
+            "--quiet",
+        )
 
     def b_cmd(inp: str, out: str) -> list[str]:
-        return [C.PYTHON, str(C.BENCH_DIR / "qwen3_recipe_job.py"), str(work / inp), str(work / out), model,
-                "--batch-size", str(args.batch_size)]  # fmt: skip
+        return [
+            C.PYTHON,
+            str(C.BENCH_DIR / "qwen3_recipe_job.py"),
+            str(work / inp),
+            str(work / out),
+            model,
+            "--batch-size",
+            str(args.batch_size),
+        ]
 
     a = C.Contender("scorecli score --template qwen3-reranker (MIS)", a_cmd("in.jsonl", "a.parquet"))
     b = C.Contender(f"Qwen3-Reranker recipe (transformers, batch {args.batch_size})", b_cmd("in.jsonl", "b.parquet"))
@@ -106,19 +122,30 @@ def main(argv: list[str] | None = None) -> float:
     )
     C.commands(contenders)
     C.table(contenders, b)
-    print(f"**scorecli speed-up over the recipe: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; "
-          f"net of each side's 1-row run: {net}. Max |scorecli - recipe| yes-probability difference: "
-          f"{diff:.2e} ({'within' if diff <= 1e-3 else 'OUTSIDE'} 1e-3). "
-          f"Ceiling at equal FLOP/s (the recipe's model time divided by {work.ratio:.2f}, each side's measured "
-          f"start-up): {work.ceiling(a1.median_s, b.median_s, b1.median_s):.2f}x.\n")
+    print(
+        f"**scorecli speed-up over the recipe: {ratio:.2f}x** (goal >= 3x: {'met' if ratio >= 3 else 'NOT met'}); best-of-N ratio {min_ratio:.2f}x; CPU-time ratio {cpu_ratio:.2f}x; "
+        f"net of each side's 1-row run: {net}. Max |scorecli - recipe| yes-probability difference: "
+        f"{diff:.2e} ({'within' if diff <= 1e-3 else 'OUTSIDE'} 1e-3). "
+        f"Ceiling at equal FLOP/s (the recipe's model time divided by {work.ratio:.2f}, each side's measured "
+        f"start-up): {work.ceiling(a1.median_s, b.median_s, b1.median_s):.2f}x.\n"
+    )
     return ratio
 
 
 class Work:
     """Linear-layer FLOPs of the two contenders' forward passes over this data."""
 
-    def __init__(self, body: float, head: float, recipe_tokens: int, mis_tokens: int, read_rows: int, mlp: float,
-                 layers: int, shared: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        body: float,
+        head: float,
+        recipe_tokens: int,
+        mis_tokens: int,
+        read_rows: int,
+        mlp: float,
+        layers: int,
+        shared: int = 0,
+    ):
         self.body, self.head = body, head  # FLOPs per token: decoder layers; the LM head
         self.recipe_tokens, self.mis_tokens = recipe_tokens, mis_tokens
         self.recipe = recipe_tokens * (body + head)  # the recipe computes logits at every position
@@ -128,12 +155,14 @@ class Work:
         self.ratio = self.recipe / self.mis
 
     def describe(self) -> str:
-        return (f"forward work (linear layers, 2 FLOPs per multiply-add): the recipe {self.recipe_tokens:,} padded "
-                f"tokens x ({self.body / 1e6:.1f} MFLOP in the {self.layers} layers + {self.head / 1e6:.1f} MFLOP "
-                f"of LM head) = {self.recipe / 1e12:.2f} TFLOP; scorecli {self.mis_tokens:,} MIS tokens (the "
-                f"{self.shared}-token shared prompt counted once) x "
-                f"{self.body / 1e6:.1f} MFLOP, less the last layer's MLP away from the item ends = "
-                f"{self.mis / 1e12:.2f} TFLOP: the recipe does {self.ratio:.2f}x the work (attention excluded)")
+        return (
+            f"forward work (linear layers, 2 FLOPs per multiply-add): the recipe {self.recipe_tokens:,} padded "
+            f"tokens x ({self.body / 1e6:.1f} MFLOP in the {self.layers} layers + {self.head / 1e6:.1f} MFLOP "
+            f"of LM head) = {self.recipe / 1e12:.2f} TFLOP; scorecli {self.mis_tokens:,} MIS tokens (the "
+            f"{self.shared}-token shared prompt counted once) x "
+            f"{self.body / 1e6:.1f} MFLOP, less the last layer's MLP away from the item ends = "
+            f"{self.mis / 1e12:.2f} TFLOP: the recipe does {self.ratio:.2f}x the work (attention excluded)"
+        )
 
     def ceiling(self, a1: float, b: float, b1: float) -> float:
         """Whole-process speed-up if scorecli ran its FLOPs exactly as fast as the recipe runs its own."""
@@ -154,21 +183,32 @@ def forward_work(model: str, data, rows: list[dict], batch_size: int) -> Work:
     read_rows = sum(len(s.item_lens) for s in prepared.seqs)
     _, process_inputs, _ = job.load_recipe(model)
     pairs = [job.format_instruction(r.get("instruction"), r["query"], d) for r in rows for d in r["items"]]
-    recipe_tokens = sum(process_inputs(pairs[i : i + batch_size])["input_ids"].numel()
-                        for i in range(0, len(pairs), batch_size))  # fmt: skip
+    recipe_tokens = sum(
+        process_inputs(pairs[i : i + batch_size])["input_ids"].numel() for i in range(0, len(pairs), batch_size)
+    )
     c = AutoConfig.from_pretrained(model)
     h, heads, kv = c.hidden_size, c.num_attention_heads, c.num_key_value_heads
     d = getattr(c, "head_dim", None) or h // heads
     mlp = 3 * h * c.intermediate_size
     per_layer = 2 * h * heads * d + 2 * h * kv * d + mlp  # q and o, k and v, gate/up/down
-    return Work(2 * per_layer * c.num_hidden_layers, 2 * h * c.vocab_size, recipe_tokens, mis_tokens, read_rows,
-                2 * mlp, c.num_hidden_layers, shared)  # fmt: skip
+    return Work(
+        2 * per_layer * c.num_hidden_layers,
+        2 * h * c.vocab_size,
+        recipe_tokens,
+        mis_tokens,
+        read_rows,
+        2 * mlp,
+        c.num_hidden_layers,
+        shared,
+    )
 
 
 def _template_tokens(tok) -> int:
-    from scorecli.core.templates import QWEN3_ITEM, QWEN3_PREFIX, DEFAULT_INSTRUCTION
+    from scorecli.core.templates import DEFAULT_INSTRUCTION, QWEN3_ITEM, QWEN3_PREFIX
 
-    text = QWEN3_PREFIX.replace("{instruction}", DEFAULT_INSTRUCTION).replace("{query}", "") + QWEN3_ITEM.replace("{item}", "")
+    text = QWEN3_PREFIX.replace("{instruction}", DEFAULT_INSTRUCTION).replace("{query}", "") + QWEN3_ITEM.replace(
+        "{item}", ""
+    )
     return len(tok(text, add_special_tokens=False)["input_ids"])
 
 

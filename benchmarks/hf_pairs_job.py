@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 
+import _common as C
 import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-import _common as C
 
 
 def main() -> None:
@@ -35,8 +34,13 @@ def main() -> None:
     rows = C.read_jsonl(args.input)[: args.limit]
     tok = AutoTokenizer.from_pretrained(args.model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForSequenceClassification.from_pretrained(
-        args.model, dtype=getattr(torch, args.dtype), attn_implementation=args.attn).to(device).eval()  # fmt: skip
+    model = (
+        AutoModelForSequenceClassification.from_pretrained(
+            args.model, dtype=getattr(torch, args.dtype), attn_implementation=args.attn
+        )
+        .to(device)
+        .eval()
+    )
     queries = tok([r["query"] for r in rows], add_special_tokens=False)["input_ids"]
     items = tok([i for r in rows for i in r["items"]], add_special_tokens=False)["input_ids"]
     pairs, k = [], 0

@@ -27,8 +27,16 @@ def export(model_dir: str, out: str, int8: str | None) -> None:
     args = tuple(torch.ones(2, 8, dtype=torch.long) for _ in names)
     axes = {k: {0: "batch", 1: "length"} for k in names} | {"logits": {0: "batch"}}
     with torch.no_grad():
-        torch.onnx.export(model, args, out, input_names=names, output_names=["logits"], dynamic_axes=axes,
-                          opset_version=17, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            model,
+            args,
+            out,
+            input_names=names,
+            output_names=["logits"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
     if int8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -50,8 +58,9 @@ def score(args) -> None:
     scores = np.zeros(len(pairs), dtype=np.float32)
     for start in range(0, len(pairs), args.batch_size):
         idx = order[start : start + args.batch_size]
-        enc = tok([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True, truncation=True,
-                  return_tensors="np")  # fmt: skip
+        enc = tok(
+            [pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True, truncation=True, return_tensors="np"
+        )
         feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
         scores[idx] = session.run(["logits"], feeds)[0][:, 0]
     C.write_row_scores(rows, scores, args.output)

@@ -52,8 +52,9 @@ def fresh(code: str, repeats: int = 3) -> float:
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
-        subprocess.run([C.PYTHON, "-c", code], check=True, cwd=C.ROOT, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [C.PYTHON, "-c", code], check=True, cwd=C.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         runs.append(time.perf_counter() - start)
     return sorted(runs)[len(runs) // 2]
 
@@ -65,13 +66,21 @@ def startup(model: str | None = None, extra: str = "") -> None:
     rows = [
         ("python -c pass", "pass"),
         ("import torch", "import torch"),
-        ("import torch, transformers (+ AutoModel classes)", "import torch, transformers; from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification"),
+        (
+            "import torch, transformers (+ AutoModel classes)",
+            "import torch, transformers; from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification",
+        ),
         ("import scorecli.cli (what `scorecli --help` pays)", "import scorecli.cli"),
         ("import scorecli.scorer (torch, transformers, pyarrow, rich)", "import scorecli.scorer, scorecli.engine.run"),
         ("import sentence_transformers", "import sentence_transformers"),
     ]
     if model:
-        rows.append(("scorecli.Scorer(model) (imports + load)", f"from scorecli.scorer import Scorer; from scorecli.config import ScoreConfig; Scorer({model!r}, ScoreConfig(model={model!r}{extra}))"))
+        rows.append(
+            (
+                "scorecli.Scorer(model) (imports + load)",
+                f"from scorecli.scorer import Scorer; from scorecli.config import ScoreConfig; Scorer({model!r}, ScoreConfig(model={model!r}{extra}))",
+            )
+        )
     for name, code in rows:
         print(f"| {name} | {fresh(code):.2f} |")
     print()
@@ -129,9 +138,11 @@ def profile_scorecli(model: str, data: Path, out: Path, label: str, op_table: bo
         T["  rest of the model (linear, norms, RoPE, head)"] = (
             T["model passes (run)"] - T["  mask + padding (backend.plan)"] - T["  attention (backend.attend)"]
         )
-    print(f"\n{label}: {len(prepared.seqs)} sequences in {len(prepared.batches)} batches, "
-          f"{sum(lengths):,} tokens, {padded:,} padded tokens (x{padded / max(sum(lengths), 1):.2f}); "
-          f"longest sequence {max(lengths)}")
+    print(
+        f"\n{label}: {len(prepared.seqs)} sequences in {len(prepared.batches)} batches, "
+        f"{sum(lengths):,} tokens, {padded:,} padded tokens (x{padded / max(sum(lengths), 1):.2f}); "
+        f"longest sequence {max(lengths)}"
+    )
     report(f"{label}: phases in one process (after imports)")
     if prof:
         ops(prof, f"{label}: top torch ops inside `run` (self CPU time)")
@@ -145,7 +156,9 @@ def ops(prof, title: str, top: int = 10) -> None:
     print("| op | calls | self CPU s | share |")
     print("|---|---:|---:|---:|")
     for e in events[:top]:
-        print(f"| {e.key} | {e.count} | {e.self_cpu_time_total / 1e6:.2f} | {100 * e.self_cpu_time_total / total:.0f}% |")
+        print(
+            f"| {e.key} | {e.count} | {e.self_cpu_time_total / 1e6:.2f} | {100 * e.self_cpu_time_total / total:.0f}% |"
+        )
     print()
 
 
@@ -183,8 +196,10 @@ def profile_recipe(model: str, rows: list[dict], batch_size: int) -> None:
     T["  other (output allocation, masks)"] = (
         T["model passes"] - T["  decoder body (model.model)"] - T["  lm_head over every position"]
     )
-    print(f"\nrecipe: {len(pairs)} sequences in batches of {batch_size}, {real:,} tokens, "
-          f"{padded:,} padded tokens (x{padded / real:.2f})")
+    print(
+        f"\nrecipe: {len(pairs)} sequences in batches of {batch_size}, {real:,} tokens, "
+        f"{padded:,} padded tokens (x{padded / real:.2f})"
+    )
     report("recipe: phases in one process (after imports)")
 
 
@@ -209,10 +224,14 @@ def profile_st(model: str, rows: list[dict], batch_size: int) -> None:
     # the padding it pays: char-length sort, batches of `batch_size`, padded to each batch's longest
     lens = [len(x) for x in ce.tokenizer([p[0] for p in pairs], [p[1] for p in pairs])["input_ids"]]
     order = sorted(range(len(pairs)), key=lambda k: -(len(pairs[k][0]) + len(pairs[k][1])))
-    padded = sum(len(order[s : s + batch_size]) * max(lens[k] for k in order[s : s + batch_size])
-                 for s in range(0, len(order), batch_size))  # fmt: skip
-    print(f"\nCrossEncoder: {len(pairs)} pairs in batches of {batch_size}, {sum(lens):,} tokens, "
-          f"{padded:,} padded tokens (x{padded / sum(lens):.2f})")
+    padded = sum(
+        len(order[s : s + batch_size]) * max(lens[k] for k in order[s : s + batch_size])
+        for s in range(0, len(order), batch_size)
+    )
+    print(
+        f"\nCrossEncoder: {len(pairs)} pairs in batches of {batch_size}, {sum(lens):,} tokens, "
+        f"{padded:,} padded tokens (x{padded / sum(lens):.2f})"
+    )
     report("CrossEncoder.predict: phases in one process (after imports)")
     ops(prof, "CrossEncoder.predict: top torch ops (self CPU time)")
 
@@ -238,8 +257,9 @@ def main() -> None:
         model, rows = bench.build(bargs)
         C.write_jsonl(work / "in.jsonl", rows)
         startup(model, ", template='qwen3-reranker'")
-        profile_scorecli(model, work / "in.jsonl", work / "a.parquet", "scorecli MIS", not args.no_ops,
-                         template="qwen3-reranker")  # fmt: skip
+        profile_scorecli(
+            model, work / "in.jsonl", work / "a.parquet", "scorecli MIS", not args.no_ops, template="qwen3-reranker"
+        )
         profile_recipe(model, rows, bargs.batch_size)
     elif args.workload == "crossencoder":
         import bench_vs_crossencoder as bench
@@ -257,9 +277,12 @@ def main() -> None:
         model, rows = bench.build(bargs, work)
         C.write_jsonl(work / "in.jsonl", rows)
         startup(model)
-        profile_scorecli(model, work / "in.jsonl", work / "a.parquet", "scorecli --mode mis", not args.no_ops, mode="mis")
-        profile_scorecli(model, work / "in.jsonl", work / "b.parquet", "scorecli --mode single", not args.no_ops,
-                         mode="single")  # fmt: skip
+        profile_scorecli(
+            model, work / "in.jsonl", work / "a.parquet", "scorecli --mode mis", not args.no_ops, mode="mis"
+        )
+        profile_scorecli(
+            model, work / "in.jsonl", work / "b.parquet", "scorecli --mode single", not args.no_ops, mode="single"
+        )
 
 
 if __name__ == "__main__":

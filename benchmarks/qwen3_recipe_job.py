@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import argparse
 
+import _common as C
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
-import _common as C
 
 
 def format_instruction(instruction, query, doc):
     if instruction is None:
         instruction = "Given a web search query, retrieve relevant passages that answer the query"
-    output = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}".format(
-        instruction=instruction, query=query, doc=doc
-    )
+    output = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
     return output
 
 
@@ -51,9 +48,12 @@ def load_recipe(model_path: str):
 
     def process_inputs(pairs):
         inputs = tokenizer(
-            pairs, padding=False, truncation="longest_first",
-            return_attention_mask=False, max_length=max_length - len(prefix_tokens) - len(suffix_tokens),
-        )  # fmt: skip
+            pairs,
+            padding=False,
+            truncation="longest_first",
+            return_attention_mask=False,
+            max_length=max_length - len(prefix_tokens) - len(suffix_tokens),
+        )
         for i, ele in enumerate(inputs["input_ids"]):
             inputs["input_ids"][i] = prefix_tokens + ele + suffix_tokens
         inputs = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
@@ -90,6 +90,7 @@ def main() -> None:
         inputs = process_inputs(pairs[start : start + args.batch_size])
         scores.extend(compute_logits(inputs))
     C.write_row_scores(rows, scores, args.output)
+
 
 if __name__ == "__main__":
     main()

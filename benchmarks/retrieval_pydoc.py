@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 
 def topics() -> tuple[list[str], list[str]]:
@@ -52,20 +51,30 @@ def main(argv: list[str] | None = None) -> float:
         rows.append({"id": k, "query": title, "items": [bodies[j] for j in order]})
         own.append(int(np.flatnonzero(order == k)[0]))
     C.write_jsonl(work / "in.jsonl", rows)
-    run = C.run_process(C.scorecli_cmd("score", str(work / "in.jsonl"), "--out", str(work / "out.parquet"),
-                                       "--model", model, "--quiet"), log=work / "stderr.log")  # fmt: skip
+    run = C.run_process(
+        C.scorecli_cmd(
+            "score", str(work / "in.jsonl"), "--out", str(work / "out.parquet"), "--model", model, "--quiet"
+        ),
+        log=work / "stderr.log",
+    )
     scores = pq.read_table(work / "out.parquet").column("score").to_pylist()
     ranks = [1 + int(np.sum(np.array(s) > s[k])) for k, s in zip(own, scores)]
     mrr = float(np.mean([1 / r for r in ranks]))
     n = args.candidates
     random_mrr = float(np.sum(1 / np.arange(1, n + 1)) / n)
-    C.header("Known-item retrieval over Python's documentation topics (`retrieval_pydoc.py`)", [
-        f"model: {model}", f"{len(titles)} queries (topic titles) x {n} candidate documents each (its own topic's "
-        f"text and {n - 1} others, seed {args.seed}; cut at the model's maximum length); one scorecli run, "
-        f"{run.seconds:.1f} s",
-    ])  # fmt: skip
-    print(f"**MRR {mrr:.3f}** (random ranking: {random_mrr:.3f}); own document first for {ranks.count(1)} of "
-          f"{len(ranks)} queries, in the top 5 for {sum(r <= 5 for r in ranks)}.\n")
+    C.header(
+        "Known-item retrieval over Python's documentation topics (`retrieval_pydoc.py`)",
+        [
+            f"model: {model}",
+            f"{len(titles)} queries (topic titles) x {n} candidate documents each (its own topic's "
+            f"text and {n - 1} others, seed {args.seed}; cut at the model's maximum length); one scorecli run, "
+            f"{run.seconds:.1f} s",
+        ],
+    )
+    print(
+        f"**MRR {mrr:.3f}** (random ranking: {random_mrr:.3f}); own document first for {ranks.count(1)} of "
+        f"{len(ranks)} queries, in the top 5 for {sum(r <= 5 for r in ranks)}.\n"
+    )
     return mrr
 
 

@@ -50,7 +50,9 @@ def main() -> int:
         print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        print(f"== {name}: exit {proc.returncode} after {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"== {name}: exit {proc.returncode} after {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True
+        )
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
         sections.append(proc.stdout)

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 
+import _common as C
 import torch
 from sentence_transformers import CrossEncoder
-
-import _common as C
 
 
 def main() -> None:
@@ -31,8 +30,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--backend", default="torch", choices=["torch", "onnx"])
     ap.add_argument("--file-name", default=None, help="the ONNX file under MODEL (backend onnx)")
-    ap.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
-                    help="the model's dtype (torch backend; default: as saved)")
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        choices=["bfloat16", "float16", "float32"],
+        help="the model's dtype (torch backend; default: as saved)",
+    )
     args = ap.parse_args()
 
     rows = C.read_jsonl(args.input)
@@ -44,6 +47,7 @@ def main() -> None:
     model = CrossEncoder(args.model, activation_fn=torch.nn.Identity(), backend=args.backend, model_kwargs=kwargs)
     scores = model.predict(pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True)
     C.write_row_scores(rows, scores, args.output)
+
 
 if __name__ == "__main__":
     main()

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 
+import _common as C
 import torch
 from sentence_transformers import SentenceTransformer
-
-import _common as C
 
 
 def main() -> None:

@@ -24,8 +24,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--mode", default="auto", help="scorecli --mode (mis workload: mis or single)")
     ap.add_argument("--scorecli-flags", default="", help="extra flags for every scorecli run, e.g. '--dtype bfloat16'")
-    ap.add_argument("--with-competitor", action="store_true",
-                    help="also run the benchmark's competitor (CrossEncoder job / Qwen3 recipe) as the baseline")
+    ap.add_argument(
+        "--with-competitor",
+        action="store_true",
+        help="also run the benchmark's competitor (CrossEncoder job / Qwen3 recipe) as the baseline",
+    )
     args, rest = ap.parse_known_args()
     work = C.workdir(f"sweep-{args.workload}")
     flags = ["--mode", args.mode, *args.scorecli_flags.split()]
@@ -46,21 +49,38 @@ def main() -> None:
     competitor = None
     if args.with_competitor and args.workload in ("crossencoder", "qwen3"):
         job = "st_crossencoder_job.py" if args.workload == "crossencoder" else "qwen3_recipe_job.py"
-        name = "sentence-transformers CrossEncoder job" if args.workload == "crossencoder" else "Qwen3-Reranker recipe job"
-        competitor = C.Contender(name, [C.PYTHON, str(C.BENCH_DIR / job), str(work / "in.jsonl"),
-                                        str(work / "competitor.parquet"), model])
+        name = (
+            "sentence-transformers CrossEncoder job" if args.workload == "crossencoder" else "Qwen3-Reranker recipe job"
+        )
+        competitor = C.Contender(
+            name, [C.PYTHON, str(C.BENCH_DIR / job), str(work / "in.jsonl"), str(work / "competitor.parquet"), model]
+        )
     budgets = [int(b) for b in args.budgets.split(",")]
     contenders = [
-        C.Contender(f"--max-batch-tokens {b}", C.scorecli_cmd(
-            "score", str(work / "in.jsonl"), "--out", str(work / f"out{b}.parquet"), "--model", model, *flags,
-            "--max-batch-tokens", str(b), "--quiet"))
+        C.Contender(
+            f"--max-batch-tokens {b}",
+            C.scorecli_cmd(
+                "score",
+                str(work / "in.jsonl"),
+                "--out",
+                str(work / f"out{b}.parquet"),
+                "--model",
+                model,
+                *flags,
+                "--max-batch-tokens",
+                str(b),
+                "--quiet",
+            ),
+        )
         for b in budgets
-    ]  # fmt: skip
+    ]
     if competitor:
         contenders.append(competitor)
     C.alternate(contenders, args.repeats, work / "stderr.log", warmup=[])
-    C.header(f"Sweep of --max-batch-tokens on the {args.workload} workload (`sweep_batch_tokens.py`)",
-             [f"scorecli flags: {' '.join(flags)}; {args.repeats} alternating rounds; whole processes"])
+    C.header(
+        f"Sweep of --max-batch-tokens on the {args.workload} workload (`sweep_batch_tokens.py`)",
+        [f"scorecli flags: {' '.join(flags)}; {args.repeats} alternating rounds; whole processes"],
+    )
     C.commands(contenders[:1] + ([competitor] if competitor else []))
     C.table(contenders, competitor or contenders[0])
     ref_name = "competitor.parquet" if competitor else f"out{budgets[0]}.parquet"

@@ -50,8 +50,9 @@ class BenchResult:
     flop_fraction: float | None
 
 
-def check_arguments(attentions: tuple[str, ...], modes: tuple[str, ...], peak_tflops: float | None,
-                    json_out: str | None) -> None:  # fmt: skip
+def check_arguments(
+    attentions: tuple[str, ...], modes: tuple[str, ...], peak_tflops: float | None, json_out: str | None
+) -> None:
     """UsageError for an argument that would fail the benchmark after its work: an unknown
     backend or mode, a peak that is not a positive number, a --json path that cannot be written."""
     for name in attentions:
@@ -70,10 +71,16 @@ def synthetic_rows(work: Workload, vocab: int) -> list[RawRow]:
     rng = np.random.default_rng(work.seed)
     low, high = min(100, vocab // 4), vocab
     return [
-        RawRow({"id": r, "query_ids": rng.integers(low, high, work.query_tokens).tolist(),
-                "item_ids": rng.integers(low, high, (work.items, work.item_tokens)).tolist()}, f"bench row {r}")
+        RawRow(
+            {
+                "id": r,
+                "query_ids": rng.integers(low, high, work.query_tokens).tolist(),
+                "item_ids": rng.integers(low, high, (work.items, work.item_tokens)).tolist(),
+            },
+            f"bench row {r}",
+        )
         for r in range(work.rows)
-    ]  # fmt: skip
+    ]
 
 
 # words most vocabularies hold as one token each (WordPiece and byte-level BPE alike)
@@ -89,14 +96,22 @@ def text_rows(work: Workload, tokenizer) -> list[RawRow]:
     def text(n: int) -> str:
         return " ".join(rng.choice(words, n))
 
-    rows = [{"query": text(work.query_tokens), "items": [text(work.item_tokens) for _ in range(work.items)]}
-            for _ in range(work.rows)]  # fmt: skip
+    rows = [
+        {"query": text(work.query_tokens), "items": [text(work.item_tokens) for _ in range(work.items)]}
+        for _ in range(work.rows)
+    ]
     return [RawRow({"id": r, **row}, f"bench row {r}") for r, row in enumerate(rows)]
 
 
 def run_bench(
-    cfg: ScoreConfig, work: Workload, attentions: list[str], modes: list[str] | None, repeats: int,
-    peak_tflops: float | None, note: Callable[[str], None] | None = None, console: Console | None = None,
+    cfg: ScoreConfig,
+    work: Workload,
+    attentions: list[str],
+    modes: list[str] | None,
+    repeats: int,
+    peak_tflops: float | None,
+    note: Callable[[str], None] | None = None,
+    console: Console | None = None,
 ) -> list[BenchResult]:
     """Time every (attention, mode) pair on the same rows; the model loads once. `modes` None:
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
@@ -121,8 +136,10 @@ def run_bench(
         for attention in attentions:
             auto = Scorer(loaded, replace(cfg, attention=attention))
             if modes is None and not auto.spec.mis and note is not None and not results:
-                note("single-item mode only: " + (auto.spec.single_reason or f"a {auto.spec.kind} model scores each "
-                                                  "item in a sequence of its own"))  # fmt: skip
+                note(
+                    "single-item mode only: "
+                    + (auto.spec.single_reason or f"a {auto.spec.kind} model scores each item in a sequence of its own")
+                )
             for mode in modes or (["mis", "single"] if auto.spec.mis else ["single"]):
                 same = mode == ("mis" if auto.spec.mis else "single")
                 scorer = auto if same else Scorer(loaded, replace(cfg, attention=attention, mode=mode))
@@ -132,8 +149,11 @@ def run_bench(
                 seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device, advance)
                 flops = 2.0 * params * tokens / seconds
                 fraction = flops / (peak * 1e12) if peak else None
-                results.append(BenchResult(scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds,
-                                           tokens, fraction))  # fmt: skip
+                results.append(
+                    BenchResult(
+                        scorer.backend_name, mode, seconds, n_items / seconds, tokens / seconds, tokens, fraction
+                    )
+                )
     return results
 
 
@@ -143,14 +163,21 @@ def _advance(progress: Progress, task: int, items: int, tokens: int) -> None:
 
 def bench_progress(console: Console | None) -> Progress:
     """One line per measurement: items of its warm-up and timed passes (live on a terminal only)."""
-    columns = (TextColumn("bench {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("items"),
-               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("bench {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("items"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     live = console is not None and console.is_terminal
     return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
 
 
-def time_scorer(scorer, rows: list[RawRow], repeats: int, device: torch.device,
-                on_batch: Callable[[int, int], None] | None = None) -> tuple[float, int]:  # fmt: skip
+def time_scorer(
+    scorer, rows: list[RawRow], repeats: int, device: torch.device, on_batch: Callable[[int, int], None] | None = None
+) -> tuple[float, int]:
     """Median seconds of `repeats` timed passes over `rows` after one warm-up, and the tokens run;
     `on_batch(items, tokens)` after each batch (progress)."""
     table = scorer.run(scorer.prepare(rows), on_batch)  # warm-up: kernels, JIT, allocator
@@ -189,8 +216,13 @@ def device_peak_tflops(device: torch.device) -> float | None:
 
 
 def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device: str) -> dict:
-    return {"workload": asdict(work), "model": cfg.model, "dtype": cfg.dtype, "device": device,
-            "results": [asdict(r) for r in results]}  # fmt: skip
+    return {
+        "workload": asdict(work),
+        "model": cfg.model,
+        "dtype": cfg.dtype,
+        "device": device,
+        "results": [asdict(r) for r in results],
+    }
 
 
 def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None, device: str) -> None:
@@ -199,8 +231,10 @@ def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_ou
 
     from rich.table import Table
 
-    table = Table(title=f"scorecli bench: {work.rows} rows x {work.items} items, query {work.query_tokens} + item "
-                        f"{work.item_tokens} tokens")  # fmt: skip
+    table = Table(
+        title=f"scorecli bench: {work.rows} rows x {work.items} items, query {work.query_tokens} + item "
+        f"{work.item_tokens} tokens"
+    )
     for col in ("attention", "mode", "seconds", "items/s", "tokens/s", "FLOP fraction"):
         table.add_column(col, justify="right")
     for r in results:

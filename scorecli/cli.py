@@ -41,8 +41,15 @@ app = typer.Typer(
 err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # `score` flags passed to ScoreConfig as they are (the rest are converted in `score`)
-_SAME_NAMES = {f.name for f in fields(ScoreConfig)} - {"model", "template", "label_tokens", "label_token_ids",
-                                                       "activation", "window_rows", "window_seconds"}  # fmt: skip
+_SAME_NAMES = {f.name for f in fields(ScoreConfig)} - {
+    "model",
+    "template",
+    "label_tokens",
+    "label_token_ids",
+    "activation",
+    "window_rows",
+    "window_seconds",
+}
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -158,12 +165,29 @@ def score(
             from scorecli.engine.ray import run_score_ray
 
             preflight(cfg, paths, iter(()))  # the driver reads the inputs itself
-            run_score_ray(cfg, paths, target, address=ray_address, num_workers=num_workers, console=console,
-                          checkpoint=checkpoint, started=_STARTED[-1] if _STARTED else None)  # fmt: skip
+            run_score_ray(
+                cfg,
+                paths,
+                target,
+                address=ray_address,
+                num_workers=num_workers,
+                console=console,
+                checkpoint=checkpoint,
+                started=_STARTED[-1] if _STARTED else None,
+            )
             return
         rows = preflight(cfg, paths, open_rows(cfg, paths, stdin=None, checkpoint=checkpoint))
-        run_score(cfg, paths, target, total_rows=count_rows(paths), console=console, stdin=None, rows=rows,
-                  checkpoint=checkpoint, started=_STARTED[-1] if _STARTED else None)  # fmt: skip
+        run_score(
+            cfg,
+            paths,
+            target,
+            total_rows=count_rows(paths),
+            console=console,
+            stdin=None,
+            rows=rows,
+            checkpoint=checkpoint,
+            started=_STARTED[-1] if _STARTED else None,
+        )
     from scorecli import timings
 
     timings.mark("done")
@@ -301,12 +325,26 @@ def bench(
     check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
     _check_cache_and_runtime(cache_dir)
     model_path, _ = _resolve_model(model)
-    cfg = ScoreConfig(model=model_path, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
-                      label_tokens=_csv(label_tokens), cache_dir=cache_dir)  # fmt: skip
+    cfg = ScoreConfig(
+        model=model_path,
+        device=device,
+        dtype=dtype,
+        max_batch_tokens=max_batch_tokens,
+        label_tokens=_csv(label_tokens),
+        cache_dir=cache_dir,
+    )
     _quiet_transformers()
     work = Workload(rows, items, query_tokens, item_tokens)
-    results = run_bench(cfg, work, list(_csv(attention)), list(_csv(modes)) if modes else None, repeats, peak_tflops,
-                        note=lambda line: typer.echo(f"scorecli bench: {line}", err=True), console=err)  # fmt: skip
+    results = run_bench(
+        cfg,
+        work,
+        list(_csv(attention)),
+        list(_csv(modes)) if modes else None,
+        repeats,
+        peak_tflops,
+        note=lambda line: typer.echo(f"scorecli bench: {line}", err=True),
+        console=err,
+    )
     report(results, work, cfg, json_out, _device_name(device) if json_out else "")
 
 
@@ -349,7 +387,7 @@ def main() -> None:
         _fail(exc.format_message(), 2)
     except typer.Abort:
         _interrupted()
-    except Exception as exc:  # anything unexpected: one line, exit 1
+    except Exception as exc:  # noqa: BLE001 - anything unexpected: one line, exit 1
         _fail(error_line(exc), 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
     # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.

@@ -70,7 +70,9 @@ class ScoreConfig:
     chunk_tokens: int | None = None  # README: Ranking and long documents: score items longer than this in chunks
     chunk_overlap: int = 0
     chunk_aggregate: str = "max"
-    similarity: str | None = None  # README: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
+    similarity: str | None = (
+        None  # README: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
+    )
     query_prompt: str | None = None  # a prompt name of the model, or literal text; None: the model's default
     item_prompt: str | None = None
     trust_remote_code: bool = False
@@ -89,8 +91,10 @@ class ScoreConfig:
         check_choice("--runtime", self.runtime, RUNTIMES)
         check_choice("--compile", self.compile, COMPILES)
         if self.runtime in RUNTIMES[1:] and runtime_info(self.runtime).approximate and not self.self_check:
-            raise UsageError("--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
-                             "scores drift from the model's own forward: drop --no-self-check")  # fmt: skip
+            raise UsageError(
+                "--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
+                "scores drift from the model's own forward: drop --no-self-check"
+            )
         check_choice("--dtype", self.dtype, DTYPES)
         check_choice("--pooling", self.pooling, POOLINGS, optional=True)
         check_choice("--truncate", self.truncate, TRUNCATES)
@@ -112,8 +116,10 @@ class ScoreConfig:
         if (self.chunk_overlap or self.chunk_aggregate != "max") and self.chunk_tokens is None:
             raise UsageError("--chunk-overlap and --chunk-aggregate need --chunk-tokens")
         if self.chunk_tokens is not None and not 0 <= self.chunk_overlap < self.chunk_tokens:
-            raise UsageError(f"--chunk-overlap must be at least 0 and less than --chunk-tokens {self.chunk_tokens}, "
-                             f"got {self.chunk_overlap}")  # fmt: skip
+            raise UsageError(
+                f"--chunk-overlap must be at least 0 and less than --chunk-tokens {self.chunk_tokens}, "
+                f"got {self.chunk_overlap}"
+            )
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
         if self.window_seconds is not None and not self.window_seconds > 0:

@@ -133,8 +133,15 @@ class Command(TyperCommand):
             parts.append(Padding(paragraphs(self.help), (1, 1, 1, 1)))
         for name in panel_names(params):
             chosen = [p for p in params if panel_of(p) == name]
-            parts.append(Panel(options_table(chosen, flag_width), title=name, title_align="left", box=box.ROUNDED,
-                               border_style="dim"))  # fmt: skip
+            parts.append(
+                Panel(
+                    options_table(chosen, flag_width),
+                    title=name,
+                    title_align="left",
+                    box=box.ROUNDED,
+                    border_style="dim",
+                )
+            )
         _print([*parts, *_epilog(self.epilog)], console)
 
 

@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 
-def describe(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
-             mis_line: bool = True, name: str | None = None) -> list[str]:  # fmt: skip
+def describe(
+    model: str,
+    label_tokens: tuple[str, ...] | None,
+    trust_remote_code: bool,
+    cache_dir: str | None = None,
+    mis_line: bool = True,
+    name: str | None = None,
+) -> list[str]:
     """Lines describing the model: kind, architecture, labels, sizes, MIS, label tokens. The
     checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
@@ -85,8 +91,13 @@ def _embedding_lines(model: str, path: str, config) -> tuple[list[str], int | No
     after = [f"Dense -> {s.weight.shape[0]}" if not isinstance(s, str) else "Normalize" for s in modules.steps]
     prompts = ", ".join(f"{name}: {text!r}" for name, text in modules.prompts.items()) or "none"
     excluded = not modules.include_prompt and modules.message is None  # a chat message's prompt is pooled
-    text = "plain text, after its prompt" if modules.message is None else (
-        f"chat messages ({modules.message.format} format) through the chat template, the prompt as a system message")
+    text = (
+        "plain text, after its prompt"
+        if modules.message is None
+        else (
+            f"chat messages ({modules.message.format} format) through the chat template, the prompt as a system message"
+        )
+    )
     return [
         f"text:           {text}",
         f"pooling:        {' + '.join(modules.pooling)}{' (prompt excluded)' if excluded else ''}"
@@ -122,20 +133,33 @@ def _skeleton(config, trust_remote_code: bool):
         return AutoModel.from_config(config, trust_remote_code=trust_remote_code)
 
 
-def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: bool, cache_dir: str | None = None,
-          device: str = "auto", dtype: str = "auto", attention: str = "auto") -> tuple[list[str], bool]:  # fmt: skip
+def check(
+    model: str,
+    label_tokens: tuple[str, ...] | None,
+    trust_remote_code: bool,
+    cache_dir: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    attention: str = "auto",
+) -> tuple[list[str], bool]:
     """Load the weights and run the start-up self-check (`scorecli.checks.selfcheck`) in every mode
     the model supports. Returns (lines, whether every mode passed)."""
     import dataclasses
 
+    from scorecli.checks.selfcheck import SelfCheckError
     from scorecli.config import ScoreConfig
+    from scorecli.kinds.spec import any_label_ids
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
-    from scorecli.checks.selfcheck import SelfCheckError
-    from scorecli.kinds.spec import any_label_ids
 
-    cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir, device=device,
-                      dtype=dtype, attention=attention)  # fmt: skip
+    cfg = ScoreConfig(
+        model=model,
+        trust_remote_code=trust_remote_code,
+        cache_dir=cache_dir,
+        device=device,
+        dtype=dtype,
+        attention=attention,
+    )
     loaded = load_model(cfg)
     if loaded.kind == "causal-lm":
         labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
@@ -146,14 +170,20 @@ def check(model: str, label_tokens: tuple[str, ...] | None, trust_remote_code: b
 
         allowed = support(loaded.model, loaded.kind)  # a model no mode reproduces: UsageError, one line
         modes = ("mis", "single") if allowed.packed else ("single",)
-        lines.append("mode:           " + ("mis (--mode auto)" if allowed.packed
-                                           else f"single-item only (--mode auto): {allowed.reason}"))  # fmt: skip
+        lines.append(
+            "mode:           "
+            + ("mis (--mode auto)" if allowed.packed else f"single-item only (--mode auto): {allowed.reason}")
+        )
     for mode in modes:
         try:
             scorer = Scorer(loaded, dataclasses.replace(cfg, mode=mode))
             outcome = scorer.metadata["self_check"]
             where = f"{mode}, {scorer.backend_name}, {str(loaded.dtype).removeprefix('torch.')} on {loaded.device}"
         except SelfCheckError as exc:
-            ok, where, outcome = False, f"{mode}, --attention {attention}", "FAILED: " + str(exc).removeprefix("self-check: ")
+            ok, where, outcome = (
+                False,
+                f"{mode}, --attention {attention}",
+                "FAILED: " + str(exc).removeprefix("self-check: "),
+            )
         lines.append(f"self-check:     {outcome} ({where})")
     return lines, ok

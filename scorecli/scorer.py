@@ -13,30 +13,31 @@ from __future__ import annotations
 
 import queue
 import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from scorecli import __version__
-from scorecli.core.batching import collate, plan_batches
 from scorecli.config import ScoreConfig
+from scorecli.core.batching import collate, plan_batches
 from scorecli.core.encode import Fields, Row, parse_row
-from scorecli.engine.batches import Readback
-from scorecli.errors import InputError, UsageError, error_line
-from scorecli.kinds import Family, Setup, make_family
-from scorecli.io.ids import id_array
-from scorecli.io.readers import RawRow
-from scorecli.model.load import Loaded, load_model
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate, top_k
+from scorecli.core.templates import load_template
+from scorecli.engine.batches import Readback
+from scorecli.errors import InputError, UsageError, error_line
+from scorecli.io.ids import id_array
+from scorecli.io.readers import RawRow
+from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
+from scorecli.model.load import Loaded, load_model
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
-from scorecli.core.templates import load_template
 from scorecli.timings import mark
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
@@ -96,7 +97,9 @@ class Scorer:
         setup = Setup(cfg, loaded, self.spec, self.support, self.template, self.chunking)
         self.family: Family = make_family(setup)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
-            raise UsageError(f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model")
+            raise UsageError(
+                f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model"
+            )
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails
         self.self_check_error: float | None = None
@@ -275,11 +278,13 @@ class Scorer:
                 if len(index) == 1:
                     raise
                 half = len(index) // 2
-                warnings.warn(f"out of memory on a batch of {len(index)} sequences; retrying as two halves")
+                warnings.warn(
+                    f"out of memory on a batch of {len(index)} sequences; retrying as two halves", stacklevel=2
+                )
                 _free_cache(self.loaded.device)
                 pending += [index[half:], index[:half]]
                 continue
-            except Exception as err:  # noqa: BLE001 - re-raised unless `auto` has a fallback
+            except Exception as err:
                 if self.fallback is None:
                     raise
                 self._fall_back(err)
@@ -289,8 +294,11 @@ class Scorer:
 
     def _fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
-        warnings.warn(f"--attention auto: {self.backend_name} failed ({error_line(err, 200)}); "
-                      f"using {self.fallback}", RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"--attention auto: {self.backend_name} failed ({error_line(err, 200)}); using {self.fallback}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         self.family.use_backend(self.fallback)
         self.fallback = None
         _free_cache(self.loaded.device)
@@ -352,7 +360,9 @@ class Scorer:
             columns["num_chunks"] = pa.ListArray.from_arrays(offsets, pa.array(chunks.astype(np.int32)), mask=null)
         if self.hidden_pooling:
             values = hidden.astype(np.float16 if self.config.hidden_dtype == "float16" else np.float32)
-            columns["pooled_hidden_states"] = pa.ListArray.from_arrays(offsets, _rows_of(values, values.shape[1]), mask=null)
+            columns["pooled_hidden_states"] = pa.ListArray.from_arrays(
+                offsets, _rows_of(values, values.shape[1]), mask=null
+            )
         columns["num_tokens"] = pa.array(prepared.num_tokens, type=pa.int64())
         if self.config.skip_bad_rows:
             columns["error"] = pa.array(prepared.errors, type=pa.string())
@@ -395,5 +405,9 @@ def _free_cache(device: torch.device) -> None:
 def _rows_of(values: np.ndarray, width: int) -> pa.Array:
     """[n, width] -> an Arrow list array of n lists of `width` values."""
     flat = pa.array(np.ascontiguousarray(values).reshape(-1))
-    offsets = pa.array(np.arange(0, values.shape[0] * width + 1, width, dtype=np.int32) if width else np.zeros(values.shape[0] + 1, dtype=np.int32))
+    offsets = pa.array(
+        np.arange(0, values.shape[0] * width + 1, width, dtype=np.int32)
+        if width
+        else np.zeros(values.shape[0] + 1, dtype=np.int32)
+    )
     return pa.ListArray.from_arrays(offsets, flat)

@@ -12,9 +12,7 @@ from tests import models
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'"
-    )
+    config.addinivalue_line("markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -22,6 +20,7 @@ def onnx_cache(tmp_path_factory):
     """ONNX exports made by runs without --cache-dir (`--runtime auto` picks ONNX Runtime for
     CPU encoders where it is installed) go to a session folder, not ~/.cache/scorecli."""
     from scorecli.runtimes import onnx as runtime_onnx
+
     folder = str(tmp_path_factory.mktemp("onnx_cache"))
     patch = pytest.MonkeyPatch()
     patch.setattr(runtime_onnx, "default_cache_dir", lambda: folder)
@@ -44,8 +43,7 @@ def qwen3_seq_cls(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def qwen3_seq_cls_3labels(tmp_path_factory) -> str:
-    return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_seq_cls_3labels"),
-                                      num_labels=3)
+    return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_seq_cls_3labels"), num_labels=3)
 
 
 @pytest.fixture(scope="session")

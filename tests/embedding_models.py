@@ -18,9 +18,16 @@ def _base(out_dir: Path, base: str) -> str:
     torch.manual_seed(0)
     if base == "bert":
         tok = models.build_wordpiece_tokenizer()
-        config = transformers.BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=128, max_position_embeddings=512, pad_token_id=tok.pad_token_id,
-                                         initializer_range=0.1)  # fmt: skip
+        config = transformers.BertConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=512,
+            pad_token_id=tok.pad_token_id,
+            initializer_range=0.1,
+        )
         model = transformers.BertModel(config, add_pooling_layer=False)
     else:
         tok = models.build_bpe_tokenizer(add_bos=False)
@@ -30,10 +37,18 @@ def _base(out_dir: Path, base: str) -> str:
     return models._save(model, tok, out_dir)
 
 
-def build_sentence_model(out_dir, base: str = "bert", pooling: str | tuple = "mean", include_prompt: bool = True,
-                         dense: bool = False, normalize: bool = False, prompts: dict | None = None,
-                         similarity: str | None = None, max_seq_length: int | None = None,
-                         chat: dict | None = None) -> str:  # fmt: skip
+def build_sentence_model(
+    out_dir,
+    base: str = "bert",
+    pooling: str | tuple = "mean",
+    include_prompt: bool = True,
+    dense: bool = False,
+    normalize: bool = False,
+    prompts: dict | None = None,
+    similarity: str | None = None,
+    max_seq_length: int | None = None,
+    chat: dict | None = None,
+) -> str:
     """A sentence-transformers folder: Transformer (`base`), Pooling, optionally Dense (tanh, to
     24 dimensions) and Normalize; `prompts` and `similarity` go to its config. `chat` (a Qwen3
     base, whose tokenizer has a chat template): the folder as sentence-transformers 6.2 saves it,

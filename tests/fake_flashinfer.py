@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Dict, List, Literal, Optional, Tuple, Union
+from typing import Any, Literal
 
 import torch
 
@@ -44,7 +44,7 @@ def install(monkeypatch) -> types.ModuleType:
     return module
 
 
-def _dtype(d: Union[str, torch.dtype, None]) -> torch.dtype | None:
+def _dtype(d: str | torch.dtype | None) -> torch.dtype | None:
     return getattr(torch, d) if isinstance(d, str) else d
 
 
@@ -91,8 +91,24 @@ class _Wrapper:
         self._mask_indptr: list[int] | None = None
         self._planned = False
 
-    def _plan_common(self, qo_indptr, kv_lens, heads, kv_heads, dqk, dvo, custom_mask, packed_custom_mask, causal,
-                     sm_scale, q_data_type, kv_data_type, o_data_type, logits_soft_cap, window_left) -> None:  # fmt: skip
+    def _plan_common(
+        self,
+        qo_indptr,
+        kv_lens,
+        heads,
+        kv_heads,
+        dqk,
+        dvo,
+        custom_mask,
+        packed_custom_mask,
+        causal,
+        sm_scale,
+        q_data_type,
+        kv_data_type,
+        o_data_type,
+        logits_soft_cap,
+        window_left,
+    ) -> None:
         if self.fail_with is not None:
             raise RuntimeError(self.fail_with)
         if packed_custom_mask is not None:
@@ -126,16 +142,20 @@ class _Wrapper:
         if not self._planned:
             raise RuntimeError("run() before plan()")
         if q.dtype != self._q_dtype:
-            raise ValueError(f"The dtype of q {q.dtype} does not match the q_data_type {self._q_dtype} specified in plan function.")  # fmt: skip
+            raise ValueError(
+                f"The dtype of q {q.dtype} does not match the q_data_type {self._q_dtype} specified in plan function."
+            )
         if k.dtype != self._kv_dtype:
-            raise ValueError(f"The dtype of k {k.dtype} does not match the kv_data_type {self._kv_dtype} specified in plan function.")  # fmt: skip
+            raise ValueError(
+                f"The dtype of k {k.dtype} does not match the kv_data_type {self._kv_dtype} specified in plan function."
+            )
         if q.device != self.device or k.device != self.device:
             raise ValueError("q and k must live on the workspace's device")
         if tuple(q.shape) != (self._qo[-1], self._heads, self._dqk):
             raise ValueError(f"q has shape {tuple(q.shape)}, the plan expects {(self._qo[-1], self._heads, self._dqk)}")
         self.run_calls += 1
 
-    def _mask(self, s: int, qo_len: int, kv_len: int, mis: Optional[torch.Tensor]) -> torch.Tensor:
+    def _mask(self, s: int, qo_len: int, kv_len: int, mis: torch.Tensor | None) -> torch.Tensor:
         if mis is not None:
             return mis
         if self._custom_mask_buf is not None:
@@ -152,13 +172,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
         float_workspace_buffer: torch.Tensor,
         kv_layout: str = "NHD",
         use_cuda_graph: bool = False,
-        qo_indptr_buf: Optional[torch.Tensor] = None,
-        kv_indptr_buf: Optional[torch.Tensor] = None,
-        custom_mask_buf: Optional[torch.Tensor] = None,
-        mask_indptr_buf: Optional[torch.Tensor] = None,
+        qo_indptr_buf: torch.Tensor | None = None,
+        kv_indptr_buf: torch.Tensor | None = None,
+        custom_mask_buf: torch.Tensor | None = None,
+        mask_indptr_buf: torch.Tensor | None = None,
         backend: str = "auto",
-        jit_args: Optional[List[Any]] = None,
-        jit_kwargs: Optional[Dict[str, Any]] = None,
+        jit_args: list[Any] | None = None,
+        jit_kwargs: dict[str, Any] | None = None,
         variant_owns_mask: bool = False,
     ) -> None:
         super().__init__(float_workspace_buffer, kv_layout, backend)
@@ -170,42 +190,56 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
         num_qo_heads: int,
         num_kv_heads: int,
         head_dim_qk: int,
-        head_dim_vo: Optional[int] = None,
-        custom_mask: Optional[torch.Tensor] = None,
-        packed_custom_mask: Optional[torch.Tensor] = None,
+        head_dim_vo: int | None = None,
+        custom_mask: torch.Tensor | None = None,
+        packed_custom_mask: torch.Tensor | None = None,
         causal: bool = False,
         pos_encoding_mode: str = "NONE",
         use_fp16_qk_reduction: bool = False,
         window_left: int = -1,
-        logits_soft_cap: Optional[float] = None,
-        sm_scale: Optional[float] = None,
-        rope_scale: Optional[float] = None,
-        rope_theta: Optional[float] = None,
-        q_data_type: Union[str, torch.dtype] = "float16",
-        kv_data_type: Optional[Union[str, torch.dtype]] = None,
-        o_data_type: Optional[Union[str, torch.dtype]] = None,
+        logits_soft_cap: float | None = None,
+        sm_scale: float | None = None,
+        rope_scale: float | None = None,
+        rope_theta: float | None = None,
+        q_data_type: str | torch.dtype = "float16",
+        kv_data_type: str | torch.dtype | None = None,
+        o_data_type: str | torch.dtype | None = None,
         non_blocking: bool = True,
-        prefix_len_ptr: Optional[torch.Tensor] = None,
-        token_pos_in_items_ptr: Optional[torch.Tensor] = None,
+        prefix_len_ptr: torch.Tensor | None = None,
+        token_pos_in_items_ptr: torch.Tensor | None = None,
         token_pos_in_items_len: int = 0,
-        max_item_len_ptr: Optional[torch.Tensor] = None,
-        fixed_split_size: Optional[int] = None,
+        max_item_len_ptr: torch.Tensor | None = None,
+        fixed_split_size: int | None = None,
         disable_split_kv: bool = False,
-        seq_lens: Optional[torch.Tensor] = None,
-        seq_lens_q: Optional[torch.Tensor] = None,
-        max_token_per_sequence: Optional[int] = None,
-        max_sequence_kv: Optional[int] = None,
-        v_indptr: Optional[torch.Tensor] = None,
-        o_indptr: Optional[torch.Tensor] = None,
-        uniform_q_len: Optional[int] = None,
+        seq_lens: torch.Tensor | None = None,
+        seq_lens_q: torch.Tensor | None = None,
+        max_token_per_sequence: int | None = None,
+        max_sequence_kv: int | None = None,
+        v_indptr: torch.Tensor | None = None,
+        o_indptr: torch.Tensor | None = None,
+        uniform_q_len: int | None = None,
     ) -> None:
         kv = _host_ints(kv_indptr, "kv_indptr")
         self._kv = kv
         # the MIS arguments are stored and never read by run(): flashinfer 0.7.2's ragged path
         self._prefix_len_ptr = prefix_len_ptr
-        self._plan_common(qo_indptr, [b - a for a, b in zip(kv[:-1], kv[1:])], num_qo_heads, num_kv_heads,
-                          head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, sm_scale,
-                          q_data_type, kv_data_type, o_data_type, logits_soft_cap, window_left)  # fmt: skip
+        self._plan_common(
+            qo_indptr,
+            [b - a for a, b in zip(kv[:-1], kv[1:])],
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo,
+            custom_mask,
+            packed_custom_mask,
+            causal,
+            sm_scale,
+            q_data_type,
+            kv_data_type,
+            o_data_type,
+            logits_soft_cap,
+            window_left,
+        )
 
     def run(
         self,
@@ -213,21 +247,23 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
         k: torch.Tensor,
         v: torch.Tensor,
         *args,
-        q_scale: Optional[float] = None,
-        k_scale: Optional[float] = None,
-        v_scale: Optional[float] = None,
-        o_scale: Optional[float] = None,
-        out: Optional[torch.Tensor] = None,
-        lse: Optional[torch.Tensor] = None,
+        q_scale: float | None = None,
+        k_scale: float | None = None,
+        v_scale: float | None = None,
+        o_scale: float | None = None,
+        out: torch.Tensor | None = None,
+        lse: torch.Tensor | None = None,
         return_lse: bool = False,
         lse_base: str = "log2",
         lse_layout: str = "NH",
-        enable_pdl: Optional[bool] = None,
-        kv_cache_sf: Optional[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = None,
+        enable_pdl: bool | None = None,
+        kv_cache_sf: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         self._check_run(q, k)
         if tuple(k.shape) != (self._kv[-1], self._kv_heads, self._dqk) or v.shape[:2] != k.shape[:2]:
-            raise ValueError(f"k/v have shapes {tuple(k.shape)}/{tuple(v.shape)}, the plan expects {self._kv[-1]} tokens")
+            raise ValueError(
+                f"k/v have shapes {tuple(k.shape)}/{tuple(v.shape)}, the plan expects {self._kv[-1]} tokens"
+            )
         parts = []
         for s in range(len(self._qo) - 1):
             qa, qb, ka, kb = self._qo[s], self._qo[s + 1], self._kv[s], self._kv[s + 1]
@@ -242,15 +278,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         float_workspace_buffer: torch.Tensor,
         kv_layout: str = "NHD",
         use_cuda_graph: bool = False,
-        qo_indptr_buf: Optional[torch.Tensor] = None,
-        paged_kv_indptr_buf: Optional[torch.Tensor] = None,
-        paged_kv_indices_buf: Optional[torch.Tensor] = None,
-        paged_kv_last_page_len_buf: Optional[torch.Tensor] = None,
-        custom_mask_buf: Optional[torch.Tensor] = None,
-        mask_indptr_buf: Optional[torch.Tensor] = None,
+        qo_indptr_buf: torch.Tensor | None = None,
+        paged_kv_indptr_buf: torch.Tensor | None = None,
+        paged_kv_indices_buf: torch.Tensor | None = None,
+        paged_kv_last_page_len_buf: torch.Tensor | None = None,
+        custom_mask_buf: torch.Tensor | None = None,
+        mask_indptr_buf: torch.Tensor | None = None,
         backend: str = "auto",
-        jit_args: Optional[List[Any]] = None,
-        jit_kwargs: Optional[Dict[str, Any]] = None,
+        jit_args: list[Any] | None = None,
+        jit_kwargs: dict[str, Any] | None = None,
         variant_owns_mask: bool = False,
     ) -> None:
         super().__init__(float_workspace_buffer, kv_layout, backend)
@@ -265,33 +301,33 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         num_kv_heads: int,
         head_dim_qk: int,
         page_size: int,
-        head_dim_vo: Optional[int] = None,
-        custom_mask: Optional[torch.Tensor] = None,
-        packed_custom_mask: Optional[torch.Tensor] = None,
+        head_dim_vo: int | None = None,
+        custom_mask: torch.Tensor | None = None,
+        packed_custom_mask: torch.Tensor | None = None,
         causal: bool = False,
         pos_encoding_mode: str = "NONE",
         use_fp16_qk_reduction: bool = False,
-        sm_scale: Optional[float] = None,
+        sm_scale: float | None = None,
         window_left: int = -1,
-        logits_soft_cap: Optional[float] = None,
-        rope_scale: Optional[float] = None,
-        rope_theta: Optional[float] = None,
-        q_data_type: Union[str, torch.dtype] = "float16",
-        kv_data_type: Optional[Union[str, torch.dtype]] = None,
-        o_data_type: Optional[Union[str, torch.dtype]] = None,
+        logits_soft_cap: float | None = None,
+        rope_scale: float | None = None,
+        rope_theta: float | None = None,
+        q_data_type: str | torch.dtype = "float16",
+        kv_data_type: str | torch.dtype | None = None,
+        o_data_type: str | torch.dtype | None = None,
         non_blocking: bool = True,
-        prefix_len_ptr: Optional[torch.Tensor] = None,
-        token_pos_in_items_ptr: Optional[torch.Tensor] = None,
+        prefix_len_ptr: torch.Tensor | None = None,
+        token_pos_in_items_ptr: torch.Tensor | None = None,
         token_pos_in_items_len: int = 0,
-        max_item_len_ptr: Optional[torch.Tensor] = None,
-        seq_lens: Optional[torch.Tensor] = None,
-        seq_lens_q: Optional[torch.Tensor] = None,
-        block_tables: Optional[torch.Tensor] = None,
-        max_token_per_sequence: Optional[int] = None,
-        max_sequence_kv: Optional[int] = None,
-        fixed_split_size: Optional[int] = None,
+        max_item_len_ptr: torch.Tensor | None = None,
+        seq_lens: torch.Tensor | None = None,
+        seq_lens_q: torch.Tensor | None = None,
+        block_tables: torch.Tensor | None = None,
+        max_token_per_sequence: int | None = None,
+        max_sequence_kv: int | None = None,
+        fixed_split_size: int | None = None,
         disable_split_kv: bool = False,
-        uniform_q_len: Optional[int] = None,
+        uniform_q_len: int | None = None,
     ) -> None:
         indptr = _host_ints(paged_kv_indptr, "paged_kv_indptr")
         last = _host_ints(paged_kv_last_page_len, "paged_kv_last_page_len")
@@ -303,19 +339,36 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         self._mis = None
         if prefix_len_ptr is not None:
             self._mis = self._mis_args(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr)
-        self._plan_common(qo_indptr, kv_lens, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask,
-                          packed_custom_mask, causal, sm_scale, q_data_type, kv_data_type, o_data_type,
-                          logits_soft_cap, window_left)  # fmt: skip
+        self._plan_common(
+            qo_indptr,
+            kv_lens,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo,
+            custom_mask,
+            packed_custom_mask,
+            causal,
+            sm_scale,
+            q_data_type,
+            kv_data_type,
+            o_data_type,
+            logits_soft_cap,
+            window_left,
+        )
         if custom_mask is None:  # the paged plan drops an earlier custom mask
             self._custom_mask_buf = None
 
     def _mis_args(self, prefix, tpi, tpi_len, max_item) -> tuple[list[int], torch.Tensor, int, list[int]]:
-        for name, t, dtype in (("prefix_len_ptr", prefix, torch.uint32), ("token_pos_in_items_ptr", tpi, torch.uint16),
-                               ("max_item_len_ptr", max_item, torch.uint16)):  # fmt: skip
+        for name, t, dtype in (
+            ("prefix_len_ptr", prefix, torch.uint32),
+            ("token_pos_in_items_ptr", tpi, torch.uint16),
+            ("max_item_len_ptr", max_item, torch.uint16),
+        ):
             if t is None or t.dtype != dtype or t.device != self.device:
                 got = None if t is None else (t.dtype, str(t.device))
                 raise ValueError(f"{name}: the kernel reads {dtype} on {self.device}, got {got}")
-        as_int = lambda t: t.cpu().to(torch.int64)  # noqa: E731
+        as_int = lambda t: t.cpu().to(torch.int64)
         return as_int(prefix).tolist(), as_int(tpi), int(tpi_len), as_int(max_item).tolist()
 
     def _mis_mask(self, s: int, qo_len: int, kv_len: int) -> torch.Tensor:
@@ -338,23 +391,23 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
     def run(
         self,
         q: torch.Tensor,
-        paged_kv_cache: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
+        paged_kv_cache: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
         *args,
-        q_scale: Optional[Union[float, torch.Tensor]] = None,
-        k_scale: Optional[Union[float, torch.Tensor]] = None,
-        v_scale: Optional[Union[float, torch.Tensor]] = None,
-        out: Optional[torch.Tensor] = None,
-        lse: Optional[torch.Tensor] = None,
+        q_scale: float | torch.Tensor | None = None,
+        k_scale: float | torch.Tensor | None = None,
+        v_scale: float | torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        lse: torch.Tensor | None = None,
         return_lse: Literal[False] = False,
         lse_base: str = "log2",
         lse_layout: str = "NH",
-        enable_pdl: Optional[bool] = None,
-        window_left: Optional[int] = None,
-        sinks: Optional[torch.Tensor] = None,
-        kv_cache_sf: Optional[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = None,
-        skip_softmax_threshold_scale_factor: Optional[float] = None,
-        use_fp16_softmax: Optional[bool] = None,
-        uses_spcompress: Optional[bool] = None,
+        enable_pdl: bool | None = None,
+        window_left: int | None = None,
+        sinks: torch.Tensor | None = None,
+        kv_cache_sf: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        skip_softmax_threshold_scale_factor: float | None = None,
+        use_fp16_softmax: bool | None = None,
+        uses_spcompress: bool | None = None,
     ) -> torch.Tensor:
         if not isinstance(paged_kv_cache, tuple):
             raise NotImplementedError("the fake takes a (k_cache, v_cache) tuple")
@@ -370,6 +423,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             k = k_cache[pages.to(k_cache.device)].flatten(0, 1)[:kv_len]  # [Lk, kv_heads, d]
             v = v_cache[pages.to(v_cache.device)].flatten(0, 1)[:kv_len]
             mis = self._mis_mask(s, qb - qa, kv_len) if self._mis is not None else None
-            parts.append(_attend(q[qa:qb], k, v, self._mask(s, qb - qa, kv_len, mis), self._scale, self._cap,
-                                 self._o_dtype))
+            parts.append(
+                _attend(q[qa:qb], k, v, self._mask(s, qb - qa, kv_len, mis), self._scale, self._cap, self._o_dtype)
+            )
         return torch.cat(parts)  # [T, H, dv]

@@ -18,28 +18,58 @@ import torch
 
 # sizes of every tiny family; only the fields a config has are set. initializer_range is large
 # so that a position or mask error moves scores visibly
-SIZES = dict(
-    hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-    max_position_embeddings=512, initializer_range=0.1,
+SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.1,
     # local attention: a window that packed MIS rows cross (every P + I_k of the tests fits in it)
-    sliding_window=64, window_size=64, local_attention=64, attention_window=64,
+    "sliding_window": 64,
+    "window_size": 64,
+    "local_attention": 64,
+    "attention_window": 64,
     # mixtures of experts
-    num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-    shared_expert_intermediate_size=32, n_shared_experts=1, n_group=1, topk_group=1,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
     # multi-head latent attention, partial rotary
-    kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, rotary_dim=8,
-    index_n_heads=2, index_head_dim=16,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "rotary_dim": 8,
+    "index_n_heads": 2,
+    "index_head_dim": 16,
     # linear attention and state-space layers
-    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-    mamba_d_state=8, mamba_headdim=16, mamba_expand=2,
-)  # fmt: skip
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "mamba_d_state": 8,
+    "mamba_headdim": 16,
+    "mamba_expand": 2,
+}
 
 # fields that must agree with the layer count and cannot be derived from SIZES
 OVERRIDES = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]}}
 
 # tried in turn until the model builds and runs: some latent-attention families expand keys to
 # every head, others keep fewer key heads; some take their rotary width from head_dim
-VARIANTS = ({}, {"num_key_value_heads": "num_attention_heads"}, {"head_dim": 16, "num_key_value_heads": "num_attention_heads"})
+VARIANTS = (
+    {},
+    {"num_key_value_heads": "num_attention_heads"},
+    {"head_dim": 16, "num_key_value_heads": "num_attention_heads"},
+)
 
 MAX_PARAMS = 5_000_000  # a family whose tiny config is larger holds sub-models that do not shrink
 
@@ -82,11 +112,13 @@ def tiny_config(model_type: str, vocab_size: int, pad_token_id: int, variant: di
     n, lists = _per_layer(default)
     kw.update(lists, num_hidden_layers=n, **OVERRIDES.get(model_type, {}))
     kw.update(vocab_size=vocab_size, pad_token_id=pad_token_id, num_labels=1, tie_word_embeddings=False)
-    kw.update({k: pad_token_id for k in ("bos_token_id", "eos_token_id") if hasattr(default, k)})  # inside the vocabulary
+    kw.update(
+        {k: pad_token_id for k in ("bos_token_id", "eos_token_id") if hasattr(default, k)}
+    )  # inside the vocabulary
     for _ in range(len(kw)):
         try:
             return cls(**kw)
-        except Exception as exc:  # noqa: BLE001 - a field this config refuses: drop it and retry
+        except Exception as exc:
             bad = [k for k in kw if k in str(exc) and k not in ("vocab_size", "num_labels")]
             if not bad:
                 raise Unbuildable(f"config: {type(exc).__name__}: {_line(exc)}") from exc
@@ -130,7 +162,7 @@ def _tiny_model(model_type: str, variant: dict):
         warnings.simplefilter("ignore")
         try:
             params = sum(p.numel() for p in cls(config).parameters())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise Unbuildable(f"model: {type(exc).__name__}: {_line(exc)}") from exc
     if params > MAX_PARAMS:
         raise Unbuildable(f"{params / 1e6:.0f}M parameters at the smallest sizes (sub-models that do not shrink)")
@@ -141,7 +173,7 @@ def _tiny_model(model_type: str, variant: dict):
             for attn in ("eager",):  # transformers' own forward runs (eager: the tests' reference)
                 model.set_attn_implementation(attn)
                 model(input_ids=torch.arange(5, 13)[None], use_cache=False)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Unbuildable(f"forward: {type(exc).__name__}: {_line(exc)}") from exc
     return model
 

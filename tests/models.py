@@ -48,57 +48,268 @@ CHATML_TEMPLATE = (
 # --------------------------------------------------------------------------- corpus
 
 _SUBJECTS = [
-    "the cat", "a dog", "the model", "my friend", "the teacher", "a student", "the query",
-    "the document", "this passage", "the search engine", "a reviewer", "the system",
-    "the user", "our team", "the city", "a scientist", "the river", "the computer",
-    "the answer", "the result", "Paris", "London", "the company", "a child", "the weather",
+    "the cat",
+    "a dog",
+    "the model",
+    "my friend",
+    "the teacher",
+    "a student",
+    "the query",
+    "the document",
+    "this passage",
+    "the search engine",
+    "a reviewer",
+    "the system",
+    "the user",
+    "our team",
+    "the city",
+    "a scientist",
+    "the river",
+    "the computer",
+    "the answer",
+    "the result",
+    "Paris",
+    "London",
+    "the company",
+    "a child",
+    "the weather",
 ]
 _VERBS = [
-    "reads", "writes", "finds", "ranks", "scores", "explains", "describes", "contains",
-    "answers", "visits", "builds", "likes", "returns", "matches", "mentions", "shows",
-    "compares", "labels", "judges", "predicts", "covers", "discusses", "lists", "sorts",
+    "reads",
+    "writes",
+    "finds",
+    "ranks",
+    "scores",
+    "explains",
+    "describes",
+    "contains",
+    "answers",
+    "visits",
+    "builds",
+    "likes",
+    "returns",
+    "matches",
+    "mentions",
+    "shows",
+    "compares",
+    "labels",
+    "judges",
+    "predicts",
+    "covers",
+    "discusses",
+    "lists",
+    "sorts",
 ]
 _OBJECTS = [
-    "a long book", "the capital of France", "many documents", "the best result",
-    "a short answer", "the weather report", "an old map", "the history of science",
-    "a new recipe", "the price of coffee", "a list of items", "the main question",
-    "the population of the city", "a simple example", "the football match",
-    "the train schedule", "an interesting story", "the annual report", "the solar system",
-    "a machine learning paper", "the rules of chess", "the nearest hospital",
-    "a good restaurant", "the latest news", "the meaning of life",
+    "a long book",
+    "the capital of France",
+    "many documents",
+    "the best result",
+    "a short answer",
+    "the weather report",
+    "an old map",
+    "the history of science",
+    "a new recipe",
+    "the price of coffee",
+    "a list of items",
+    "the main question",
+    "the population of the city",
+    "a simple example",
+    "the football match",
+    "the train schedule",
+    "an interesting story",
+    "the annual report",
+    "the solar system",
+    "a machine learning paper",
+    "the rules of chess",
+    "the nearest hospital",
+    "a good restaurant",
+    "the latest news",
+    "the meaning of life",
 ]
 _ADVERBS = [
-    "quickly", "slowly", "carefully", "often", "rarely", "today", "yesterday", "again",
-    "well", "badly", "clearly", "almost", "always", "never", "sometimes",
+    "quickly",
+    "slowly",
+    "carefully",
+    "often",
+    "rarely",
+    "today",
+    "yesterday",
+    "again",
+    "well",
+    "badly",
+    "clearly",
+    "almost",
+    "always",
+    "never",
+    "sometimes",
 ]
 _QUESTIONS = [
-    "What is the capital of France?", "How many people live in London?",
-    "Who wrote this book?", "Where is the nearest hospital?", "When does the train leave?",
-    "Why is the sky blue?", "Which result is the best?", "Is this passage relevant?",
-    "Does the document answer the query?", "Can the model rank these items?",
-    "What is machine learning?", "How do I cook rice?", "Is it going to rain today?",
+    "What is the capital of France?",
+    "How many people live in London?",
+    "Who wrote this book?",
+    "Where is the nearest hospital?",
+    "When does the train leave?",
+    "Why is the sky blue?",
+    "Which result is the best?",
+    "Is this passage relevant?",
+    "Does the document answer the query?",
+    "Can the model rank these items?",
+    "What is machine learning?",
+    "How do I cook rice?",
+    "Is it going to rain today?",
 ]
 _ADJECTIVES = [
-    "red", "blue", "green", "large", "small", "ancient", "modern", "quiet", "noisy", "bright",
-    "dark", "happy", "angry", "famous", "unknown", "expensive", "cheap", "fresh", "frozen",
-    "delicious", "boring", "exciting", "complex", "simple", "beautiful", "ugly", "strong",
-    "weak", "heavy", "light", "rich", "poor", "healthy", "dangerous", "safe", "useful",
-    "useless", "popular", "rare", "common", "narrow", "wide", "deep", "shallow", "warm",
-    "cold", "hot", "wooden", "metallic", "electric", "digital", "historical", "medical",
-    "legal", "financial", "musical", "political", "economic", "scientific", "tropical",
+    "red",
+    "blue",
+    "green",
+    "large",
+    "small",
+    "ancient",
+    "modern",
+    "quiet",
+    "noisy",
+    "bright",
+    "dark",
+    "happy",
+    "angry",
+    "famous",
+    "unknown",
+    "expensive",
+    "cheap",
+    "fresh",
+    "frozen",
+    "delicious",
+    "boring",
+    "exciting",
+    "complex",
+    "simple",
+    "beautiful",
+    "ugly",
+    "strong",
+    "weak",
+    "heavy",
+    "light",
+    "rich",
+    "poor",
+    "healthy",
+    "dangerous",
+    "safe",
+    "useful",
+    "useless",
+    "popular",
+    "rare",
+    "common",
+    "narrow",
+    "wide",
+    "deep",
+    "shallow",
+    "warm",
+    "cold",
+    "hot",
+    "wooden",
+    "metallic",
+    "electric",
+    "digital",
+    "historical",
+    "medical",
+    "legal",
+    "financial",
+    "musical",
+    "political",
+    "economic",
+    "scientific",
+    "tropical",
 ]
 _NOUNS = [
-    "apple", "banana", "mountain", "ocean", "forest", "village", "castle", "bridge", "garden",
-    "library", "museum", "kitchen", "window", "bicycle", "airplane", "keyboard", "telephone",
-    "painting", "symphony", "election", "economy", "vaccine", "planet", "galaxy", "volcano",
-    "desert", "island", "harbor", "market", "factory", "university", "hospital", "stadium",
-    "theater", "festival", "journey", "mystery", "treasure", "dragon", "wizard", "soldier",
-    "farmer", "doctor", "lawyer", "engineer", "musician", "painter", "pilot", "sailor",
-    "chemistry", "physics", "biology", "geography", "literature", "philosophy", "algorithm",
-    "database", "network", "software", "hardware", "protein", "molecule", "battery", "engine",
-    "carbon", "oxygen", "climate", "glacier", "thunder", "rainbow", "blanket", "sandwich",
-    "chocolate", "cheese", "tomato", "potato", "elephant", "giraffe", "penguin", "dolphin",
-    "tiger", "rabbit", "butterfly", "spider", "mushroom", "diamond", "silver", "copper",
+    "apple",
+    "banana",
+    "mountain",
+    "ocean",
+    "forest",
+    "village",
+    "castle",
+    "bridge",
+    "garden",
+    "library",
+    "museum",
+    "kitchen",
+    "window",
+    "bicycle",
+    "airplane",
+    "keyboard",
+    "telephone",
+    "painting",
+    "symphony",
+    "election",
+    "economy",
+    "vaccine",
+    "planet",
+    "galaxy",
+    "volcano",
+    "desert",
+    "island",
+    "harbor",
+    "market",
+    "factory",
+    "university",
+    "hospital",
+    "stadium",
+    "theater",
+    "festival",
+    "journey",
+    "mystery",
+    "treasure",
+    "dragon",
+    "wizard",
+    "soldier",
+    "farmer",
+    "doctor",
+    "lawyer",
+    "engineer",
+    "musician",
+    "painter",
+    "pilot",
+    "sailor",
+    "chemistry",
+    "physics",
+    "biology",
+    "geography",
+    "literature",
+    "philosophy",
+    "algorithm",
+    "database",
+    "network",
+    "software",
+    "hardware",
+    "protein",
+    "molecule",
+    "battery",
+    "engine",
+    "carbon",
+    "oxygen",
+    "climate",
+    "glacier",
+    "thunder",
+    "rainbow",
+    "blanket",
+    "sandwich",
+    "chocolate",
+    "cheese",
+    "tomato",
+    "potato",
+    "elephant",
+    "giraffe",
+    "penguin",
+    "dolphin",
+    "tiger",
+    "rabbit",
+    "butterfly",
+    "spider",
+    "mushroom",
+    "diamond",
+    "silver",
+    "copper",
 ]
 _LABEL_WORDS = ["yes", "no", "Yes", "No", "true", "false", "relevant", "irrelevant"]
 
@@ -112,8 +323,7 @@ def corpus(n_sentences: int = 1400, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     lines: list[str] = []
     for i in range(n_sentences):
-        s, v, o, a = (rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS),
-                      rng.choice(_ADVERBS))
+        s, v, o, a = (rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS), rng.choice(_ADVERBS))
         kind = i % 7
         if kind == 0:
             lines.append(f"{s.capitalize()} {v} {o} {a}.")
@@ -128,16 +338,22 @@ def corpus(n_sentences: int = 1400, seed: int = 0) -> list[str]:
             lines.append(rng.choice(_QUESTIONS))
             lines.append(rng.choice(_LABEL_WORDS))  # bare word, no leading space
         elif kind == 4:
-            lines.append(f"{s.capitalize()} {a} {v} {o}, and {rng.choice(_SUBJECTS)} "
-                         f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.randint(0, 2025)} times.")
+            lines.append(
+                f"{s.capitalize()} {a} {v} {o}, and {rng.choice(_SUBJECTS)} "
+                f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.randint(0, 2025)} times."
+            )
         elif kind == 5:
-            lines.append(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} near the "
-                         f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {v} "
-                         f"{rng.choice(_NOUNS)}s {a}.")
+            lines.append(
+                f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} near the "
+                f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {v} "
+                f"{rng.choice(_NOUNS)}s {a}."
+            )
         else:
             lab = rng.choice(_LABEL_WORDS)
-            lines.append(f"The answer is {lab}: {lab} or {rng.choice(_LABEL_WORDS)}? "
-                         f"{rng.choice(['True', 'False'])} or {rng.choice(['yes', 'no'])}.")
+            lines.append(
+                f"The answer is {lab}: {lab} or {rng.choice(_LABEL_WORDS)}? "
+                f"{rng.choice(['True', 'False'])} or {rng.choice(['yes', 'no'])}."
+            )
     # Guarantee every label word, bare and after a space, appears many times.
     for w in _LABEL_WORDS:
         lines.extend([w, f" {w}", f"answer: {w}", f"{w}\n"] * 10)
@@ -179,17 +395,17 @@ def build_bpe_tokenizer(add_bos: bool = False, vocab_size: int = 1500):
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
 
-    kwargs = dict(
-        tokenizer_object=tok,
-        eos_token=ENDOFTEXT,
-        pad_token=ENDOFTEXT,
-        unk_token=None,
-        additional_special_tokens=[IM_START, IM_END],
-        model_max_length=2048,
-        padding_side="right",
-        chat_template=CHATML_TEMPLATE,
-        model_input_names=["input_ids", "attention_mask"],
-    )
+    kwargs = {
+        "tokenizer_object": tok,
+        "eos_token": ENDOFTEXT,
+        "pad_token": ENDOFTEXT,
+        "unk_token": None,
+        "additional_special_tokens": [IM_START, IM_END],
+        "model_max_length": 2048,
+        "padding_side": "right",
+        "chat_template": CHATML_TEMPLATE,
+        "model_input_names": ["input_ids", "attention_mask"],
+    }
     if add_bos:
         kwargs["bos_token"] = BOS
         kwargs["add_bos_token"] = True
@@ -249,28 +465,28 @@ def build_wordpiece_tokenizer(vocab_size: int = 1500):
 
 # --------------------------------------------------------------------------- models
 
-_TINY_DECODER = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=512,
+_TINY_DECODER = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 512,
     # Larger than the HF default 0.02 so that outputs depend visibly on context
     # (tiny random models with 0.02 give nearly context-independent scores).
-    initializer_range=0.1,
-)
+    "initializer_range": 0.1,
+}
 
-_MID_DECODER = dict(
-    hidden_size=384,
-    intermediate_size=1024,
-    num_hidden_layers=6,
-    num_attention_heads=6,
-    num_key_value_heads=2,
-    head_dim=64,
-    max_position_embeddings=4096,
-)
+_MID_DECODER = {
+    "hidden_size": 384,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 4096,
+}
 
 _THREE_LABELS = ["negative", "neutral", "positive"]
 
@@ -280,7 +496,7 @@ def _labels(num_labels: int) -> dict:
         return {}
     names = _THREE_LABELS if num_labels == 3 else [f"label_{i}" for i in range(num_labels)]
     return {
-        "id2label": {i: n for i, n in enumerate(names)},
+        "id2label": dict(enumerate(names)),
         "label2id": {n: i for i, n in enumerate(names)},
     }
 
@@ -315,8 +531,7 @@ def build_qwen3_seq_cls(out_dir, num_labels: int = 1, **size_overrides) -> str:
     torch.manual_seed(0)
     tok = build_bpe_tokenizer(add_bos=False)
     base = size_overrides.pop("_base", _TINY_DECODER)
-    cfg = _decoder_config(Qwen3Config, tok, base, size_overrides,
-                          num_labels=num_labels, **_labels(num_labels))
+    cfg = _decoder_config(Qwen3Config, tok, base, size_overrides, num_labels=num_labels, **_labels(num_labels))
     torch.manual_seed(0)
     model = Qwen3ForSequenceClassification(cfg)
     return _save(model, tok, out_dir)
@@ -328,10 +543,23 @@ def build_phi3_longrope_seq_cls(out_dir, switch: int = 200) -> str:
     from transformers import Phi3Config, Phi3ForSequenceClassification
 
     tok = build_bpe_tokenizer(add_bos=False)
-    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8,
-            "long_factor": [2.0 ** k for k in range(8)], "original_max_position_embeddings": switch}  # fmt: skip
-    cfg = _decoder_config(Phi3Config, tok, _TINY_DECODER, {}, num_labels=1, original_max_position_embeddings=switch,
-                          max_position_embeddings=4 * switch, rope_parameters=rope)  # fmt: skip
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0] * 8,
+        "long_factor": [2.0**k for k in range(8)],
+        "original_max_position_embeddings": switch,
+    }
+    cfg = _decoder_config(
+        Phi3Config,
+        tok,
+        _TINY_DECODER,
+        {},
+        num_labels=1,
+        original_max_position_embeddings=switch,
+        max_position_embeddings=4 * switch,
+        rope_parameters=rope,
+    )
     torch.manual_seed(0)
     return _save(Phi3ForSequenceClassification(cfg), tok, out_dir)
 
@@ -369,8 +597,15 @@ def build_gemma2_seq_cls(out_dir, softcap: float = 2.0, **size_overrides) -> str
 
     torch.manual_seed(0)
     tok = build_bpe_tokenizer(add_bos=True)
-    cfg = _decoder_config(Gemma2Config, tok, _TINY_DECODER, size_overrides, num_labels=1,
-                          attn_logit_softcapping=softcap, query_pre_attn_scalar=_TINY_DECODER["head_dim"])  # fmt: skip
+    cfg = _decoder_config(
+        Gemma2Config,
+        tok,
+        _TINY_DECODER,
+        size_overrides,
+        num_labels=1,
+        attn_logit_softcapping=softcap,
+        query_pre_attn_scalar=_TINY_DECODER["head_dim"],
+    )
     torch.manual_seed(0)
     model = Gemma2ForSequenceClassification(cfg)
     return _save(model, tok, out_dir)
@@ -383,8 +618,16 @@ def build_gpt_oss_seq_cls(out_dir, **size_overrides) -> str:
 
     torch.manual_seed(0)
     tok = build_bpe_tokenizer(add_bos=False)
-    cfg = _decoder_config(GptOssConfig, tok, _TINY_DECODER, size_overrides, num_labels=1, num_local_experts=4,
-                          num_experts_per_tok=2, sliding_window=256)  # fmt: skip
+    cfg = _decoder_config(
+        GptOssConfig,
+        tok,
+        _TINY_DECODER,
+        size_overrides,
+        num_labels=1,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=256,
+    )
     torch.manual_seed(0)
     model = GptOssForSequenceClassification(cfg)
     with torch.no_grad():
@@ -397,8 +640,11 @@ def build_gpt_oss_seq_cls(out_dir, **size_overrides) -> str:
 LOGIT_TRANSFORM_LMS = {
     "cohere": ("CohereConfig", "CohereForCausalLM", {"logit_scale": 0.25}),  # logits * logit_scale
     "granite": ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 4.0, "attention_multiplier": 0.3}),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"final_logit_softcapping": 1.0, "attn_logit_softcapping": 2.0,
-                                                     "query_pre_attn_scalar": 16}),  # fmt: skip
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {"final_logit_softcapping": 1.0, "attn_logit_softcapping": 2.0, "query_pre_attn_scalar": 16},
+    ),
 }
 
 
@@ -446,8 +692,18 @@ def build_bert_cross_encoder(out_dir, num_labels: int = 1, arch: str = "bert", *
         **_labels(num_labels),
     )
     if arch == "distilbert":
-        kw = dict(vocab_size=len(tok), dim=64, n_layers=2, n_heads=4, hidden_dim=128, pad_token_id=tok.pad_token_id,
-                  max_position_embeddings=512, initializer_range=0.1, num_labels=num_labels, **_labels(num_labels))
+        kw = dict(
+            vocab_size=len(tok),
+            dim=64,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=128,
+            pad_token_id=tok.pad_token_id,
+            max_position_embeddings=512,
+            initializer_range=0.1,
+            num_labels=num_labels,
+            **_labels(num_labels),
+        )
     if arch == "electra":
         kw["embedding_size"] = 32  # ELECTRA projects smaller embeddings up to the hidden size
     kw.update(size_overrides)
@@ -468,9 +724,7 @@ def build_minilm_cross_encoder(out_dir, num_labels: int = 1) -> str:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialized classifier" warning is expected
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_labels, **_labels(num_labels)
-        )
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels, **_labels(num_labels))
     finally:
         hf_logging.set_verbosity(verbosity)
     tok = AutoTokenizer.from_pretrained(path)
@@ -489,5 +743,4 @@ def build_minilm_cross_encoder(out_dir, num_labels: int = 1) -> str:
 def build_mid_qwen3_seq_cls(out_dir, num_labels: int = 1, **size_overrides) -> str:
     """Mid-size ``Qwen3ForSequenceClassification`` for benchmarks (hidden 384, 6 layers,
     6 heads / 2 KV heads, head_dim 64, intermediate 1024, 4096 positions)."""
-    return build_qwen3_seq_cls(out_dir, num_labels=num_labels, _base=_MID_DECODER,
-                               **size_overrides)
+    return build_qwen3_seq_cls(out_dir, num_labels=num_labels, _base=_MID_DECODER, **size_overrides)

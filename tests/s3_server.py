@@ -19,13 +19,18 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
-          b"<Message>Access Denied</Message></Error>")  # fmt: skip
-SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-             b"<Message>Please reduce your request rate.</Message></Error>")  # fmt: skip
+DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+)
+SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
 
-TOO_LARGE = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidRequest</Code><Message>The specified copy '
-             b"source is larger than the maximum allowable size for a copy source: 5368709120</Message></Error>")  # fmt: skip
+TOO_LARGE = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidRequest</Code><Message>The specified copy '
+    b"source is larger than the maximum allowable size for a copy source: 5368709120</Message></Error>"
+)
 
 
 @dataclass
@@ -50,8 +55,13 @@ class Endpoint:
     senders: list[tuple[str, int | None]] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+        return {
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def deny(self, bucket: str) -> Rule:
         return self._add(Rule(rf"^[A-Z]+ /{re.escape(bucket)}([/?].*)?$", 403, DENIED))
@@ -79,8 +89,11 @@ def free_port() -> int:
 def start(timeout: float = 60) -> tuple[Endpoint, subprocess.Popen, ThreadingHTTPServer]:
     """moto on a free port, the proxy on another; returns (endpoint, moto's process, proxy)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -120,14 +133,24 @@ def _handler(endpoint: Endpoint):
                     endpoint.seen.append(line)
                     return self._answer(rule.status, {"Content-Type": "application/xml"}, rule.body)
             conn = http.client.HTTPConnection(endpoint.moto, timeout=60)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "content-length")}
+            headers = {
+                k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "content-length")
+            }
             headers["Content-Length"] = str(len(body))
             conn.request(self.command, self.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
-            self._answer(resp.status, {k: v for k, v in resp.getheaders()
-                                       if k.lower() not in ("transfer-encoding", "content-length", "connection")},
-                         data, head=self.command == "HEAD", length=resp.getheader("Content-Length"))  # fmt: skip
+            self._answer(
+                resp.status,
+                {
+                    k: v
+                    for k, v in resp.getheaders()
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection")
+                },
+                data,
+                head=self.command == "HEAD",
+                length=resp.getheader("Content-Length"),
+            )
             conn.close()
 
         def _chunked(self) -> bytes:
@@ -178,8 +201,13 @@ def client(endpoint: Endpoint):
     import boto3
 
     env = endpoint.env()
-    return boto3.client("s3", endpoint_url=f"http://{endpoint.moto}", aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://{endpoint.moto}",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
 
 
 def apply_env(endpoint: Endpoint) -> None:

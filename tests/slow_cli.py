@@ -31,8 +31,12 @@ def record(path: str, event: str, **fields) -> None:
 
 
 def patch(events: str, delay: float) -> None:
-    score_batch, enter, work, add = (scorer.Scorer._score_batch, progress.Tracker.__enter__, progress.Tracker.work,
-                                     parts.PartStore.add)  # fmt: skip
+    score_batch, enter, work, add = (
+        scorer.Scorer._score_batch,
+        progress.Tracker.__enter__,
+        progress.Tracker.work,
+        parts.PartStore.add,
+    )
 
     def slow_batch(self, batch, forward=None):
         if hasattr(self, "self_check_note"):  # a batch of the run, not the self-check's probe

@@ -20,9 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_mask
 
-from scorecli.attention import make_backend
-from scorecli.attention import dense
-from scorecli.attention import blocks
+from scorecli.attention import blocks, dense, make_backend
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost, item_groups
 from scorecli.attention.dense import SdpaBackend, mis_allowed
 from scorecli.attention.flashinfer import (
@@ -36,10 +34,10 @@ from scorecli.attention.flashinfer import (
     position_in_item,
 )
 from scorecli.attention.flex import FlexBackend, build_block_mask, mis_mask_mod, ragged_inputs
-from scorecli.core.batching import Batch, collate
-from scorecli.errors import UsageError
 from scorecli.attention.shared import SharedKV
+from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import EncodedRow, drop_shared, pack_row
+from scorecli.errors import UsageError
 from tests.test_invariance import make_rows, scorer_outputs
 
 # ---- random batches and the dense reference ------------------------------------------------
@@ -153,7 +151,10 @@ def _sdpa_reference(batch: Batch, q, k, v, scale) -> torch.Tensor:
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize(
     "compile,device",
-    [(None, "cpu"), pytest.param(True, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))],
+    [
+        (None, "cpu"),
+        pytest.param(True, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+    ],
 )
 def test_flex_attend_equals_sdpa_with_dense_mask(compile, device):
     """CPU: the default (eager) path. The compiled kernel is checked on CUDA: on CPU it returned
@@ -336,8 +337,12 @@ def test_sdpa_blocks_scores_equal_dense(request, fixture, extra, monkeypatch):
     path = request.getfixturevalue(fixture)
     rows = make_rows(8, seed=22)
     results = {}
-    cases = (("one", "always", 1, None), ("many", "always", 100_000, None), ("per-length", "always", 100_000, 0),
-             ("dense", "never", 100_000, None))  # fmt: skip
+    cases = (
+        ("one", "always", 1, None),
+        ("many", "always", 100_000, None),
+        ("per-length", "always", 100_000, 0),
+        ("dense", "never", 100_000, None),
+    )
     for name, path_kind, budget, overhead in cases:
         monkeypatch.setattr(dense, "SdpaBackend", functools.partial(SdpaBackend, blocks=path_kind))
         monkeypatch.setattr(blocks, "GROUP_OVERHEAD", blocks.GROUP_OVERHEAD if overhead is None else overhead)
@@ -364,7 +369,10 @@ def shared_batches(n: int, c: int, seed: int) -> list[tuple[Batch, Batch]]:
         seqs = []
         for _ in range(int(rng.integers(1, 6))):
             prefix = np.concatenate([shared, rng.integers(5, 50, int(rng.integers(1, 8)))])
-            items = [rng.integers(5, 50, int(rng.choice([0, 1, int(rng.integers(0, 9))]))) for _ in range(int(rng.integers(1, 6)))]
+            items = [
+                rng.integers(5, 50, int(rng.choice([0, 1, int(rng.integers(0, 9))])))
+                for _ in range(int(rng.integers(1, 6)))
+            ]
             seqs += pack_row(EncodedRow(prefix, items), len(seqs), mis=bool(rng.random() < 0.7), max_seq_len=10_000)
         pairs.append((collate(seqs), collate([drop_shared(s, c) for s in seqs], c)))
     return pairs
@@ -391,7 +399,7 @@ def test_shared_prefix_attention_equals_full_sequences(backend_name, monkeypatch
     if backend_name == "eager":
         backend = dense.EagerBackend()
     layer = types.SimpleNamespace(layer_idx=3)
-    for overhead in ([0, None, 10**12] if backend_name == "blocks" else [None]):
+    for overhead in [0, None, 10**12] if backend_name == "blocks" else [None]:
         monkeypatch.setattr(blocks, "GROUP_OVERHEAD", blocks.GROUP_OVERHEAD if overhead is None else overhead)
         for n, (full, stripped) in enumerate(shared_batches(25, c, seed=30)):
             (q, k, v), (k0, v0), own = _shared_inputs(full, c, n)
@@ -431,8 +439,11 @@ def test_token_pos_in_items_for_delimiter_free_items():
 
 
 def test_token_pos_in_items_padded_per_sequence():
-    seqs = [s for p, lens in [(2, [2, 1]), (0, [3]), (4, [0, 2, 0])] for s in pack_row(
-        EncodedRow(np.arange(p) + 5, [np.arange(n) + 7 for n in lens]), 0, mis=True, max_seq_len=99)]
+    seqs = [
+        s
+        for p, lens in [(2, [2, 1]), (0, [3]), (4, [0, 2, 0])]
+        for s in pack_row(EncodedRow(np.arange(p) + 5, [np.arange(n) + 7 for n in lens]), 0, mis=True, max_seq_len=99)
+    ]
     mis = mis_args(collate(seqs))
     assert mis.token_pos_in_items_len == 3
     assert mis.token_pos_in_items_ptr.reshape(3, 3).tolist() == [[1, 2, 1], [1, 2, 3], [1, 2, 0]]
@@ -536,9 +547,15 @@ def test_to_device_mixed_dtypes_travel_in_one_buffer():
     from scorecli.attention import to_device
 
     rng = np.random.default_rng(0)
-    arrays = [rng.integers(0, 1 << 40, 7), rng.integers(0, 1 << 31, 3).astype(np.int32),
-              rng.integers(0, 1 << 16, 5).astype(np.uint16), rng.integers(0, 1 << 32, 1).astype(np.uint32),
-              rng.random(9) < 0.5, np.zeros(0, dtype=np.uint16), rng.integers(0, 9, 4)]  # fmt: skip
+    arrays = [
+        rng.integers(0, 1 << 40, 7),
+        rng.integers(0, 1 << 31, 3).astype(np.int32),
+        rng.integers(0, 1 << 16, 5).astype(np.uint16),
+        rng.integers(0, 1 << 32, 1).astype(np.uint32),
+        rng.random(9) < 0.5,
+        np.zeros(0, dtype=np.uint16),
+        rng.integers(0, 9, 4),
+    ]
     out = to_device(arrays, torch.device("cpu"))
     bases = {t.untyped_storage().data_ptr() for t in out if t.numel()}
     assert len(bases) == 1  # views of one buffer: one transfer
@@ -549,8 +566,9 @@ def test_to_device_mixed_dtypes_travel_in_one_buffer():
     np.testing.assert_array_equal(same[1].numpy(), arrays[-1])
 
 
-@pytest.mark.parametrize("name", ["sdpa", "sdpa-blocks", "sdpa-dense", "eager", "flex", "flashinfer-paged",
-                                  "flashinfer-custom"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["sdpa", "sdpa-blocks", "sdpa-dense", "eager", "flex", "flashinfer-paged", "flashinfer-custom"]
+)
 def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
     """A backend's plan() sends everything a batch needs (ids, positions, indices, masks, kernel
     plan arrays) to the device in one copy; what flashinfer's plan() reads on the host stays there."""
@@ -559,9 +577,12 @@ def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
     uploads = []
     real = device._upload
     monkeypatch.setattr(device, "_upload", lambda flat, device: uploads.append(flat.numel()) or real(flat, device))
-    backends = {"sdpa-blocks": lambda: SdpaBackend(blocks="always"), "sdpa-dense": lambda: SdpaBackend(blocks="never"),
-                "flashinfer-paged": lambda: FlashInferBackend("paged"),
-                "flashinfer-custom": lambda: FlashInferBackend("custom")}  # fmt: skip
+    backends = {
+        "sdpa-blocks": lambda: SdpaBackend(blocks="always"),
+        "sdpa-dense": lambda: SdpaBackend(blocks="never"),
+        "flashinfer-paged": lambda: FlashInferBackend("paged"),
+        "flashinfer-custom": lambda: FlashInferBackend("custom"),
+    }
     backend = backends[name]() if name in backends else make_backend(name, torch.device("cpu"))
     for batch in random_batches(12, seed=3, max_seqs=6, max_items=6, max_len=12):
         before = len(uploads)
@@ -643,8 +664,12 @@ def test_flashinfer_scores_on_the_stand_in_equal_sdpa(fake_flashinfer, request, 
 def test_flashinfer_mis_on_the_stand_in_equals_single(fake_flashinfer, qwen3_seq_cls, mis_kernel):
     """Distinct items of one MIS sequence keep distinct scores, equal to their single-item ones."""
     fake_flashinfer.use_mis_kernel(mis_kernel)
-    rows = [{"query": "which animal is fast", "items": ["a quick brown fox", "the lazy dog", "a passage answers",
-                                                        "maybe yes", "no relevant query"]}]  # fmt: skip
+    rows = [
+        {
+            "query": "which animal is fast",
+            "items": ["a quick brown fox", "the lazy dog", "a passage answers", "maybe yes", "no relevant query"],
+        }
+    ]
     scores = {m: scorer_outputs(qwen3_seq_cls, rows, mode=m, attention="flashinfer")[1][0] for m in ("mis", "single")}
     assert np.ptp(scores["mis"]) > 1e-3, scores
     np.testing.assert_allclose(scores["mis"], scores["single"], atol=2e-3, rtol=0)
@@ -687,7 +712,7 @@ def test_auto_falls_back_when_flashinfer_fails_the_self_check(fake_flashinfer, q
     from scorecli.checks.selfcheck import SelfCheckError
     from tests import fake_flashinfer as fake
 
-    causal = lambda self, s, q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q)  # noqa: E731
+    causal = lambda self, s, q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q)
     monkeypatch.setattr(fake.BatchPrefillWithPagedKVCacheWrapper, "_mis_mask", causal)
     fake_flashinfer.auto_picks_flashinfer()
     with pytest.warns(RuntimeWarning, match=r"flashinfer failed \(SelfCheckError: .*using sdpa"):
@@ -700,16 +725,24 @@ def test_auto_falls_back_when_flashinfer_fails_the_self_check(fake_flashinfer, q
 def test_stand_in_ragged_wrapper_ignores_mis_arguments(fake_flashinfer):
     """Why the MIS plan uses the paged wrapper: planned with the MIS arguments, the ragged
     wrapper runs plain causal attention (flashinfer 0.7.2), which is not the MIS rule."""
-    causal = lambda b: np.tril(np.ones((b.num_tokens,) * 2, dtype=bool)) & block_diagonal(b)  # noqa: E731
+    causal = lambda b: np.tril(np.ones((b.num_tokens,) * 2, dtype=bool)) & block_diagonal(b)
     batch = next(b for b in random_batches(20, seed=9) if not np.array_equal(reference_mask(b), causal(b)))
     mis = mis_args(batch)
     wrapper = fake_flashinfer.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(16, dtype=torch.uint8))
     cu = torch.from_numpy(batch.cu_seqlens.astype(np.int32))
-    wrapper.plan(cu, cu, 4, 2, 16, causal=True, q_data_type=torch.float16,
-                 prefix_len_ptr=torch.from_numpy(mis.prefix_len_ptr),
-                 token_pos_in_items_ptr=torch.from_numpy(mis.token_pos_in_items_ptr),
-                 token_pos_in_items_len=mis.token_pos_in_items_len,
-                 max_item_len_ptr=torch.from_numpy(mis.max_item_len_ptr))  # fmt: skip
+    wrapper.plan(
+        cu,
+        cu,
+        4,
+        2,
+        16,
+        causal=True,
+        q_data_type=torch.float16,
+        prefix_len_ptr=torch.from_numpy(mis.prefix_len_ptr),
+        token_pos_in_items_ptr=torch.from_numpy(mis.token_pos_in_items_ptr),
+        token_pos_in_items_len=mis.token_pos_in_items_len,
+        max_item_len_ptr=torch.from_numpy(mis.max_item_len_ptr),
+    )
     q, k, v = (x[0].transpose(0, 1).half().contiguous() for x in _attention_inputs(batch, 0))
     out = wrapper.run(q, k, v).float()[None]
     ref = _sdpa_reference(batch, *(x.half().float() for x in _attention_inputs(batch, 0)), 0.25)
@@ -764,8 +797,12 @@ class TestFlashInferCuda:
         from scorecli import Scorer
         from scorecli.io.readers import RawRow
 
-        rows = [{"query": "which animal is fast", "items": ["a quick brown fox", "the lazy dog", "a passage answers",
-                                                            "maybe yes", "no relevant query"]}]  # fmt: skip
+        rows = [
+            {
+                "query": "which animal is fast",
+                "items": ["a quick brown fox", "the lazy dog", "a passage answers", "maybe yes", "no relevant query"],
+            }
+        ]
         scores = {}
         for mode in ("mis", "single"):
             scorer = Scorer(model64, mode=mode, attention="flashinfer", device="cuda", dtype="bfloat16")

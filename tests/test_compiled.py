@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from scorecli import Scorer
-from scorecli import runtimes
+from scorecli import Scorer, runtimes
 from scorecli.errors import Notice, UsageError
 from scorecli.io.readers import RawRow
 from scorecli.runtimes import compiled as compiled_mod
@@ -108,8 +107,10 @@ def test_compile_auto_only_for_jobs_long_enough(qwen3_seq_cls, monkeypatch, tmp_
     assert estimate_tokens([str(big)]) == big.stat().st_size // 4 and estimate_tokens(["-"]) is None
     base = Scorer(qwen3_seq_cls, compile="off").forward.base
     monkeypatch.setattr(runtimes, "COMPILE_MIN_FLOPS", 2.0 * sum(p.numel() for p in base.parameters()) * 1000)
-    compiled = {n: runtimes.compile_layers("auto", base, torch.device("cpu"), estimate_tokens([str(p)]))
-                for n, p in [("big", big), ("small", small)]}  # fmt: skip
+    compiled = {
+        n: runtimes.compile_layers("auto", base, torch.device("cpu"), estimate_tokens([str(p)]))
+        for n, p in [("big", big), ("small", small)]
+    }
     assert compiled["small"] is None and compiled["big"] is not None
     compiled["big"].restore("test over")
     assert runtimes.compile_layers("auto", base, torch.device("cpu"), None) is not None

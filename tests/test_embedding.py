@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from scorecli import Scorer
+from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
-from scorecli.checks.selfcheck import SelfCheckError
 from tests.embedding_models import build_sentence_model
 from tests.test_cli import SCORECLI, _env
 
@@ -29,41 +29,77 @@ st = pytest.importorskip("sentence_transformers")
 
 LONG = " ".join(["the model answers the query about a passage"] * 60)  # over 256 tokens: cut as encode cuts
 ROWS = [
-    {"id": 1, "query": "What is the capital of France?",
-     "items": ["Paris is the capital of France.", "Bananas are yellow.", LONG, "", "France"]},
+    {
+        "id": 1,
+        "query": "What is the capital of France?",
+        "items": ["Paris is the capital of France.", "Bananas are yellow.", LONG, "", "France"],
+    },
     {"id": 2, "query": "", "items": []},
     {"id": 3, "query": "how do lists work", "items": ["Lists are mutable sequences.", "A dog runs in the park."]},
     {"id": 4, "query": "dog", "items": ["the quick brown fox jumps over a lazy dog"]},
-]  # fmt: skip
+]
 # a decoder tokenizer that adds no special tokens makes an empty text nothing to embed (refused)
 DECODER_ROWS = [{**r, "items": [x for x in r["items"] if x]} for r in ROWS]
 # a ChatML template that reads content given as a string or as typed parts
-TYPED_TEMPLATE = ("{%- for m in messages -%}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-                  "{% else %}{% for part in m['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-                  "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{%- if add_generation_prompt -%}<|im_start|>assistant\n"
-                  "{% endif -%}")  # fmt: skip
+TYPED_TEMPLATE = (
+    "{%- for m in messages -%}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for part in m['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{%- if add_generation_prompt -%}<|im_start|>assistant\n"
+    "{% endif -%}"
+)
 VARIANTS = {  # name: build_sentence_model arguments
-    "bert-mean": dict(),
-    "bert-cls-dense-normalize-prompts": dict(pooling="cls", include_prompt=False, dense=True, normalize=True,
-                                             prompts={"query": "query: ", "document": "passage: "}),
-    "bert-max-dot-short": dict(pooling="max", include_prompt=False, prompts={"query": "query: ", "passage": "doc: "},
-                               similarity="dot", max_seq_length=12),
-    "bert-sqrt-weighted": dict(pooling=("mean_sqrt_len_tokens", "weightedmean", "lasttoken"), include_prompt=False,
-                               prompts={"query": "find: "}),
-    "qwen3-last-normalize-prompt": dict(base="qwen3", pooling="lasttoken", normalize=True,
-                                        prompts={"query": "Instruct: find the passage\nQuery: "}),
-    "qwen3-last-dot": dict(base="qwen3", pooling="lasttoken", similarity="dot"),
+    "bert-mean": {},
+    "bert-cls-dense-normalize-prompts": {
+        "pooling": "cls",
+        "include_prompt": False,
+        "dense": True,
+        "normalize": True,
+        "prompts": {"query": "query: ", "document": "passage: "},
+    },
+    "bert-max-dot-short": {
+        "pooling": "max",
+        "include_prompt": False,
+        "prompts": {"query": "query: ", "passage": "doc: "},
+        "similarity": "dot",
+        "max_seq_length": 12,
+    },
+    "bert-sqrt-weighted": {
+        "pooling": ("mean_sqrt_len_tokens", "weightedmean", "lasttoken"),
+        "include_prompt": False,
+        "prompts": {"query": "find: "},
+    },
+    "qwen3-last-normalize-prompt": {
+        "base": "qwen3",
+        "pooling": "lasttoken",
+        "normalize": True,
+        "prompts": {"query": "Instruct: find the passage\nQuery: "},
+    },
+    "qwen3-last-dot": {"base": "qwen3", "pooling": "lasttoken", "similarity": "dot"},
     # as sentence-transformers 6.2 saves a decoder whose tokenizer has a chat template: text read as chat
     # messages; long texts cut at 24 tokens (the template's tail restored), the query prompt a system message
-    "qwen3-chat-last-normalize-short": dict(base="qwen3", pooling="lasttoken", normalize=True,
-                                            prompts={"query": "Find: "}, max_seq_length=24, chat={}),
+    "qwen3-chat-last-normalize-short": {
+        "base": "qwen3",
+        "pooling": "lasttoken",
+        "normalize": True,
+        "prompts": {"query": "Find: "},
+        "max_seq_length": 24,
+        "chat": {},
+    },
     # typed content parts (the format left for sentence-transformers to infer from this template), a prompt
     # that plain text would leave out of the mean, and a template argument from processing_kwargs
-    "qwen3-chat-structured-mean": dict(base="qwen3", pooling="mean", include_prompt=False, max_seq_length=40,
-                                       prompts={"query": "query: ", "document": "passage: "},
-                                       chat={"format": None, "template": TYPED_TEMPLATE,
-                                             "processing_kwargs": {"chat_template": {"add_generation_prompt": True}}}),
-}  # fmt: skip
+    "qwen3-chat-structured-mean": {
+        "base": "qwen3",
+        "pooling": "mean",
+        "include_prompt": False,
+        "max_seq_length": 40,
+        "prompts": {"query": "query: ", "document": "passage: "},
+        "chat": {
+            "format": None,
+            "template": TYPED_TEMPLATE,
+            "processing_kwargs": {"chat_template": {"add_generation_prompt": True}},
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +123,9 @@ def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]
     """(similarities [n], item embeddings [n, D], |query| max |item|) of each row by
     sentence-transformers, with the prompts README: Which models, embedding models names (`query`; `document`, else `passage`)."""
     model = _st_model(path)
-    config = Path(path) / "config_sentence_transformers.json"  # the folder's own prompts (sentence-transformers adds empty ones)
+    config = (
+        Path(path) / "config_sentence_transformers.json"
+    )  # the folder's own prompts (sentence-transformers adds empty ones)
     own = (json.loads(config.read_text()).get("prompts") or {}) if config.exists() else {}
     item_prompt = next((n for n in ("document", "passage") if n in own), None)
     out = []
@@ -95,8 +133,7 @@ def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]
         if not row["items"]:
             out.append((np.zeros(0), np.zeros((0, 0)), 1.0))
             continue
-        query = model.encode([row["query"]], prompt_name="query" if "query" in own else None,
-                             convert_to_tensor=True)  # fmt: skip
+        query = model.encode([row["query"]], prompt_name="query" if "query" in own else None, convert_to_tensor=True)
         items = model.encode(row["items"], prompt_name=item_prompt, convert_to_tensor=True)
         norms = float(query.norm() * items.norm(dim=-1).max())
         out.append((model.similarity(query, items)[0].numpy(), items.numpy(), norms))
@@ -104,9 +141,13 @@ def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]
 
 
 def score(path: str, rows: list[dict] = ROWS, **flags):
-    table = Scorer(path, pooled_hidden_states=True, **flags).score_rows([RawRow(r, f"r:{k + 1}") for k, r in enumerate(rows)])
-    return table, [(np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
-                   for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())]  # fmt: skip
+    table = Scorer(path, pooled_hidden_states=True, **flags).score_rows(
+        [RawRow(r, f"r:{k + 1}") for k, r in enumerate(rows)]
+    )
+    return table, [
+        (np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
+        for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())
+    ]
 
 
 def assert_matches(ours, theirs, atol=1e-5):
@@ -169,11 +210,17 @@ def test_similarity_flag_overrides_the_models(built):
             np.testing.assert_allclose(s, items @ query, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("flags, what", [
-    (dict(mode="mis"), "--mode mis"), (dict(chunk_tokens=8), "--chunk-tokens"), (dict(template="yes-no-chat"), "--template"),
-    (dict(label_tokens=("yes", "no")), "--label-tokens"), (dict(activation="sigmoid"), "--activation"),
-    (dict(pooling="cls"), "--pooling"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags, what",
+    [
+        ({"mode": "mis"}, "--mode mis"),
+        ({"chunk_tokens": 8}, "--chunk-tokens"),
+        ({"template": "yes-no-chat"}, "--template"),
+        ({"label_tokens": ("yes", "no")}, "--label-tokens"),
+        ({"activation": "sigmoid"}, "--activation"),
+        ({"pooling": "cls"}, "--pooling"),
+    ],
+)
 def test_flags_of_other_kinds_are_refused(built, flags, what):
     with pytest.raises(UsageError, match=what):
         Scorer(built("bert-mean"), **flags)
@@ -214,21 +261,36 @@ def test_self_check_catches_pooling_that_is_not_the_models(built, monkeypatch):
     import scorecli.kinds.embedding as family
 
     real = family.pool
-    monkeypatch.setattr(family, "pool", lambda hidden, lens, skip, modes: real(hidden, lens, torch.zeros_like(skip), modes))
+    monkeypatch.setattr(
+        family, "pool", lambda hidden, lens, skip, modes: real(hidden, lens, torch.zeros_like(skip), modes)
+    )
     with pytest.raises(SelfCheckError, match="differ from the model's own forward"):
         Scorer(built("bert-cls-dense-normalize-prompts"))
     Scorer(built("bert-cls-dense-normalize-prompts"), self_check=False)
 
 
-@pytest.mark.parametrize("change, what", [
-    ({"message": {"method": "forward", "method_output_name": "last_hidden_state"}}, "its tokenizer has no chat template"),
-    ({"message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "xml"}},
-     "unknown message format 'xml'"),
-    ({"message": {"method": "get_text_features", "method_output_name": "pooler_output"}}, "get_text_features"),
-    ({"processing_kwargs": {"text": {"max_length": 8}}}, "processing_kwargs set text.max_length"),
-    ({"processing_kwargs": {"chat_template": {"max_length": 8}}, "message": {"method": "forward",
-      "method_output_name": "last_hidden_state", "format": "flat"}}, "chat_template sets max_length"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        (
+            {"message": {"method": "forward", "method_output_name": "last_hidden_state"}},
+            "its tokenizer has no chat template",
+        ),
+        (
+            {"message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "xml"}},
+            "unknown message format 'xml'",
+        ),
+        ({"message": {"method": "get_text_features", "method_output_name": "pooler_output"}}, "get_text_features"),
+        ({"processing_kwargs": {"text": {"max_length": 8}}}, "processing_kwargs set text.max_length"),
+        (
+            {
+                "processing_kwargs": {"chat_template": {"max_length": 8}},
+                "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"},
+            },
+            "chat_template sets max_length",
+        ),
+    ],
+)
 def test_what_a_folder_reads_that_scorecli_cannot_reproduce_is_refused_by_name(built, tmp_path, change, what):
     import shutil
 
@@ -250,12 +312,19 @@ def test_chat_message_folder_through_the_console_script(built, tmp_path):
     inp = tmp_path / "rows.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in DECODER_ROWS))
     out = tmp_path / "out.parquet"
-    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(out), "--pooled-hidden-states",
-                          "--quiet"], capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    run = subprocess.run(
+        [*SCORECLI, "score", str(inp), "--model", path, "--out", str(out), "--pooled-hidden-states", "--quiet"],
+        capture_output=True,
+        env=_env(),
+        timeout=180,
+        text=True,
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr
     table = pq.read_table(out)
-    ours = [(np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
-            for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())]  # fmt: skip
+    ours = [
+        (np.array(s, dtype=np.float64), np.array(e, dtype=np.float64) if s else np.zeros((0, 0)))
+        for s, e in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist())
+    ]
     assert_matches(ours, reference(path, DECODER_ROWS))
     inspect = subprocess.run([*SCORECLI, "inspect", path], capture_output=True, env=_env(), timeout=180, text=True)
     assert inspect.returncode == 0, inspect.stderr
@@ -268,23 +337,50 @@ def test_console_script(built, tmp_path):
     inp = tmp_path / "rows.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "out.parquet"
-    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(out), "--top-k", "2",
-                          "--pooled-hidden-states", "--similarity", "dot", "--quiet"], capture_output=True, env=_env(),
-                         timeout=180)  # fmt: skip
+    run = subprocess.run(
+        [
+            *SCORECLI,
+            "score",
+            str(inp),
+            "--model",
+            path,
+            "--out",
+            str(out),
+            "--top-k",
+            "2",
+            "--pooled-hidden-states",
+            "--similarity",
+            "dot",
+            "--quiet",
+        ],
+        capture_output=True,
+        env=_env(),
+        timeout=180,
+    )
     assert run.returncode == 0, run.stderr
     table = pq.read_table(out)
     assert table.column_names == ["id", "scores", "score", "top_k", "pooled_hidden_states", "num_tokens"]
     assert table.schema.metadata[b"similarity"] == b"dot"
-    for s, e, (_, items, _) in zip(table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist(),
-                                reference(path, ROWS)):  # fmt: skip
+    for _s, e, (_, items, _) in zip(
+        table["score"].to_pylist(), table["pooled_hidden_states"].to_pylist(), reference(path, ROWS)
+    ):
         np.testing.assert_allclose(np.array(e).reshape(items.shape), items, atol=1e-5)
-    mis = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "x.parquet"), "--mode",
-                          "mis"], capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    mis = subprocess.run(
+        [*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "x.parquet"), "--mode", "mis"],
+        capture_output=True,
+        env=_env(),
+        timeout=180,
+        text=True,
+    )
     assert mis.returncode == 2 and len(mis.stderr.strip().splitlines()) == 1 and "--mode mis" in mis.stderr
     inspect = subprocess.run([*SCORECLI, "inspect", path], capture_output=True, env=_env(), timeout=180, text=True)
     assert inspect.returncode == 0, inspect.stderr
-    for line in ("kind:           embedding", "pooling:        cls (prompt excluded), then Dense -> 24, Normalize",
-                 "prompts:        query: 'query: ', document: 'passage: '", "similarity:     cosine"):  # fmt: skip
+    for line in (
+        "kind:           embedding",
+        "pooling:        cls (prompt excluded), then Dense -> 24, Normalize",
+        "prompts:        query: 'query: ', document: 'passage: '",
+        "similarity:     cosine",
+    ):
         assert line in inspect.stdout, inspect.stdout
 
 
@@ -328,8 +424,21 @@ def test_quiet_run_of_a_model_with_a_short_maximum_prints_nothing(tmp_path):
     sequences under --quiet, not even for scorecli's own tokenizer probe at load."""
     path = build_sentence_model(tmp_path / "st", pooling="cls", max_seq_length=8)
     inp = tmp_path / "rows.jsonl"
-    inp.write_text(json.dumps({"id": 1, "query": "a query long enough to pass eight tokens for sure, and more",
-                               "items": ["short", "an item also longer than the eight tokens this model reads"]}) + "\n")
-    run = subprocess.run([*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "o.parquet"), "-q"],
-                         capture_output=True, env=_env(), timeout=180, text=True)  # fmt: skip
+    inp.write_text(
+        json.dumps(
+            {
+                "id": 1,
+                "query": "a query long enough to pass eight tokens for sure, and more",
+                "items": ["short", "an item also longer than the eight tokens this model reads"],
+            }
+        )
+        + "\n"
+    )
+    run = subprocess.run(
+        [*SCORECLI, "score", str(inp), "--model", path, "--out", str(tmp_path / "o.parquet"), "-q"],
+        capture_output=True,
+        env=_env(),
+        timeout=180,
+        text=True,
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr

@@ -28,9 +28,12 @@ from tests.test_invariance import raw_rows, table_outputs
 # the tiny models' 64-token windows while packed MIS rows cross them
 _RNG = np.random.default_rng(0)
 ROWS = [
-    {"query_ids": _RNG.integers(5, 1000, size=q).tolist(), "item_ids": [_RNG.integers(5, 1000, size=n).tolist() for n in its]}
+    {
+        "query_ids": _RNG.integers(5, 1000, size=q).tolist(),
+        "item_ids": [_RNG.integers(5, 1000, size=n).tolist() for n in its],
+    }
     for q, its in ((12, (30, 7, 40, 1, 22)), (25, (3, 35, 18)), (5, (50, 9, 28, 44)))
-]  # fmt: skip
+]
 COMBOS = [(mode, attention) for mode in ("mis", "single") for attention in ("sdpa", "eager", "flex")]
 
 
@@ -58,10 +61,16 @@ def _reference(path: str) -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     with torch.inference_mode():
         for row in ROWS:
-            runs = [model(input_ids=torch.tensor([row["query_ids"] + item]), output_hidden_states=True, use_cache=False)
-                    for item in row["item_ids"]]  # fmt: skip
-            out.append((np.stack([r.logits[0].float().numpy() for r in runs]),
-                        np.stack([r.hidden_states[-1][0, -1].float().numpy() for r in runs])))  # fmt: skip
+            runs = [
+                model(input_ids=torch.tensor([row["query_ids"] + item]), output_hidden_states=True, use_cache=False)
+                for item in row["item_ids"]
+            ]
+            out.append(
+                (
+                    np.stack([r.logits[0].float().numpy() for r in runs]),
+                    np.stack([r.hidden_states[-1][0, -1].float().numpy() for r in runs]),
+                )
+            )
     return out
 
 
@@ -83,15 +92,20 @@ def run(path: str, **kw) -> tuple[str, Scorer | None]:
     hidden_err = max(float(np.abs(h.reshape(r.shape) - r).max()) for h, (_, r) in zip(hidden, ref))
     if score_err <= 1e-4 and hidden_err <= 1e-3:
         return "exact", scorer
-    return f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})", scorer
+    return (
+        f"WRONG (scores off by {score_err:.2g}, hidden states by {hidden_err:.2g}; mode {scorer.metadata['mode']})",
+        scorer,
+    )
 
 
 @pytest.mark.parametrize("family", candidate_types(), indirect=True)
 def test_family_is_exact_or_refused_up_front(family):
     """Self-check off: every mode and CPU backend is exact or refused by scorecli's own decisions."""
     model_type, path = family
-    results = {f"{mode}/{attention}": outcome(path, mode=mode, attention=attention, self_check=False)
-               for mode, attention in COMBOS}  # fmt: skip
+    results = {
+        f"{mode}/{attention}": outcome(path, mode=mode, attention=attention, self_check=False)
+        for mode, attention in COMBOS
+    }
     wrong = {k: v for k, v in results.items() if v.startswith("WRONG")}
     assert not wrong, f"{model_type}: silently wrong: {wrong}"
 
@@ -130,8 +144,10 @@ def test_layers_that_do_not_hand_kwargs_down_are_exact(tmp_path_factory, model_t
 def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory):
     """Linear attention (state across tokens) and attention outside the backend: auto runs
     single-item; MIS and a ragged backend are refused in one line that says why."""
-    for model_type, why in (("qwen3_next", "carries state from token to token"),
-                            ("openai-gpt", "does not go through scorecli's attention backend")):  # fmt: skip
+    for model_type, why in (
+        ("qwen3_next", "carries state from token to token"),
+        ("openai-gpt", "does not go through scorecli's attention backend"),
+    ):
         path = _family_path(tmp_path_factory, model_type)
         scorer = Scorer(path)
         assert scorer.metadata["mode"] == "single" and why in scorer.metadata["mode_reason"]
@@ -143,8 +159,8 @@ def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory
 def test_the_self_check_catches_a_family_compat_would_let_through(tmp_path_factory, monkeypatch):
     """The net behind the up-front decisions: were a state-carrying or backend-bypassing family
     let through in MIS, the start-up self-check stops it."""
-    from scorecli.model.load import compat
     from scorecli.checks.selfcheck import SelfCheckError
+    from scorecli.model.load import compat
 
     for model_type in ("qwen3_next", "openai-gpt"):
         path = _family_path(tmp_path_factory, model_type)
@@ -166,8 +182,21 @@ def test_bench_on_a_single_item_only_model(tmp_path_factory):
     import json
 
     path = _family_path(tmp_path_factory, "openai-gpt")
-    common = ["bench", "--model", path, "--rows", "1", "--items", "2", "--query-tokens", "4", "--item-tokens", "3",
-              "--repeats", "1"]  # fmt: skip
+    common = [
+        "bench",
+        "--model",
+        path,
+        "--rows",
+        "1",
+        "--items",
+        "2",
+        "--query-tokens",
+        "4",
+        "--item-tokens",
+        "3",
+        "--repeats",
+        "1",
+    ]
     done = _cli(*common, "--json", "-")
     assert done.returncode == 0, done.stderr
     assert [(r["attention"], r["mode"]) for r in json.loads(done.stdout)["results"]] == [("sdpa", "single")]
@@ -190,20 +219,26 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
     rows.write_text("".join(json.dumps({"id": k, **row}) + "\n" for k, row in enumerate(ROWS)))
     linear, doge, axk2, bloom = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2", "bloom"))
     out = tmp_path / "out.parquet"
-    runs = [["score", str(rows), "--out", str(out), "--model", linear],
-            ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis"],
-            ["score", str(rows), "--out", str(tmp_path / "doge.parquet"), "--model", doge],
-            ["score", str(rows), "--out", str(tmp_path / "axk2.parquet"), "--model", axk2],
-            ["score", str(rows), "--out", str(tmp_path / "bloom.parquet"), "--model", bloom, "--attention", "flex"],
-            ["inspect", linear, "--check"]]  # fmt: skip
+    runs = [
+        ["score", str(rows), "--out", str(out), "--model", linear],
+        ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis"],
+        ["score", str(rows), "--out", str(tmp_path / "doge.parquet"), "--model", doge],
+        ["score", str(rows), "--out", str(tmp_path / "axk2.parquet"), "--model", axk2],
+        ["score", str(rows), "--out", str(tmp_path / "bloom.parquet"), "--model", bloom, "--attention", "flex"],
+        ["inspect", linear, "--check"],
+    ]
     with ThreadPoolExecutor(len(runs)) as pool:
         ok, mis, own_mask, fails, bypass, inspect = pool.map(lambda a: _cli(*a), runs)
     assert ok.returncode == 0, ok.stderr
     meta = pq.read_metadata(out).metadata
     assert meta[b"mode"] == b"single" and b"carries state from token to token" in meta[b"mode_reason"]
     assert "single-item only" in ok.stderr
-    for proc, what in ((mis, "--mode mis"), (own_mask, "builds its own mask"), (fails, "do not run under"),
-                       (bypass, "(BloomAttention) does not go through")):  # fmt: skip
+    for proc, what in (
+        (mis, "--mode mis"),
+        (own_mask, "builds its own mask"),
+        (fails, "do not run under"),
+        (bypass, "(BloomAttention) does not go through"),
+    ):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and what in lines[0], proc.stderr
     assert not (tmp_path / "mis.parquet").exists()
@@ -214,8 +249,8 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
 def test_backend_for_a_single_item_only_model():
     """`--attention auto` picks a padded backend for it (never flashinfer's or flex's ragged
     row); an explicit ragged backend or MIS is refused; a packed model keeps its choice."""
-    from scorecli.model.compat import Support, backend_for
     from scorecli.errors import UsageError
+    from scorecli.model.compat import Support, backend_for
 
     single = Support(False, "layer 0 (mamba) carries state")
     assert backend_for(single, "auto", mis=False) == "sdpa"

@@ -109,8 +109,20 @@ def test_a_slow_model_keeps_its_first_part_and_shows_an_eta_at_once(tmp_path, qw
     rows = [{"id": i, "query": " ".join(WORDS[i % 7 : i % 7 + 3]), "items": items} for i in range(20)]
     inp = write(tmp_path / "in.jsonl", jsonl(rows))
     out, events = tmp_path / "out", tmp_path / "events.jsonl"
-    args = ["score", inp, "--model", qwen3_seq_cls, "--out", f"{out}/", "--mode", "single", "--max-batch-tokens", "16",
-            "--window-seconds", "1.5"]  # fmt: skip
+    args = [
+        "score",
+        inp,
+        "--model",
+        qwen3_seq_cls,
+        "--out",
+        f"{out}/",
+        "--mode",
+        "single",
+        "--max-batch-tokens",
+        "16",
+        "--window-seconds",
+        "1.5",
+    ]
     proc = slow_run(events, 0.1, args)
     stop_after(proc, out, 5)  # 1, 2, 4 rows, then the recorded size twice
     seen = read_events(events)
@@ -193,8 +205,9 @@ def test_an_unreachable_hub_fails_in_one_line_at_once(tmp_path):
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a"]}]))
     env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
-    result = run_cli(Case(["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", "some-org/some-reranker"],
-                          env=env))  # fmt: skip
+    result = run_cli(
+        Case(["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", "some-org/some-reranker"], env=env)
+    )
     assert result.rc == 2 and len(result.lines()) == 1, result.stderr
     assert "did not answer" in result.stderr and "not in the local cache" in result.stderr
     assert result.seconds < 20, result.seconds
@@ -283,8 +296,23 @@ def test_compact_is_an_option_not_a_silent_change(tmp_path, qwen3_seq_cls, qwen3
 @pytest.mark.parametrize("fixture", ["bert_cross_encoder", "embedding_model"])
 def test_bench_runs_every_kind_single_item(fixture, request):
     model = request.getfixturevalue(fixture)
-    args = ["bench", "--model", model, "--rows", "2", "--items", "3", "--query-tokens", "6", "--item-tokens", "4",
-            "--repeats", "1", "--json", "-"]  # fmt: skip
+    args = [
+        "bench",
+        "--model",
+        model,
+        "--rows",
+        "2",
+        "--items",
+        "3",
+        "--query-tokens",
+        "6",
+        "--item-tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--json",
+        "-",
+    ]
     result = run_cli(Case(args))
     assert result.rc == 0, result.stderr
     report = json.loads(result.stdout)

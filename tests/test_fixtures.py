@@ -81,9 +81,7 @@ def test_qwen_tokenizer_no_bos_and_single_label_tokens(qwen3_seq_cls, bpe_tokeni
         assert tok.model_max_length == 2048
         assert tok.decode(tok.encode("Answer: yes", add_special_tokens=False)) == "Answer: yes"
         assert {"<|im_start|>", "<|im_end|>"} <= set(tok.all_special_tokens)
-        chat = tok.apply_chat_template(
-            [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
-        )
+        chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
         assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         ids = tok.encode(chat, add_special_tokens=False)
         assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
@@ -144,6 +142,4 @@ def test_builders_are_deterministic(tmp_path, qwen3_seq_cls):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    assert (Path(again) / "tokenizer.json").read_text() == (
-        Path(qwen3_seq_cls) / "tokenizer.json"
-    ).read_text()
+    assert (Path(again) / "tokenizer.json").read_text() == (Path(qwen3_seq_cls) / "tokenizer.json").read_text()

@@ -49,13 +49,22 @@ def run(r: Run) -> Result:
     stdin = open(r.stdin, "rb") if r.stdin else subprocess.DEVNULL
     stdout = open(r.stdout, "ab") if r.stdout else subprocess.PIPE
     try:
-        proc = subprocess.run(SCORECLI + r.args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, cwd=r.cwd,
-                              env=_env(**r.env), timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            SCORECLI + r.args,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            cwd=r.cwd,
+            env=_env(**r.env),
+            timeout=300,
+        )
     finally:
         for f in (stdin, stdout):
             if hasattr(f, "close"):
                 f.close()
-    return Result(proc.returncode, proc.stdout or b"", proc.stderr.decode("utf-8", "replace"), time.perf_counter() - start)
+    return Result(
+        proc.returncode, proc.stdout or b"", proc.stderr.decode("utf-8", "replace"), time.perf_counter() - start
+    )
 
 
 def snapshot(paths: list[Path]) -> dict[str, bytes | None]:
@@ -85,7 +94,7 @@ def shards(folder: Path) -> list[Path]:
 
 def shadow_onnx(folder: Path) -> str:
     """A folder for PYTHONPATH in which `import onnx` fails, as where only onnxruntime is installed."""
-    write(folder / "onnx" / "__init__.py", b'raise ImportError("No module named \'onnx\'")\n')
+    write(folder / "onnx" / "__init__.py", b"raise ImportError(\"No module named 'onnx'\")\n")
     return str(folder)
 
 
@@ -95,8 +104,9 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     no_model = str(tmp / "no_such_model")
     good = Path(write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 4))))
 
-    def add(name: str, inputs: list[str], out: str, extra: list[str] = (), exp: Expect | None = None,
-            model: str = seq, **kw) -> None:  # fmt: skip
+    def add(
+        name: str, inputs: list[str], out: str, extra: list[str] = (), exp: Expect | None = None, model: str = seq, **kw
+    ) -> None:
         runs[name] = Run(["score", *inputs, "--out", out, "--model", model, "-q", *extra], **kw)
         expect[name] = exp or Expect()
 
@@ -111,8 +121,12 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
 
     holds = ["holds the input", "part-00000.parquet"]
     base, parts, kept = own("over_folder")
-    add("dataset_over_its_input_folder", [str(parts[0].parent)], f"{base}/shards/",
-        exp=Expect(2, [f"{base}/shards/", *holds], kept))  # fmt: skip
+    add(
+        "dataset_over_its_input_folder",
+        [str(parts[0].parent)],
+        f"{base}/shards/",
+        exp=Expect(2, [f"{base}/shards/", *holds], kept),
+    )
     base, parts, kept = own("over_shard")
     add("dataset_over_one_input_shard", [str(parts[0])], f"{base}/shards/", exp=Expect(2, holds, kept))
     base, parts, kept = own("over_glob")
@@ -127,29 +141,50 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     add("dataset_relative", ["shards"], "./shards", exp=Expect(2, holds, kept), cwd=base)
     inside = ["lies inside the input folder"]
     base, parts, kept = own("file_inside")
-    add("file_inside_the_input_folder", [f"{base}/shards"], f"{base}/shards/scores.parquet",
-        exp=Expect(2, [f"{base}/shards/scores.parquet", *inside], kept))  # fmt: skip
+    add(
+        "file_inside_the_input_folder",
+        [f"{base}/shards"],
+        f"{base}/shards/scores.parquet",
+        exp=Expect(2, [f"{base}/shards/scores.parquet", *inside], kept),
+    )
     base, parts, kept = own("dataset_inside")
     add("dataset_inside_the_input_folder", [f"{base}/shards"], f"{base}/shards/out/", exp=Expect(2, inside, kept))
     partial = tmp / "p" / "scores.parquet.partial"
     rows = Path(write(partial / "rows.jsonl", good.read_bytes()))
-    add("input_inside_the_parts_folder", [str(rows)], str(tmp / "p" / "scores.parquet"),
-        exp=Expect(2, ["its parts folder", "holds the input", "rows.jsonl"], [partial]))  # fmt: skip
-    add("parts_folder_is_the_input_folder", [str(partial)], str(tmp / "p" / "scores.parquet"),
-        exp=Expect(2, ["its parts folder", "holds the input"], [partial]))  # fmt: skip
+    add(
+        "input_inside_the_parts_folder",
+        [str(rows)],
+        str(tmp / "p" / "scores.parquet"),
+        exp=Expect(2, ["its parts folder", "holds the input", "rows.jsonl"], [partial]),
+    )
+    add(
+        "parts_folder_is_the_input_folder",
+        [str(partial)],
+        str(tmp / "p" / "scores.parquet"),
+        exp=Expect(2, ["its parts folder", "holds the input"], [partial]),
+    )
     copy = Path(write(tmp / "stdin" / "rows.jsonl", good.read_bytes()))
     add("stdin_redirected_from_the_output", ["-"], str(copy), exp=Expect(2, ["is the input -"], [copy]), stdin=copy)
     copy = Path(write(tmp / "stdout" / "rows.jsonl", good.read_bytes()))
-    add("stdout_appended_to_an_input", [str(copy)], "-", exp=Expect(2, ["standard output is the input"], [copy]),
-        stdout=copy)  # fmt: skip
+    add(
+        "stdout_appended_to_an_input",
+        [str(copy)],
+        "-",
+        exp=Expect(2, ["standard output is the input"], [copy]),
+        stdout=copy,
+    )
     not_ours = ["files scorecli did not write", "part-00000.parquet"]
     base, parts, kept = own("theirs")
     add("dataset_into_another_writers_parts", [str(good)], f"{base}/shards/", exp=Expect(2, not_ours, kept))
     base, parts, kept = own("theirs_stdin")
     add("stdin_dataset_into_another_writers_parts", ["-"], f"{base}/shards/", exp=Expect(2, not_ours, kept), stdin=good)
     notes = Path(write(tmp / "q" / "scores.parquet.partial" / "notes.txt", b"mine\n"))
-    add("file_whose_parts_folder_holds_other_files", [str(good)], str(tmp / "q" / "scores.parquet"),
-        exp=Expect(2, ["files scorecli did not write", "notes.txt"], [notes.parent]))  # fmt: skip
+    add(
+        "file_whose_parts_folder_holds_other_files",
+        [str(good)],
+        str(tmp / "q" / "scores.parquet"),
+        exp=Expect(2, ["files scorecli did not write", "notes.txt"], [notes.parent]),
+    )
     add("stdin_to_a_new_dataset", ["-"], f"{tmp / 'fresh'}/", stdin=good)
 
     # item 3: a zero-row Parquet input keeps its id column (and its type)
@@ -161,18 +196,42 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     add("one_row", [str(tmp / "one.parquet")], str(tmp / "one_out.parquet"))
 
     # item 4: integer flags, range-checked while parsing (typer's message), before the model loads
-    for flag, value in [("--top-k", BIG), ("--window-rows", BIG), ("--max-batch-tokens", BIG), ("--max-seq-len", BIG),
-                        ("--chunk-tokens", BIG), ("--chunk-overlap", "-1"), ("--num-workers", BIG)]:  # fmt: skip
-        add(f"flag{flag}", [str(good)], str(tmp / "flags.parquet"), [flag, value],
-            Expect(2, [f"Invalid value for '{flag}'"]), model=no_model)  # fmt: skip
-    add("flag--label-token-ids", [str(good)], str(tmp / "flags.parquet"), ["--label-token-ids", f"1,{BIG}"],
-        Expect(2, [f"--label-token-ids: {BIG} is not a token id"]), model=no_model)  # fmt: skip
+    for flag, value in [
+        ("--top-k", BIG),
+        ("--window-rows", BIG),
+        ("--max-batch-tokens", BIG),
+        ("--max-seq-len", BIG),
+        ("--chunk-tokens", BIG),
+        ("--chunk-overlap", "-1"),
+        ("--num-workers", BIG),
+    ]:
+        add(
+            f"flag{flag}",
+            [str(good)],
+            str(tmp / "flags.parquet"),
+            [flag, value],
+            Expect(2, [f"Invalid value for '{flag}'"]),
+            model=no_model,
+        )
+    add(
+        "flag--label-token-ids",
+        [str(good)],
+        str(tmp / "flags.parquet"),
+        ["--label-token-ids", f"1,{BIG}"],
+        Expect(2, [f"--label-token-ids: {BIG} is not a token id"]),
+        model=no_model,
+    )
 
     # item 5: bench's arguments, checked before any work
-    for name, extra, what in [("rows", ["--rows", "-1"], "--rows"), ("repeats", ["--repeats", "0"], "--repeats"),
-                              ("items", ["--items", BIG], "--items"), ("attention", ["--attention", "sdpa,nope"], "nope"),
-                              ("modes", ["--modes", "mis,both"], "--modes"), ("peak", ["--peak-tflops", "0"], "--peak-tflops"),
-                              ("json", ["--json", str(tmp / "nonexistent" / "b.json")], "--json")]:  # fmt: skip
+    for name, extra, what in [
+        ("rows", ["--rows", "-1"], "--rows"),
+        ("repeats", ["--repeats", "0"], "--repeats"),
+        ("items", ["--items", BIG], "--items"),
+        ("attention", ["--attention", "sdpa,nope"], "nope"),
+        ("modes", ["--modes", "mis,both"], "--modes"),
+        ("peak", ["--peak-tflops", "0"], "--peak-tflops"),
+        ("json", ["--json", str(tmp / "nonexistent" / "b.json")], "--json"),
+    ]:
         runs[f"bench_{name}"] = Run(["bench", "--model", no_model, *extra])
         expect[f"bench_{name}"] = Expect(2, [what])
 
@@ -181,18 +240,45 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
     home_file = Path(write(tmp / "home_file", b"HOME cannot be made here\n"))
     read_only = {"HOME": str(home_file / "home"), "XDG_CACHE_HOME": str(home_file / "cache")}
     add("torch", [str(good)], str(tmp / "torch.parquet"), ["--runtime", "torch"], model=cross)
-    add("auto_without_onnx", [str(good)], str(tmp / "no_onnx.parquet"), ["--cache-dir", str(tmp / "cache_a")],
-        model=cross, env=no_onnx)  # fmt: skip
+    add(
+        "auto_without_onnx",
+        [str(good)],
+        str(tmp / "no_onnx.parquet"),
+        ["--cache-dir", str(tmp / "cache_a")],
+        model=cross,
+        env=no_onnx,
+    )
     add("auto_with_a_read_only_home", [str(good)], str(tmp / "read_only.parquet"), model=cross, env=read_only)
-    runs["inspect_check_without_onnx"] = Run(["inspect", cross, "--check", "--cache-dir", str(tmp / "cache_i")],
-                                             env=no_onnx)  # fmt: skip
+    runs["inspect_check_without_onnx"] = Run(
+        ["inspect", cross, "--check", "--cache-dir", str(tmp / "cache_i")], env=no_onnx
+    )
     expect["inspect_check_without_onnx"] = Expect()
-    add("onnx_without_onnx", [str(good)], str(tmp / "x.parquet"), ["--runtime", "onnx"],
-        Expect(2, ["--runtime onnx needs onnx"]), model=no_model, env=no_onnx)  # fmt: skip
-    add("unwritable_cache_dir", [str(good)], str(tmp / "x.parquet"), ["--cache-dir", str(home_file / "c")],
-        Expect(2, ["--cache-dir", "not a directory"]), model=no_model)  # fmt: skip
-    add("unwritable_cache_dir_from_env", [str(good)], str(tmp / "x.parquet"), [], Expect(2, ["--cache-dir"]),
-        model=no_model, env={"SCORECLI_CACHE_DIR": str(home_file / "c")})  # fmt: skip
+    add(
+        "onnx_without_onnx",
+        [str(good)],
+        str(tmp / "x.parquet"),
+        ["--runtime", "onnx"],
+        Expect(2, ["--runtime onnx needs onnx"]),
+        model=no_model,
+        env=no_onnx,
+    )
+    add(
+        "unwritable_cache_dir",
+        [str(good)],
+        str(tmp / "x.parquet"),
+        ["--cache-dir", str(home_file / "c")],
+        Expect(2, ["--cache-dir", "not a directory"]),
+        model=no_model,
+    )
+    add(
+        "unwritable_cache_dir_from_env",
+        [str(good)],
+        str(tmp / "x.parquet"),
+        [],
+        Expect(2, ["--cache-dir"]),
+        model=no_model,
+        env={"SCORECLI_CACHE_DIR": str(home_file / "c")},
+    )
     return runs, expect
 
 
@@ -215,16 +301,42 @@ def runs(tmp_path_factory, qwen3_seq_cls, bert_cross_encoder) -> Runs:
     return Runs(tmp, declared, expect, results, before)
 
 
-REFUSED = ["dataset_over_its_input_folder", "dataset_over_one_input_shard", "dataset_over_a_glob",
-           "dataset_through_a_symlinked_input", "dataset_through_a_symlinked_out", "dataset_through_dotdot",
-           "dataset_relative", "file_inside_the_input_folder", "dataset_inside_the_input_folder",
-           "input_inside_the_parts_folder", "parts_folder_is_the_input_folder", "stdin_redirected_from_the_output",
-           "stdout_appended_to_an_input", "dataset_into_another_writers_parts",
-           "stdin_dataset_into_another_writers_parts", "file_whose_parts_folder_holds_other_files",
-           "flag--top-k", "flag--window-rows", "flag--max-batch-tokens", "flag--max-seq-len", "flag--chunk-tokens",
-           "flag--chunk-overlap", "flag--num-workers", "flag--label-token-ids", "bench_rows", "bench_repeats",
-           "bench_items", "bench_attention", "bench_modes", "bench_peak", "bench_json", "onnx_without_onnx",
-           "unwritable_cache_dir", "unwritable_cache_dir_from_env"]  # fmt: skip
+REFUSED = [
+    "dataset_over_its_input_folder",
+    "dataset_over_one_input_shard",
+    "dataset_over_a_glob",
+    "dataset_through_a_symlinked_input",
+    "dataset_through_a_symlinked_out",
+    "dataset_through_dotdot",
+    "dataset_relative",
+    "file_inside_the_input_folder",
+    "dataset_inside_the_input_folder",
+    "input_inside_the_parts_folder",
+    "parts_folder_is_the_input_folder",
+    "stdin_redirected_from_the_output",
+    "stdout_appended_to_an_input",
+    "dataset_into_another_writers_parts",
+    "stdin_dataset_into_another_writers_parts",
+    "file_whose_parts_folder_holds_other_files",
+    "flag--top-k",
+    "flag--window-rows",
+    "flag--max-batch-tokens",
+    "flag--max-seq-len",
+    "flag--chunk-tokens",
+    "flag--chunk-overlap",
+    "flag--num-workers",
+    "flag--label-token-ids",
+    "bench_rows",
+    "bench_repeats",
+    "bench_items",
+    "bench_attention",
+    "bench_modes",
+    "bench_peak",
+    "bench_json",
+    "onnx_without_onnx",
+    "unwritable_cache_dir",
+    "unwritable_cache_dir_from_env",
+]
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -292,7 +404,9 @@ def fallback_line(result: Result) -> str:
     """The run's one line: a warning that names why ONNX Runtime cannot run; nothing else."""
     lines = result.lines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("warning: --runtime auto: ONNX Runtime cannot run here (") and "running torch" in lines[0]
+    assert (
+        lines[0].startswith("warning: --runtime auto: ONNX Runtime cannot run here (") and "running torch" in lines[0]
+    )
     assert "onnxruntime:" not in result.stderr and "\x1b[" not in result.stderr  # no telemetry line, no colours
     return lines[0]
 
@@ -324,8 +438,23 @@ def test_a_truncated_cached_export_is_rebuilt_or_bypassed(tmp_path, bert_cross_e
     cache = tmp_path / "cache"
 
     def score(out: str, *extra: str, env: dict | None = None) -> Result:
-        return run(Run(["score", good, "--out", str(tmp_path / out), "--model", bert_cross_encoder, "-q",
-                        "--cache-dir", str(cache), *extra], env=env or {}))  # fmt: skip
+        return run(
+            Run(
+                [
+                    "score",
+                    good,
+                    "--out",
+                    str(tmp_path / out),
+                    "--model",
+                    bert_cross_encoder,
+                    "-q",
+                    "--cache-dir",
+                    str(cache),
+                    *extra,
+                ],
+                env=env or {},
+            )
+        )
 
     def truncate() -> Path:
         (export,) = cache.glob("onnx/*/model.onnx")

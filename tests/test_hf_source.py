@@ -36,7 +36,7 @@ class FakeHfFileSystem(DirFileSystem):
 
     @classmethod
     def _strip_protocol(cls, path):
-        return path[len("hf://"):] if isinstance(path, str) and path.startswith("hf://") else path
+        return path[len("hf://") :] if isinstance(path, str) and path.startswith("hf://") else path
 
     def info(self, path, **kwargs):
         info = super().info(path, **kwargs)

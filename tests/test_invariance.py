@@ -23,7 +23,7 @@ def make_rows(n_rows: int, seed: int = 0, max_items: int = 6, max_len: int = 30)
     rng = np.random.default_rng(seed)
     rows = []
     for r in range(n_rows):
-        words = lambda n: " ".join(rng.choice(WORDS, size=n))  # noqa: E731
+        words = lambda n: " ".join(rng.choice(WORDS, size=n))
         query = words(int(rng.integers(1, max_len)))
         n_items = 0 if r == 1 else int(rng.integers(1, max_items + 1))
         items = [words(int(rng.integers(1, max_len))) for _ in range(n_items)]
@@ -150,13 +150,22 @@ def test_attention_sinks_refused_by_flex(gpt_oss_seq_cls):
 
 
 def test_attention_arguments_no_backend_implements_are_refused():
-    from scorecli.attention.registry import _dispatch
     from scorecli.attention.dense import SdpaBackend
+    from scorecli.attention.registry import _dispatch
     from scorecli.errors import UsageError
 
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(UsageError, match="position bias"):
-        _dispatch(torch.nn.Identity(), q, q, q, None, scaling=0.5, position_bias=torch.zeros(1), scorecli_backend=SdpaBackend())
+        _dispatch(
+            torch.nn.Identity(),
+            q,
+            q,
+            q,
+            None,
+            scaling=0.5,
+            position_bias=torch.zeros(1),
+            scorecli_backend=SdpaBackend(),
+        )
     with pytest.raises(UsageError, match="sinks"):
         _dispatch(torch.nn.Identity(), q, q, q, None, scaling=0.5, sinks=torch.zeros(2), scorecli_backend=SdpaBackend())
 
@@ -175,15 +184,20 @@ def test_lm_logit_transforms_match_hf(tmp_path_factory, arch, activation):
     model, tok = load_reference(path, "causal-lm", attn="eager")
     label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]]
     ref = reference_rows(model, tok, "causal-lm", rows, label_ids, activation)
-    for row, (ref_s, ref_h), s, h in zip(rows, ref, scores, hidden):
+    for _row, (ref_s, ref_h), s, h in zip(rows, ref, scores, hidden):
         if ref_s is not None:
             np.testing.assert_allclose(s, ref_s, rtol=1e-4, atol=1e-7)
             np.testing.assert_allclose(h.reshape(ref_h.shape), ref_h, atol=1e-3, rtol=0)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-BF16_CASES = [("cpu", "sdpa"), ("cpu", "flex"), pytest.param("cuda", "sdpa", marks=CUDA),
-              pytest.param("cuda", "flex", marks=CUDA), pytest.param("cuda", "flashinfer", marks=CUDA)]  # fmt: skip
+BF16_CASES = [
+    ("cpu", "sdpa"),
+    ("cpu", "flex"),
+    pytest.param("cuda", "sdpa", marks=CUDA),
+    pytest.param("cuda", "flex", marks=CUDA),
+    pytest.param("cuda", "flashinfer", marks=CUDA),
+]
 
 
 @pytest.mark.parametrize("fixture,kind,extra", [CASES[0], CASES[4]])  # causal-lm: softmax over labels, O(1)
@@ -244,10 +258,13 @@ def test_mis_costs_fewer_tokens(qwen3_seq_cls):
 def test_pretokenized_rows_match_reference(qwen3_seq_cls):
     rng = np.random.default_rng(7)
     rows = [
-        {"id": k, "query_ids": rng.integers(5, 900, size=int(rng.integers(1, 20))).tolist(),
-         "item_ids": [rng.integers(5, 900, size=int(rng.integers(1, 15))).tolist() for _ in range(4)]}
+        {
+            "id": k,
+            "query_ids": rng.integers(5, 900, size=int(rng.integers(1, 20))).tolist(),
+            "item_ids": [rng.integers(5, 900, size=int(rng.integers(1, 15))).tolist() for _ in range(4)],
+        }
         for k in range(4)
-    ]  # fmt: skip
+    ]
     for mode in ("mis", "single"):
         _, scores, hidden = scorer_outputs(qwen3_seq_cls, rows, mode=mode)
         model, tok = load_reference(qwen3_seq_cls, "seq-cls")
@@ -313,7 +330,9 @@ def test_shared_prefix_matches_hf_reference(request, fixture, kind, extra, mode,
     assert len(scorer.prepare([RawRow(r, "t") for r in rows]).shared) >= 16
     table, scores, hidden = scorer_outputs(path, rows, mode=mode, attention=attention, **extra)
     model, tok = load_reference(path, kind, attn=attention)
-    label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]] if "label_tokens" in extra else None
+    label_ids = (
+        [tok.encode(t, add_special_tokens=False)[0] for t in extra["label_tokens"]] if "label_tokens" in extra else None
+    )
     assert_matches(rows, reference_rows(model, tok, kind, rows, label_ids), scores, hidden)
     unshared, _, _ = scorer_outputs(path, rows, mode=mode, attention=attention, share_prefix=False, **extra)
     assert table["num_tokens"].to_pylist() == unshared["num_tokens"].to_pylist()
@@ -366,11 +385,15 @@ def test_items_ending_in_the_pad_token_are_read_where_the_models_head_reads(fixt
     assert isinstance(pad, int)
     pad_text = tok.convert_ids_to_tokens(pad)
     rng = np.random.default_rng(3)
-    ids = lambda n: rng.integers(5, 900, size=n).tolist()  # noqa: E731
+    ids = lambda n: rng.integers(5, 900, size=n).tolist()
     rows = [
-        {"id": 0, "query_ids": ids(6), "item_ids": [ids(4) + [pad], ids(3) + [pad, pad], ids(5), [pad], ids(2) + [pad] + ids(2)]},
+        {
+            "id": 0,
+            "query_ids": ids(6),
+            "item_ids": [ids(4) + [pad], ids(3) + [pad, pad], ids(5), [pad], ids(2) + [pad] + ids(2)],
+        },
         {"id": 1, "query": "which planet is red", "items": ["mars" + pad_text, "bananas", pad_text + pad_text]},
-    ]  # fmt: skip
+    ]
 
     @torch.inference_mode()
     def reference(seq: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -380,8 +403,10 @@ def test_items_ending_in_the_pad_token_are_read_where_the_models_head_reads(fixt
 
     ref = []
     for row in rows:
-        pairs = [reference(sequence_ids(tok, row.get("query", row.get("query_ids")), item))
-                 for item in row.get("items", row.get("item_ids"))]  # fmt: skip
+        pairs = [
+            reference(sequence_ids(tok, row.get("query", row.get("query_ids")), item))
+            for item in row.get("items", row.get("item_ids"))
+        ]
         ref.append((np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])))
     assert any(sequence_ids(tok, rows[1]["query"], it)[-1] == pad for it in rows[1]["items"])  # the case is there
     for mode in ("mis", "single"):
@@ -412,8 +437,10 @@ def test_longrope_sequences_stop_where_the_rotary_factors_switch(tmp_path):
     words = "mars red planet iron oxide sun moon rice water library".split()
     long_item = " ".join(words[k % 10] for k in range(400))
     fits = tok(long_item, add_special_tokens=False).input_ids[:190]
-    rows = [{"id": 0, "query_ids": tok("which planet is red").input_ids, "item_ids": [fits[:5], fits]},
-            {"id": 1, "query": "a rice question", "items": ["rice in water", "the library"]}]  # fmt: skip
+    rows = [
+        {"id": 0, "query_ids": tok("which planet is red").input_ids, "item_ids": [fits[:5], fits]},
+        {"id": 1, "query": "a rice question", "items": ["rice in water", "the library"]},
+    ]
     for mode in ("mis", "single"):
         _, scores, hidden = scorer_outputs(path, rows, mode=mode, max_batch_tokens=4096)
         assert_matches(rows, reference_rows(model, tok, "seq-cls", rows), scores, hidden)

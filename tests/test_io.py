@@ -85,8 +85,7 @@ def test_directory_expansion_sorted_and_filtered(tmp_path):
     (tmp_path / ".hidden.jsonl").write_text('{"id": "hidden"}\n')
     (tmp_path / "sub").mkdir()
     write_jsonl(tmp_path / "sub" / "d.jsonl", [{"id": "d"}])
-    assert [os.path.basename(p) for p in resolve_inputs([str(tmp_path)])] == [
-        "a.parquet", "b.jsonl", "c.jsonl.gz"]
+    assert [os.path.basename(p) for p in resolve_inputs([str(tmp_path)])] == ["a.parquet", "b.jsonl", "c.jsonl.gz"]
     assert ids([str(tmp_path)]) == ["a", "b", "c"]
 
 
@@ -414,9 +413,13 @@ def test_resolve_output_refusals(tmp_path):
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(tmp_path / "s.jsonl"))
     try:
-        for out, reason in [("", "empty path"), (str(tmp_path / "alias.jsonl"), "is the input"),
-                            (str(tmp_path / "hard.jsonl"), "is the input"), (str(ro), "read-only"),
-                            (str(tmp_path / "s.jsonl"), "is a socket")]:  # fmt: skip
+        for out, reason in [
+            ("", "empty path"),
+            (str(tmp_path / "alias.jsonl"), "is the input"),
+            (str(tmp_path / "hard.jsonl"), "is the input"),
+            (str(ro), "read-only"),
+            (str(tmp_path / "s.jsonl"), "is a socket"),
+        ]:
             with pytest.raises(UsageError, match=reason):
                 resolve_output(out, [str(inp), "-"])
     finally:
@@ -500,8 +503,10 @@ def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
     scores = pa.array([[0.5, float("nan")], None, [float("inf")]], pa.list_(pa.float32()))
     with Sink(str(out), {}) as sink:
         sink.write(pa.table({"id": [1, 2, 3], "score": scores, "n": [1, 2, 3]}))
-    assert out.read_text() == '{"id": 1, "score": [0.5, null], "n": 1}\n{"id": 2, "score": null, "n": 2}\n' \
+    assert (
+        out.read_text() == '{"id": 1, "score": [0.5, null], "n": 1}\n{"id": 2, "score": null, "n": 2}\n'
         '{"id": 3, "score": [null], "n": 3}\n'
+    )
     assert sink.nulled == {"score": 2}
     out = tmp_path / "out.parquet"
     with Sink(str(out), {}) as sink:  # Parquet keeps a NaN id as it is; scores still null
@@ -516,10 +521,10 @@ def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_se
     says, and null in JSON lines (JSON has no NaN)."""
     import pyarrow.dataset as ds
 
-    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.config import ScoreConfig
-    from scorecli.io.output import resolve_output
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.engine.run import run_score
+    from scorecli.io.output import resolve_output
 
     inp = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [1.5, float("nan")], "query": ["q", "r"], "items": [["a"], ["b"]]}), inp)
@@ -529,8 +534,10 @@ def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_se
         checkpoint = Checkpoint.open(target, cfg, [str(inp)], resume=False)
         assert checkpoint is not None
         run_score(cfg, [str(inp)], target, None, None, None, checkpoint=checkpoint)
-    for ids in (pq.read_table(tmp_path / "out.parquet")["id"].to_pylist(),
-                ds.dataset(str(tmp_path / "ds")).to_table()["id"].to_pylist()):  # fmt: skip
+    for ids in (
+        pq.read_table(tmp_path / "out.parquet")["id"].to_pylist(),
+        ds.dataset(str(tmp_path / "ds")).to_table()["id"].to_pylist(),
+    ):
         assert ids[0] == 1.5 and ids[1] != ids[1], ids  # NaN
     assert [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [1.5, None]
 
@@ -548,8 +555,10 @@ def test_json_ids_keep_the_first_ids_kind():
     assert check_ids(["a", "b"]) == [None, None] and check_ids([2.5, 1e3]) == [None, None]
     errors = check_ids([1, 2.5, "x", True, 3])
     assert errors[0] is None and errors[4] is None
-    assert errors[1] == "field 'id': 2.5 is a number with a fraction or exponent, but the ids before it are integers " \
+    assert (
+        errors[1] == "field 'id': 2.5 is a number with a fraction or exponent, but the ids before it are integers "
         "(first at f:1); give every row the same kind of id"
+    )
     assert "'x' is a string" in errors[2] and "True is a boolean" in errors[3]
     assert "1 is an integer, but the ids before it are numbers" in check_ids([0.5, 1])[1]
 
@@ -593,8 +602,10 @@ def test_nan_literal_and_unterminated_string(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'{"id": NaN}\n{"id": "x\n')
     errors = [r.error for r in iter_rows([str(p)])]
-    assert errors == ["malformed JSON: NaN is not valid JSON (write null or a string)",
-                      "malformed JSON: Unterminated string starting at column 8"]  # fmt: skip
+    assert errors == [
+        "malformed JSON: NaN is not valid JSON (write null or a string)",
+        "malformed JSON: Unterminated string starting at column 8",
+    ]
 
 
 def test_pipes_are_read_as_jsonl_and_never_counted(tmp_path, monkeypatch):

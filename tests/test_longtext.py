@@ -27,9 +27,14 @@ def long_items(seed: int = 0) -> list[str]:
     words = [w for line in models.corpus(200, seed) for w in line.split()]
     prose = " ".join(rng.choice(words) for _ in range(3000))
     long_words = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randint(20, 300))) for _ in range(400))
-    spaced = "".join(rng.choice(words) + rng.choice([" ", "  ", "\n", " \n ", ".\n", ", ", "   \t "]) for _ in range(3000))
+    spaced = "".join(
+        rng.choice(words) + rng.choice([" ", "  ", "\n", " \n ", ".\n", ", ", "   \t "]) for _ in range(3000)
+    )
     numbers = " ".join(str(rng.randint(0, 10**12)) + rng.choice(["", ".", "%", "ab"]) for _ in range(2000))
-    unicode = " ".join(rng.choice(["café", "naïve", "東京都", "北京", "Ελληνικά", "😀ok", "ß"]) + rng.choice(words) for _ in range(2000))
+    unicode = " ".join(
+        rng.choice(["café", "naïve", "東京都", "北京", "Ελληνικά", "😀ok", "ß"]) + rng.choice(words)
+        for _ in range(2000)
+    )
     unknown = " ".join("⟁" * rng.randint(1, 30) + "x" * rng.randint(90, 130) for _ in range(600))
     return [prose, long_words, spaced, numbers, unicode, unknown, "x" * 5000, " " + prose, prose + " " * 3000]
 
@@ -74,7 +79,7 @@ def test_cut_items_keep_the_tokens_truncation_keeps(tokenizers, name, template):
         pytest.skip("no chat template")
     tpl = load_template(template, tok)
     suffix = tok(tpl.item_suffix, add_special_tokens=False)["input_ids"] if tpl.item_suffix else []
-    if suffix and tok(tpl.render_item("a word"), add_special_tokens=False)["input_ids"][-len(suffix):] != suffix:
+    if suffix and tok(tpl.render_item("a word"), add_special_tokens=False)["input_ids"][-len(suffix) :] != suffix:
         # truncation keeps an item's last len(suffix) tokens as the suffix: for a tokenizer that
         # merges item text into the suffix (no special tokens) even the whole item is cut wrongly
         pytest.skip("the template's suffix is not split from the item by this tokenizer")
@@ -109,7 +114,9 @@ def test_a_huge_query_fails_its_row_without_tokenizing_it_all(tokenizers):
     huge = " ".join(["word"] * 200_000)
     pairs = PairEncoder(tok, MAX, "item").encode([Row(huge, ["an item"], None, None)], ["f.jsonl:3"])[0]
     assert pairs.error.startswith("f.jsonl:3: field 'query': at least ") and "--max-seq-len 48" in pairs.error
-    row = DecoderEncoder(tokenizers["bpe"], load_template("plain"), None, 1500, MAX).encode([Row(huge, ["x"], None, None)], ["r"])[0]
+    row = DecoderEncoder(tokenizers["bpe"], load_template("plain"), None, 1500, MAX).encode(
+        [Row(huge, ["x"], None, None)], ["r"]
+    )[0]
     assert row.error == "r: field 'query': the prefix is over 48 tokens, no room for an item"
     assert len(row.prefix) < 1000  # only a cut of it was tokenized
 

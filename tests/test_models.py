@@ -12,16 +12,24 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from scorecli import Scorer
 from scorecli.errors import UsageError
-from scorecli.io.readers import RawRow
 from scorecli.inspect import describe
+from scorecli.io.readers import RawRow
 from scorecli.model.load import Float32Head
 from tests import models
 
 PAIRS_ROWS = [
-    {"id": 0, "query": "how do tides work", "items": ["the moon pulls the ocean", "bananas are yellow", "spring tides align the sun and moon"]},
+    {
+        "id": 0,
+        "query": "how do tides work",
+        "items": ["the moon pulls the ocean", "bananas are yellow", "spring tides align the sun and moon"],
+    },
     {"id": 1, "query": "python list reverse", "items": ["use reversed() or slicing with [::-1]"]},
     {"id": 2, "query": "empty", "items": []},
-    {"id": 3, "query": "a much longer query about the history of the roman empire and its emperors", "items": ["augustus was the first emperor", "x"]},
+    {
+        "id": 3,
+        "query": "a much longer query about the history of the roman empire and its emperors",
+        "items": ["augustus was the first emperor", "x"],
+    },
 ]
 
 
@@ -41,13 +49,21 @@ def _hf_pair_logits(path, rows, pooling="cls"):
                 out.append((None, None))
                 continue
             at = 0 if pooling == "cls" else -1
-            out.append((np.stack([o.logits[0].numpy() for o in runs]), np.stack([o.hidden_states[-1][0, at].numpy() for o in runs])))
+            out.append(
+                (
+                    np.stack([o.logits[0].numpy() for o in runs]),
+                    np.stack([o.hidden_states[-1][0, at].numpy() for o in runs]),
+                )
+            )
     return out
 
 
 def _assert_pairs_match(path, table, pooling="cls"):
     for row, (ref, ref_h), scores, hidden in zip(
-        PAIRS_ROWS, _hf_pair_logits(path, PAIRS_ROWS, pooling), table["scores"].to_pylist(), table["pooled_hidden_states"].to_pylist()
+        PAIRS_ROWS,
+        _hf_pair_logits(path, PAIRS_ROWS, pooling),
+        table["scores"].to_pylist(),
+        table["pooled_hidden_states"].to_pylist(),
     ):
         assert len(scores) == len(row["items"])
         if row["items"]:
@@ -61,8 +77,9 @@ def _assert_pairs_match(path, table, pooling="cls"):
 def test_cross_encoder_matches_hf_forward(request, fixture, attention, pooling):
     """auto: the fused encoder stack (last layer at the rows read); eager: the model's own forward."""
     path = request.getfixturevalue(fixture)
-    scorer = Scorer(path, pooled_hidden_states=True, pooling=pooling, attention=attention, max_batch_tokens=64,
-                    runtime="torch")  # the ONNX runtime: tests/test_runtime_onnx.py
+    scorer = Scorer(
+        path, pooled_hidden_states=True, pooling=pooling, attention=attention, max_batch_tokens=64, runtime="torch"
+    )  # the ONNX runtime: tests/test_runtime_onnx.py
     table = scorer.score_rows(_rows(PAIRS_ROWS))
     assert table.schema.metadata[b"kind"] == b"cross-encoder"
     fused = table.schema.metadata[b"attention"] == b"sdpa (fused encoder)"
@@ -98,8 +115,9 @@ def test_encoder_families_match_hf_forward(encoder_family):
     """RoBERTa, XLM-R and ELECTRA run the fused stack; DistilBERT (another layer layout) its own forward."""
     arch, path = encoder_family
     for pooling in ("cls", "last"):
-        table = Scorer(path, pooled_hidden_states=True, pooling=pooling, max_batch_tokens=64,
-                       runtime="torch").score_rows(_rows(PAIRS_ROWS))
+        table = Scorer(
+            path, pooled_hidden_states=True, pooling=pooling, max_batch_tokens=64, runtime="torch"
+        ).score_rows(_rows(PAIRS_ROWS))
         expected = b"model" if arch == "distilbert" else b"sdpa (fused encoder)"
         assert table.schema.metadata[b"attention"] == expected
         _assert_pairs_match(path, table, pooling)
@@ -122,7 +140,9 @@ def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
     table = Scorer(minilm_cross_encoder, activation="sigmoid", max_seq_len=64).score_rows(_rows(rows))
     scores = table["score"].to_pylist()[0]
     assert all(0.0 < s < 1.0 for s in scores)
-    assert table["num_tokens"].to_pylist() == [64 + len(AutoTokenizer.from_pretrained(minilm_cross_encoder)("q", "short").input_ids)]
+    assert table["num_tokens"].to_pylist() == [
+        64 + len(AutoTokenizer.from_pretrained(minilm_cross_encoder)("q", "short").input_ids)
+    ]
     with pytest.raises(Exception, match="max-seq-len"):
         Scorer(minilm_cross_encoder, max_seq_len=64, truncate="error").score_rows(_rows(rows))
 
@@ -227,7 +247,11 @@ def test_smollm2_qwen3_reranker_matches_official_recipe(smollm2):
     """The qwen3-reranker template equals the model card's recipe computed with transformers."""
     tok, model = smollm2.tokenizer, smollm2.model
     query = "What is the capital of China?"
-    docs = ["The capital of China is Beijing.", "Gravity is a force that attracts two bodies towards each other.", "Beijing hosted the 2008 Olympics."]
+    docs = [
+        "The capital of China is Beijing.",
+        "Gravity is a force that attracts two bodies towards each other.",
+        "Beijing hosted the 2008 Olympics.",
+    ]
     instruction = "Given a web search query, retrieve relevant passages that answer the query"
     prefix = '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
     suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -254,12 +278,18 @@ def test_smollm2_qwen3_reranker_matches_official_recipe(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_mis_equals_single_pooled_states(smollm2):
-    rows = _rows([{"query": "best way to store basil", "items": ["keep it in water", "freeze it in oil", "python lists"]}])
+    rows = _rows(
+        [{"query": "best way to store basil", "items": ["keep it in water", "freeze it in oil", "python lists"]}]
+    )
     mis = Scorer(smollm2, template="yes-no-chat", pooled_hidden_states=True).score_rows(rows)
     single = Scorer(smollm2, template="yes-no-chat", pooled_hidden_states=True, mode="single").score_rows(rows)
-    np.testing.assert_allclose(np.array(mis["scores"].to_pylist()[0]), np.array(single["scores"].to_pylist()[0]), atol=1e-4)
     np.testing.assert_allclose(
-        np.array(mis["pooled_hidden_states"].to_pylist()[0]), np.array(single["pooled_hidden_states"].to_pylist()[0]), atol=1e-3
+        np.array(mis["scores"].to_pylist()[0]), np.array(single["scores"].to_pylist()[0]), atol=1e-4
+    )
+    np.testing.assert_allclose(
+        np.array(mis["pooled_hidden_states"].to_pylist()[0]),
+        np.array(single["pooled_hidden_states"].to_pylist()[0]),
+        atol=1e-3,
     )
 
 

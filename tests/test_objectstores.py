@@ -84,15 +84,43 @@ def env(s3) -> dict[str, str]:
 
 
 def score(s3, inputs: list[str], out: str, model: str, *extra: str) -> Case:
-    return Case(["score", *inputs, "--out", out, "--model", model, "--window-rows", str(WINDOW),
-                 "--max-batch-tokens", "96", *extra], env=env(s3))  # fmt: skip
+    return Case(
+        [
+            "score",
+            *inputs,
+            "--out",
+            out,
+            "--model",
+            model,
+            "--window-rows",
+            str(WINDOW),
+            "--max-batch-tokens",
+            "96",
+            *extra,
+        ],
+        env=env(s3),
+    )
 
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory, local_inputs, qwen3_seq_cls) -> pa.Table:
     out = tmp_path_factory.mktemp("local") / "scores.parquet"
-    result = run_cli(Case(["score", str(local_inputs), "--out", str(out), "--model", qwen3_seq_cls,
-                           "--window-rows", str(WINDOW), "--max-batch-tokens", "96"]))  # fmt: skip
+    result = run_cli(
+        Case(
+            [
+                "score",
+                str(local_inputs),
+                "--out",
+                str(out),
+                "--model",
+                qwen3_seq_cls,
+                "--window-rows",
+                str(WINDOW),
+                "--max-batch-tokens",
+                "96",
+            ]
+        )
+    )
     assert result.rc == 0, result.stderr
     return pq.read_table(out)
 
@@ -113,11 +141,15 @@ def test_folder_of_jsonl_gzip_parquet_to_a_file_equals_the_local_run(s3, uploade
     assert "-> s3://outputs/file/scores.parquet" in result.stderr
     same(pl.read_parquet("s3://outputs/file/scores.parquet"), local_run)
     assert pq.read_table("s3://outputs/file/scores.parquet").schema.metadata == local_run.schema.metadata
-    assert [k for k in keys(s3, "outputs", "file/") if not k.endswith("/")] == ["file/scores.parquet"]  # no parts, no temp
+    assert [k for k in keys(s3, "outputs", "file/") if not k.endswith("/")] == [
+        "file/scores.parquet"
+    ]  # no parts, no temp
 
 
 def test_glob_to_a_dataset_equals_the_local_run(s3, uploaded, qwen3_seq_cls, local_run):
-    result = run_cli(score(s3, ["s3://inputs/rows/*.jsonl*", "s3://inputs/rows/c.parquet"], "s3://outputs/ds/", qwen3_seq_cls))
+    result = run_cli(
+        score(s3, ["s3://inputs/rows/*.jsonl*", "s3://inputs/rows/c.parquet"], "s3://outputs/ds/", qwen3_seq_cls)
+    )
     assert result.rc == 0, result.stderr
     objects = [k for k in keys(s3, "outputs", "ds/") if not k.endswith("/")]
     assert objects == ["ds/_SUCCESS"] + [f"ds/part-{k:05d}.parquet" for k in range(ROWS // WINDOW)]
@@ -182,7 +214,9 @@ def test_dataset_resume_and_a_second_run_on_the_prefix(s3, uploaded, qwen3_seq_c
         assert "is writing s3://outputs/busy/ now" in second.stderr
         # someone else takes the lease: the first run stops before its next commit
         lease = {"run": "other", "host": "elsewhere", "pid": 1, "renewed": time.time()}
-        s3_server.client(s3).put_object(Bucket="outputs", Key="busy/_scorecli_lease.json", Body=json.dumps(lease).encode())
+        s3_server.client(s3).put_object(
+            Bucket="outputs", Key="busy/_scorecli_lease.json", Body=json.dumps(lease).encode()
+        )
         _, err = first.communicate(timeout=180)
         assert first.returncode == 2, err.decode()
         assert "took over s3://outputs/busy/" in err.decode()
@@ -213,8 +247,12 @@ def test_denied_bucket_missing_key_and_bad_urls_are_one_line_exit_2(s3, uploaded
         assert result.rc == 2, (url, result.stderr)
         assert len(result.lines()) == 1 and said in result.stderr, (url, result.stderr)
         assert "SECRET" not in result.stderr
-    for out, said in {"s3://secret/out.parquet": "access denied", "s3://inputs/rows/out.parquet": "inside the input folder",
-                      "s3://nobucket/x.parquet": "nobucket does not exist", "hf://datasets/o/n/x.parquet": "read-only"}.items():  # fmt: skip
+    for out, said in {
+        "s3://secret/out.parquet": "access denied",
+        "s3://inputs/rows/out.parquet": "inside the input folder",
+        "s3://nobucket/x.parquet": "nobucket does not exist",
+        "hf://datasets/o/n/x.parquet": "read-only",
+    }.items():
         result = run_cli(score(s3, [uploaded], out, qwen3_seq_cls))
         assert result.rc == 2 and len(result.lines()) == 1 and said in result.stderr, (out, result.stderr)
     assert not list(tmp_path.iterdir())
@@ -235,7 +273,10 @@ def test_a_store_failure_is_exit_1_with_the_rows_kept(s3, uploaded, qwen3_seq_cl
     result = run_cli(case)
     assert result.rc == 1, result.stderr
     assert len(result.lines()) == 1
-    assert f"{ROWS:,} rows kept in s3://outputs/stuck.parquet.partial/; run the same command with --resume" in result.stderr
+    assert (
+        f"{ROWS:,} rows kept in s3://outputs/stuck.parquet.partial/; run the same command with --resume"
+        in result.stderr
+    )
     assert "stuck.parquet" not in keys(s3, "outputs")
     s3.clear()
     resumed = run_cli(Case(case.args + ["--resume"], env=case.env))
@@ -253,8 +294,9 @@ def test_ray_workers_read_and_write_the_store_and_resume_after_a_kill(s3, upload
 
     case = score(s3, [uploaded], "s3://outputs/ray/", qwen3_seq_cls, "--engine", "ray", "--num-workers", "2")
     s3.track, s3.senders[:] = True, []
-    proc = subprocess.Popen(SCORECLI + case.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=case.env,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        SCORECLI + case.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=case.env, start_new_session=True
+    )
     try:
         _wait_for_parts(s3, proc, "outputs", f"ray/{JOURNAL}", 1)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
@@ -266,7 +308,9 @@ def test_ray_workers_read_and_write_the_store_and_resume_after_a_kill(s3, upload
     s3.track = False
     # nothing funnels through the driver: its workers read every input (the driver reads first rows
     # and footers only, to check them) and write every part
-    read_by_workers = {line.split()[1] for line, pid in s3.senders if line.startswith("GET /inputs/rows/") and pid != proc.pid}
+    read_by_workers = {
+        line.split()[1] for line, pid in s3.senders if line.startswith("GET /inputs/rows/") and pid != proc.pid
+    }
     parts = {pid for line, pid in s3.senders if re.match(r"(PUT|POST) /outputs/ray/part-", line)}
     assert read_by_workers == {"/inputs/rows/a.jsonl", "/inputs/rows/b.jsonl.gz", "/inputs/rows/c.parquet"}, s3.senders
     assert parts and proc.pid not in parts and None not in parts, s3.senders

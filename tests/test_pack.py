@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 
 from scorecli.core.batching import batch_cost, collate, plan_batches
-from scorecli.errors import InputError
 from scorecli.core.pack import EncodedRow, drop_shared, pack_row, shared_prefix_len, truncate_items
+from scorecli.errors import InputError
 
 
 def _row(prefix_len, item_lens, suffix_len=0):
     rng = np.random.default_rng(prefix_len * 31 + len(item_lens))
-    return EncodedRow(
-        rng.integers(10, 100, prefix_len), [rng.integers(10, 100, n) for n in item_lens], suffix_len
-    )  # fmt: skip
+    return EncodedRow(rng.integers(10, 100, prefix_len), [rng.integers(10, 100, n) for n in item_lens], suffix_len)
 
 
 def test_mis_positions_restart_per_item():

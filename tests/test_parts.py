@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from scorecli.config import ScoreConfig
+from scorecli.engine.job import fingerprint
 from scorecli.errors import UsageError
 from scorecli.io.parts import JOB, JOURNAL, FingerprintMismatch, open_store
 from scorecli.io.readers import iter_rows
-from scorecli.engine.job import fingerprint
 
 FP = {"model": "m", "--template": "plain"}
 
@@ -41,7 +41,11 @@ def test_parts_are_journaled_in_order(tmp_path):
     assert [(p.first_row, p.rows) for p in store.parts] == [(0, 3), (3, 2), (5, 4)]
     assert pa.concat_tables(store.tables()).equals(table(0, 9))
     lines = (tmp_path / "p" / JOURNAL).read_text().splitlines()
-    assert [json.loads(line)["file"] for line in lines] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert [json.loads(line)["file"] for line in lines] == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
 
 
 def test_resume_continues_after_the_journaled_parts(tmp_path):
@@ -153,7 +157,9 @@ def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(PartStore, "remove", interrupted)
-    with pytest.raises(Interrupted, match="interrupted after .*s.parquet was written whole; .*s.parquet.partial/ is left"):
+    with pytest.raises(
+        Interrupted, match="interrupted after .*s.parquet was written whole; .*s.parquet.partial/ is left"
+    ):
         with cp.keeping():
             cp.write(table(0, 2).replace_schema_metadata({"k": "v"}))
             cp.finish({"k": "v"})
@@ -207,7 +213,10 @@ def test_fingerprint_covers_inputs_model_and_content_flags(tmp_path):
     assert base["model file"] == {"model.safetensors": [5, os.stat(model / "model.safetensors").st_mtime_ns]}
     same = fingerprint(ScoreConfig(model=str(model), window_rows=7, cache_dir="/elsewhere"), [str(data)], "parquet")
     assert same == base  # how the work is done is not the job
-    assert fingerprint(ScoreConfig(model=str(model), template="yes-no-chat"), [str(data)], "parquet")["--template"] == "yes-no-chat"
+    assert (
+        fingerprint(ScoreConfig(model=str(model), template="yes-no-chat"), [str(data)], "parquet")["--template"]
+        == "yes-no-chat"
+    )
     (model / "model.safetensors").write_bytes(b"123456")
     assert fingerprint(cfg, [str(data)], "parquet")["model file"] != base["model file"]
     data.write_text('{"query": "q2", "items": []}\n')
@@ -236,10 +245,10 @@ def test_skip_does_not_parse_skipped_lines(tmp_path):
 
 
 def test_dataset_parts_share_one_schema_when_a_column_type_appears_late(tmp_path):
+    import pyarrow.dataset as ds
+
     from scorecli.engine.checkpoint import Checkpoint
     from scorecli.io.output import resolve_output
-
-    import pyarrow.dataset as ds
 
     target = resolve_output(str(tmp_path / "ds") + "/")
     model = tmp_path / "m"

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from scorecli import Scorer
-from scorecli.io.readers import RawRow
 from scorecli.engine.local import score_stream
+from scorecli.io.readers import RawRow
 from tests.test_invariance import make_rows
 
 DEVICE_S = 0.1  # per batch
@@ -86,5 +86,8 @@ def test_one_copy_back_per_window(qwen3_seq_cls, monkeypatch):
     assert len(calls) == 1, calls  # one readback for all the window's batches
     assert len(progress) == len(prepared.batches) and sum(progress) == prepared.num_items
     expected = Scorer(qwen3_seq_cls, self_check=False).score_rows(rows)
-    np.testing.assert_allclose(np.concatenate([np.ravel(s) for s in table["scores"].to_pylist() if s]),
-                               np.concatenate([np.ravel(s) for s in expected["scores"].to_pylist() if s]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.concatenate([np.ravel(s) for s in table["scores"].to_pylist() if s]),
+        np.concatenate([np.ravel(s) for s in expected["scores"].to_pylist() if s]),
+        atol=1e-5,
+    )

@@ -18,10 +18,10 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from scorecli import Scorer
 from scorecli.config import ScoreConfig
-from scorecli.errors import InputError, UsageError
-from scorecli.io.readers import RawRow
 from scorecli.core.ranking import Chunking, aggregate, chunk_items, chunk_windows, top_k
 from scorecli.core.templates import load_template
+from scorecli.errors import InputError, UsageError
+from scorecli.io.readers import RawRow
 from tests.reference import load_reference, reference_item
 from tests.test_invariance import WORDS
 
@@ -65,8 +65,9 @@ def decoder_chunks(tok, row: dict, template, size: int, overlap: int) -> tuple[l
     return prefix, chunks
 
 
-def decoder_reference(path, kind, rows, size, overlap, how, template="plain", label_tokens=None, activation="none",
-                      positive=0):  # fmt: skip
+def decoder_reference(
+    path, kind, rows, size, overlap, how, template="plain", label_tokens=None, activation="none", positive=0
+):
     """Per row: (scores [items, labels], hidden [items, H], chunks per item)."""
     model, tok = load_reference(path, kind)
     label_ids = [tok.encode(t, add_special_tokens=False)[0] for t in label_tokens] if label_tokens else None
@@ -93,8 +94,13 @@ def long_rows(n_rows: int, seed: int, max_words: int = 40) -> list[dict]:
     rows = []
     for r in range(n_rows):
         n_items = 0 if r == 1 else int(rng.integers(1, 5))
-        rows.append({"id": r, "query": words(int(rng.integers(1, 8))),
-                     "items": [words(int(rng.integers(1, max_words))) for _ in range(n_items)]})  # fmt: skip
+        rows.append(
+            {
+                "id": r,
+                "query": words(int(rng.integers(1, 8))),
+                "items": [words(int(rng.integers(1, max_words))) for _ in range(n_items)],
+            }
+        )
     return rows
 
 
@@ -148,8 +154,13 @@ def test_chunks_keep_the_suffix_whole():
     chunks, counts = chunk_items(items, 2, Chunking(3, 1))
     assert counts.tolist() == [4, 1, 1]
     assert [c.tolist() for c in chunks] == [
-        [100, 101, 102, 108, 109], [102, 103, 104, 108, 109], [104, 105, 106, 108, 109], [106, 107, 108, 109],
-        [200, 201, 202], [300, 301]]  # fmt: skip
+        [100, 101, 102, 108, 109],
+        [102, 103, 104, 108, 109],
+        [104, 105, 106, 108, 109],
+        [106, 107, 108, 109],
+        [200, 201, 202],
+        [300, 301],
+    ]
     assert chunk_items(items[1:], 2, Chunking(3))[0][0] is items[1]  # nothing to cut: the items as they are
 
 
@@ -194,13 +205,30 @@ def test_decoder_chunks_match_hf_reference(request, fixture, kind, extra, positi
     path = request.getfixturevalue(fixture)
     rows = long_rows(4, seed=len(fixture))
     size, overlap = 8, 3
-    scorer = Scorer(path, mode=mode, pooled_hidden_states=True, chunk_tokens=size, chunk_overlap=overlap,
-                    chunk_aggregate=how, top_k=2, **extra)  # fmt: skip
+    scorer = Scorer(
+        path,
+        mode=mode,
+        pooled_hidden_states=True,
+        chunk_tokens=size,
+        chunk_overlap=overlap,
+        chunk_aggregate=how,
+        top_k=2,
+        **extra,
+    )
     table = scorer.score_rows(raw(rows))
     assert max(c for row in table["num_chunks"].to_pylist() for c in row) >= 3  # items of several chunks
-    ref = decoder_reference(path, kind, rows, size, overlap, how, extra.get("template", "plain"),
-                            scorer.spec.label_names if kind == "causal-lm" else None, scorer.spec.activation,
-                            positive)  # fmt: skip
+    ref = decoder_reference(
+        path,
+        kind,
+        rows,
+        size,
+        overlap,
+        how,
+        extra.get("template", "plain"),
+        scorer.spec.label_names if kind == "causal-lm" else None,
+        scorer.spec.activation,
+        positive,
+    )
     assert_chunked_matches(table, ref, positive)
     for got, (ref_s, _, _) in zip(table["top_k"].to_pylist(), ref):  # top-k ranks the aggregated scores
         want = sorted(range(len(ref_s)), key=lambda k: (-ref_s[k, positive], k))[:2]
@@ -211,13 +239,19 @@ def test_pretokenized_rows_and_window_edges(qwen3_seq_cls):
     """item_ids of exactly N, N + 1 and many tokens, with overlap N - 1 (stride 1) and 0."""
     rng = np.random.default_rng(3)
     size = 6
-    rows = [{"id": k, "query_ids": rng.integers(5, 900, size=4 + k).tolist(),
-             "item_ids": [rng.integers(5, 900, size=n).tolist() for n in (size, size + 1, 3 * size + 1, 1)]}
-            for k in range(2)]  # fmt: skip
+    rows = [
+        {
+            "id": k,
+            "query_ids": rng.integers(5, 900, size=4 + k).tolist(),
+            "item_ids": [rng.integers(5, 900, size=n).tolist() for n in (size, size + 1, 3 * size + 1, 1)],
+        }
+        for k in range(2)
+    ]
     for overlap, counts in ((size - 1, [1, 2, 14, 1]), (0, [1, 2, 4, 1])):
         for mode in ("mis", "single"):
-            table = Scorer(qwen3_seq_cls, mode=mode, pooled_hidden_states=True, chunk_tokens=size,
-                           chunk_overlap=overlap).score_rows(raw(rows))  # fmt: skip
+            table = Scorer(
+                qwen3_seq_cls, mode=mode, pooled_hidden_states=True, chunk_tokens=size, chunk_overlap=overlap
+            ).score_rows(raw(rows))
             assert table["num_chunks"].to_pylist() == [counts, counts]
             assert_chunked_matches(table, decoder_reference(qwen3_seq_cls, "seq-cls", rows, size, overlap, "max"), 0)
 
@@ -226,8 +260,13 @@ def test_batched_equals_unbatched_and_split_rows(qwen3_causal_lm):
     """Chunks in one batch or one per batch, and a row whose chunks do not fit one sequence
     (split, each sequence repeating P): the same scores; MIS costs fewer tokens than single."""
     rows = long_rows(5, seed=9, max_words=60)
-    kw = {"label_tokens": ("yes", "no"), "pooled_hidden_states": True, "chunk_tokens": 10, "chunk_overlap": 2,
-          "chunk_aggregate": "mean"}  # fmt: skip
+    kw = {
+        "label_tokens": ("yes", "no"),
+        "pooled_hidden_states": True,
+        "chunk_tokens": 10,
+        "chunk_overlap": 2,
+        "chunk_aggregate": "mean",
+    }
     big = Scorer(qwen3_causal_lm, max_batch_tokens=100000, **kw).score_rows(raw(rows))
     scorer = Scorer(qwen3_causal_lm, max_batch_tokens=1, **kw)
     prepared, items = scorer.prepare(raw(rows)), []
@@ -284,9 +323,12 @@ def test_bad_rows_have_null_top_k_and_chunks(qwen3_seq_cls):
     """A bad row, and a row whose prefix leaves no room for a whole chunk: null (skipped), or
     the row's error."""
     long_query = " ".join(WORDS)  # 38 tokens: room for 10 item tokens within 48
-    rows = [RawRow({"id": 0, "query": "q", "items": ["a dog"] * 3}, "t:1"), RawRow({"id": 1, "query": 5}, "t:2"),
-            RawRow({"id": 2, "query": long_query, "items": ["the quick brown fox " * 8]}, "t:3"),
-            RawRow({"id": 3, "query": long_query, "items": ["a"]}, "t:4")]  # fmt: skip
+    rows = [
+        RawRow({"id": 0, "query": "q", "items": ["a dog"] * 3}, "t:1"),
+        RawRow({"id": 1, "query": 5}, "t:2"),
+        RawRow({"id": 2, "query": long_query, "items": ["the quick brown fox " * 8]}, "t:3"),
+        RawRow({"id": 3, "query": long_query, "items": ["a"]}, "t:4"),
+    ]
     kw = {"top_k": 2, "chunk_tokens": 16, "max_seq_len": 48}
     table = Scorer(qwen3_seq_cls, skip_bad_rows=True, **kw).score_rows(rows)
     assert table["top_k"].to_pylist() == [[0, 1], None, None, [0]]
@@ -299,10 +341,14 @@ def test_bad_rows_have_null_top_k_and_chunks(qwen3_seq_cls):
 
 
 def test_bad_values_are_usage_errors(llama_reward):
-    for kw, match in [({"top_k": 0}, "--top-k"), ({"chunk_tokens": 4, "chunk_overlap": 4}, "--chunk-overlap"),
-                      ({"chunk_tokens": 4, "chunk_overlap": -1}, "--chunk-overlap"),
-                      ({"chunk_tokens": 4, "chunk_aggregate": "median"}, "--chunk-aggregate"),
-                      ({"chunk_overlap": 2}, "need --chunk-tokens"), ({"chunk_tokens": 0}, "--chunk-tokens")]:  # fmt: skip
+    for kw, match in [
+        ({"top_k": 0}, "--top-k"),
+        ({"chunk_tokens": 4, "chunk_overlap": 4}, "--chunk-overlap"),
+        ({"chunk_tokens": 4, "chunk_overlap": -1}, "--chunk-overlap"),
+        ({"chunk_tokens": 4, "chunk_aggregate": "median"}, "--chunk-aggregate"),
+        ({"chunk_overlap": 2}, "need --chunk-tokens"),
+        ({"chunk_tokens": 0}, "--chunk-tokens"),
+    ]:
         with pytest.raises(UsageError, match=match):
             ScoreConfig(model="m", **kw)
     # the tokenizer's BOS takes one token of every sequence
@@ -315,8 +361,12 @@ def test_resume_fingerprint_covers_the_new_flags():
     from scorecli.engine.job import fingerprint
 
     base = fingerprint(ScoreConfig(model="m"), [], "parquet")
-    for kw in ({"top_k": 3}, {"chunk_tokens": 8}, {"chunk_tokens": 8, "chunk_overlap": 2},
-               {"chunk_tokens": 8, "chunk_aggregate": "mean"}):  # fmt: skip
+    for kw in (
+        {"top_k": 3},
+        {"chunk_tokens": 8},
+        {"chunk_tokens": 8, "chunk_overlap": 2},
+        {"chunk_tokens": 8, "chunk_aggregate": "mean"},
+    ):
         changed = {k for k, v in fingerprint(ScoreConfig(model="m", **kw), [], "parquet").items() if base[k] != v}
         assert changed == {"--" + k.replace("_", "-") for k in kw if kw[k] != getattr(ScoreConfig, k)}
 
@@ -331,21 +381,31 @@ def test_cross_encoder_chunks_match_hf_reference(bert_cross_encoder):
     words = [w for w in WORDS if len(tok(w, add_special_tokens=False).input_ids) == 1]
     assert len(words) >= 6
     rng = np.random.default_rng(1)
-    rows = [{"query": " ".join(rng.choice(words, size=3)), "items": [" ".join(rng.choice(words, size=n)) for n in ns]}
-            for ns in ((5, 6, 7, 23), (1,), ())]  # fmt: skip
+    rows = [
+        {"query": " ".join(rng.choice(words, size=3)), "items": [" ".join(rng.choice(words, size=n)) for n in ns]}
+        for ns in ((5, 6, 7, 23), (1,), ())
+    ]
     model = AutoModelForSequenceClassification.from_pretrained(bert_cross_encoder, dtype=torch.float32).eval()
     size, overlap = 6, 2
     for how in ("max", "mean", "first"):
-        table = Scorer(bert_cross_encoder, pooled_hidden_states=True, chunk_tokens=size, chunk_overlap=overlap,
-                       chunk_aggregate=how, top_k=2).score_rows(raw(rows))  # fmt: skip
+        table = Scorer(
+            bert_cross_encoder,
+            pooled_hidden_states=True,
+            chunk_tokens=size,
+            chunk_overlap=overlap,
+            chunk_aggregate=how,
+            top_k=2,
+        ).score_rows(raw(rows))
         ref = []
         for row in rows:
             scores, hidden, counts = [], [], []
             for item in row["items"]:
                 ws = item.split()
                 with torch.inference_mode():
-                    runs = [model(**tok(row["query"], " ".join(ws[a:b]), return_tensors="pt"), output_hidden_states=True)
-                            for a, b in windows(len(ws), size, overlap)]  # fmt: skip
+                    runs = [
+                        model(**tok(row["query"], " ".join(ws[a:b]), return_tensors="pt"), output_hidden_states=True)
+                        for a, b in windows(len(ws), size, overlap)
+                    ]
                 s = np.stack([r.logits[0].numpy() for r in runs])
                 h = np.stack([r.hidden_states[-1][0, 0].numpy() for r in runs])
                 s, h = pick(s, h, 0, how)
@@ -365,14 +425,21 @@ def test_resume_continues_a_chunked_ranked_job_and_refuses_other_flags(tmp_path,
     from dataclasses import replace
 
     from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.io.output import resolve_output
     from scorecli.engine.run import run_score
+    from scorecli.io.output import resolve_output
     from tests.test_cli import jsonl, write
 
     rows = long_rows(6, seed=21)
     paths = [write(tmp_path / "rows.jsonl", jsonl(rows))]
-    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=2, top_k=2, chunk_tokens=8, chunk_overlap=1,
-                      chunk_aggregate="mean", pooled_hidden_states=True)  # fmt: skip
+    cfg = ScoreConfig(
+        model=qwen3_seq_cls,
+        window_rows=2,
+        top_k=2,
+        chunk_tokens=8,
+        chunk_overlap=1,
+        chunk_aggregate="mean",
+        pooled_hidden_states=True,
+    )
     whole = tmp_path / "whole.parquet"
     run_score(cfg, paths, str(whole), total_rows=None, console=None, stdin=None)
     target = resolve_output(str(tmp_path / "resumed.parquet"), paths)
@@ -406,8 +473,24 @@ def test_console_script(tmp_path, qwen3_seq_cls, llama_reward):
     inp = write(tmp_path / "rows.jsonl", jsonl(rows) + b'{"id": 99, "query": 5, "items": []}\n')
     flags = ["--top-k", "2", "--chunk-tokens", "8", "--chunk-overlap", "2", "--chunk-aggregate", "first"]
     out = tmp_path / "ok.parquet"
-    cases = {"ok": Case(["score", inp, "--model", qwen3_seq_cls, "--out", str(out), "--window-rows", "2",
-                         "--skip-bad-rows", "--pooled-hidden-states", "-q", *flags])}  # fmt: skip
+    cases = {
+        "ok": Case(
+            [
+                "score",
+                inp,
+                "--model",
+                qwen3_seq_cls,
+                "--out",
+                str(out),
+                "--window-rows",
+                "2",
+                "--skip-bad-rows",
+                "--pooled-hidden-states",
+                "-q",
+                *flags,
+            ]
+        )
+    }
     bad = {
         "overlap": (["--chunk-tokens", "8", "--chunk-overlap", "8"], "--chunk-overlap"),
         "top_k": (["--top-k", "0"], "--top-k"),
@@ -420,14 +503,24 @@ def test_console_script(tmp_path, qwen3_seq_cls, llama_reward):
         results = dict(zip(cases, pool.map(run_cli, cases.values())))
     assert results["ok"].rc == 0, results["ok"].stderr
     got = pq.read_table(out)
-    cfg = {"top_k": 2, "chunk_tokens": 8, "chunk_overlap": 2, "chunk_aggregate": "first", "skip_bad_rows": True,
-           "pooled_hidden_states": True}  # fmt: skip
-    want = Scorer(qwen3_seq_cls, **cfg).score_rows([RawRow(r, "x") for r in rows] + [RawRow({"id": 99, "query": 5}, "x")])
+    cfg = {
+        "top_k": 2,
+        "chunk_tokens": 8,
+        "chunk_overlap": 2,
+        "chunk_aggregate": "first",
+        "skip_bad_rows": True,
+        "pooled_hidden_states": True,
+    }
+    want = Scorer(qwen3_seq_cls, **cfg).score_rows(
+        [RawRow(r, "x") for r in rows] + [RawRow({"id": 99, "query": 5}, "x")]
+    )
     for name in ("id", "top_k", "num_chunks", "num_tokens"):
         assert got[name].to_pylist() == want[name].to_pylist(), name
-    np.testing.assert_allclose(np.concatenate([np.array(s, np.float32) for s in got["score"].to_pylist()[:-1]]),
-                               np.concatenate([np.array(s, np.float32) for s in want["score"].to_pylist()[:-1]]),
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        np.concatenate([np.array(s, np.float32) for s in got["score"].to_pylist()[:-1]]),
+        np.concatenate([np.array(s, np.float32) for s in want["score"].to_pylist()[:-1]]),
+        atol=1e-5,
+    )
     assert got["top_k"].to_pylist()[-1] is None and got["error"].to_pylist()[-1] is not None
     for name, (_, expect) in bad.items():
         result = results[name]

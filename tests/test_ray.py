@@ -20,10 +20,10 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from scorecli.config import ScoreConfig  # noqa: E402
-from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
-from scorecli.io.readers import resolve_inputs  # noqa: E402
 from scorecli.engine.ray import ROW_INDEX, ScorecliPredictor, import_ray, run_score_ray  # noqa: E402
 from scorecli.engine.run import run_score  # noqa: E402
+from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
+from scorecli.io.readers import resolve_inputs  # noqa: E402
 from tests.test_invariance import make_rows  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def local_ray():
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+        )
     yield
     ray.shutdown()
 
@@ -195,8 +197,26 @@ def test_cli_engine_ray_joins_a_running_cluster(local_ray, qwen3_seq_cls, inputs
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "joined.parquet"
     # through the real command line: --engine ray joining this cluster by its address
-    argv = [sys.executable, "-m", "scorecli", "score", *inputs[:2], "--out", str(out), "--model", qwen3_seq_cls,
-            "--window-rows", "25", "--engine", "ray", "--ray-address", address, "--num-workers", "2", "--quiet"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "scorecli",
+        "score",
+        *inputs[:2],
+        "--out",
+        str(out),
+        "--model",
+        qwen3_seq_cls,
+        "--window-rows",
+        "25",
+        "--engine",
+        "ray",
+        "--ray-address",
+        address,
+        "--num-workers",
+        "2",
+        "--quiet",
+    ]
     proc = subprocess.run(argv, cwd=REPO, timeout=300, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stderr == b""  # --quiet: no Ray logs or warnings either
@@ -206,8 +226,15 @@ def test_cli_engine_ray_joins_a_running_cluster(local_ray, qwen3_seq_cls, inputs
 
 def test_ranked_chunked_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs, tmp_path):
     """--top-k and --chunk-tokens (with --skip-bad-rows) on Ray workers: the local output."""
-    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=8, skip_bad_rows=True, top_k=2, chunk_tokens=4,
-                      chunk_overlap=1, chunk_aggregate="mean")  # fmt: skip
+    cfg = ScoreConfig(
+        model=qwen3_seq_cls,
+        window_rows=8,
+        skip_bad_rows=True,
+        top_k=2,
+        chunk_tokens=4,
+        chunk_overlap=1,
+        chunk_aggregate="mean",
+    )
     local, remote = _both(cfg, bad_inputs, tmp_path)
     got, want = pq.read_table(remote), pq.read_table(local)
     assert {"top_k", "num_chunks"} <= set(got.column_names)
@@ -219,8 +246,9 @@ def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
     """An embedding model (README: Which models, embedding models) on Ray workers: the local engine's rows, order and scores."""
     from tests.embedding_models import build_sentence_model
 
-    model = build_sentence_model(tmp_path / "st", pooling="cls", include_prompt=False, normalize=True,
-                                 prompts={"query": "query: "})  # fmt: skip
+    model = build_sentence_model(
+        tmp_path / "st", pooling="cls", include_prompt=False, normalize=True, prompts={"query": "query: "}
+    )
     cfg = ScoreConfig(model=model, window_rows=32, pooled_hidden_states=True, top_k=2)
     local, remote = _both(cfg, inputs, tmp_path)
     got, want = pq.read_table(remote), pq.read_table(local)

@@ -37,8 +37,20 @@ def job_input(tmp_path_factory) -> str:
 
 
 def score_args(inp: str, model: str, out: Path, *extra: str) -> list[str]:
-    return ["score", inp, "--model", model, "--out", str(out), "--window-rows", str(WINDOW),
-            "--max-batch-tokens", "96", "--pooled-hidden-states", *extra]  # fmt: skip
+    return [
+        "score",
+        inp,
+        "--model",
+        model,
+        "--out",
+        str(out),
+        "--window-rows",
+        str(WINDOW),
+        "--max-batch-tokens",
+        "96",
+        "--pooled-hidden-states",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +64,13 @@ def uninterrupted(tmp_path_factory, job_input, qwen3_seq_cls) -> pa.Table:
 
 def start(args: list[str]) -> subprocess.Popen:
     # SIGINT at its default, as under a terminal (a background shell hands children SIGINT ignored)
-    return subprocess.Popen(SCORECLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    return subprocess.Popen(
+        SCORECLI + args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def journaled(folder: Path) -> int:
@@ -185,10 +202,11 @@ def test_resume_keeps_the_jobs_windows_so_scores_are_identical(tmp_path, job_inp
     """Which rows share a batch moves float32 scores in their last bits, and windows decide it:
     a job resumed with another --window-rows goes on in its own windows (with a warning), and
     its output is the uninterrupted run's to the bit, pooled states too."""
+
     def args(out: Path, window: int) -> list[str]:  # the default batch budget: windows shape the batches
         a = score_args(job_input, qwen3_seq_cls, out)
         i = a.index("--max-batch-tokens")
-        a = a[:i] + a[i + 2:]
+        a = a[:i] + a[i + 2 :]
         a[a.index("--window-rows") + 1] = str(window)
         return a
 
@@ -206,8 +224,12 @@ def test_resume_keeps_the_jobs_windows_so_scores_are_identical(tmp_path, job_inp
 
 
 def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
-    stdin = run_cli(Case(["score", "-", "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.parquet"), "--resume"],
-                         stdin=Path(job_input).read_bytes()))  # fmt: skip
+    stdin = run_cli(
+        Case(
+            ["score", "-", "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.parquet"), "--resume"],
+            stdin=Path(job_input).read_bytes(),
+        )
+    )
     stdout = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", "-", "--resume"]))
     for result in (stdin, stdout):
         assert result.rc == 2 and len(result.lines()) == 1 and "--resume" in result.stderr, result.stderr
@@ -265,8 +287,8 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_s
 def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_rows(tmp_path, job_input, qwen3_seq_cls):
     """A run of another job on a leftover folder, failing or interrupted before its first part,
     does not say the old job's rows are kept for it to --resume, and leaves them as they were."""
-    from scorecli.engine.checkpoint import Checkpoint, Interrupted
     from scorecli.config import ScoreConfig
+    from scorecli.engine.checkpoint import Checkpoint, Interrupted
     from scorecli.errors import InputError
     from scorecli.io.output import resolve_output
 
@@ -275,8 +297,9 @@ def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_row
     stop_after(start(score_args(job_input, qwen3_seq_cls, out)), folder, 2)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     target = resolve_output(str(out), [job_input])
-    other = ScoreConfig(model=qwen3_seq_cls, window_rows=WINDOW, max_batch_tokens=96, pooled_hidden_states=True,
-                        activation="sigmoid")  # fmt: skip
+    other = ScoreConfig(
+        model=qwen3_seq_cls, window_rows=WINDOW, max_batch_tokens=96, pooled_hidden_states=True, activation="sigmoid"
+    )
     for exc in (KeyboardInterrupt(), InputError("rows.jsonl:3: bad row")):
         checkpoint = Checkpoint.open(target, other, [job_input], resume=False)
         with pytest.raises(type(exc)) as raised:
@@ -405,7 +428,8 @@ def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     assert result.rc == 0, result.stderr
     got, want = pq.read_table(out), pq.read_table(whole)
     assert got.select(["id", "score", "top_k", "pooled_hidden_states"]).equals(
-        want.select(["id", "score", "top_k", "pooled_hidden_states"]))
+        want.select(["id", "score", "top_k", "pooled_hidden_states"])
+    )
 
 
 def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen3_seq_cls):
@@ -413,11 +437,12 @@ def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen
     has the error text an uninterrupted run writes (where the first id was), not the folder's."""
     from scorecli.config import ScoreConfig
     from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.io.output import resolve_output
     from scorecli.engine.run import open_rows, run_score
+    from scorecli.io.output import resolve_output
 
     rows = [{"query": "q", "items": ["a b", "c"]}] + [
-        {"id": "nine" if i == 9 else i, "query": WORDS[i], "items": [WORDS[i + 1], WORDS[i + 2]]} for i in range(1, 12)]
+        {"id": "nine" if i == 9 else i, "query": WORDS[i], "items": [WORDS[i + 1], WORDS[i + 2]]} for i in range(1, 12)
+    ]
     inp = str(tmp_path / "rows.jsonl")
     Path(inp).write_bytes(jsonl(rows))
     cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=2, skip_bad_rows=True)

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from scorecli.checks.drift import DRIFT_ITEMS, pairs_ordered_alike
+from scorecli.checks.selfcheck import PROBE_QUERY, SelfCheckError
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
-from scorecli.checks.selfcheck import PROBE_QUERY, SelfCheckError
 from tests.models import build_bert_cross_encoder
 
 pytest.importorskip("onnxruntime")
@@ -44,13 +44,16 @@ def _reference(path: str, rows: list[dict]) -> list[np.ndarray]:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
     with torch.inference_mode():
-        return [np.array([model(**tok(r["query"], item, return_tensors="pt")).logits[0, 0].item() for item in r["items"]])
-                for r in rows]  # fmt: skip
+        return [
+            np.array([model(**tok(r["query"], item, return_tensors="pt")).logits[0, 0].item() for item in r["items"]])
+            for r in rows
+        ]
 
 
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scorecli", "score", *args], check=False, capture_output=True,
-                          text=True, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "scorecli", "score", *args], check=False, capture_output=True, text=True, cwd=cwd
+    )
 
 
 def _int8_files(cache) -> list[str]:
@@ -60,8 +63,18 @@ def _int8_files(cache) -> list[str]:
 def test_cli_int8_end_to_end_records_the_drift(cross_encoder, tmp_path):
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     cache, out = tmp_path / "cache", tmp_path / "out.parquet"
-    run = _cli("in.jsonl", "--out", str(out), "--model", cross_encoder, "--runtime", "onnx-int8", "--cache-dir",
-               str(cache), cwd=tmp_path)  # fmt: skip
+    run = _cli(
+        "in.jsonl",
+        "--out",
+        str(out),
+        "--model",
+        cross_encoder,
+        "--runtime",
+        "onnx-int8",
+        "--cache-dir",
+        str(cache),
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     notes = [line for line in run.stderr.splitlines() if "int8-approximate" in line]
     assert len(notes) == 1 and notes[0].startswith("note: --runtime onnx-int8 scores are int8-approximate")
@@ -85,8 +98,19 @@ def test_cli_int8_end_to_end_records_the_drift(cross_encoder, tmp_path):
     # a second run reads the cached int8 model; --quiet: no note
     (made,) = _int8_files(cache)
     stamp = os.stat(made).st_mtime_ns
-    again = _cli("in.jsonl", "--out", str(tmp_path / "again.parquet"), "--model", cross_encoder, "--runtime",
-                 "onnx-int8", "--cache-dir", str(cache), "--quiet", cwd=tmp_path)  # fmt: skip
+    again = _cli(
+        "in.jsonl",
+        "--out",
+        str(tmp_path / "again.parquet"),
+        "--model",
+        cross_encoder,
+        "--runtime",
+        "onnx-int8",
+        "--cache-dir",
+        str(cache),
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert again.returncode == 0 and again.stderr == ""
     assert _int8_files(cache) == [made] and os.stat(made).st_mtime_ns == stamp
     assert pq.read_table(tmp_path / "again.parquet")["score"].to_pylist() == table["score"].to_pylist()
@@ -100,8 +124,19 @@ def _pairs(ours: np.ndarray, theirs: np.ndarray):
 
 def test_no_self_check_refused(cross_encoder, tmp_path):
     (tmp_path / "in.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
-    run = _cli("in.jsonl", "--out", "o.parquet", "--model", cross_encoder, "--runtime", "onnx-int8",
-               "--no-self-check", "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)  # fmt: skip
+    run = _cli(
+        "in.jsonl",
+        "--out",
+        "o.parquet",
+        "--model",
+        cross_encoder,
+        "--runtime",
+        "onnx-int8",
+        "--no-self-check",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        cwd=tmp_path,
+    )
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: --runtime onnx-int8 needs the self-check")
     assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "cache").exists()
@@ -157,6 +192,7 @@ def test_failed_quantization_leaves_no_file(cross_encoder, tmp_path, monkeypatch
 
 def test_non_finite_int8_scores_still_fail(cross_encoder, tmp_path, monkeypatch):
     from scorecli.runtimes import onnx as runtime_onnx
+
     real = runtime_onnx.OnnxForward.__call__
 
     def nan(self, batch, pooling):

@@ -141,12 +141,14 @@ def test_onnx_cls_hidden_states_equal_torch(tmp_path):
     path = build_bert_cross_encoder(tmp_path / "m")
     tables = {}
     for runtime in ("onnx", "torch"):
-        scorer = Scorer(str(path), device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"),
-                        pooled_hidden_states=True)  # fmt: skip
+        scorer = Scorer(
+            str(path), device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"), pooled_hidden_states=True
+        )
         assert scorer.family.runtime == runtime
         tables[runtime] = scorer.score_table(_table(_rows()))
-    ours, theirs = (np.array([h for row in tables[r]["pooled_hidden_states"].to_pylist() for h in row])
-                    for r in ("onnx", "torch"))  # fmt: skip
+    ours, theirs = (
+        np.array([h for row in tables[r]["pooled_hidden_states"].to_pylist() for h in row]) for r in ("onnx", "torch")
+    )
     assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-4
 
 
@@ -161,15 +163,45 @@ def test_cli_runtime_flag(tmp_path):
     scores = {}
     for runtime in ("onnx", "torch"):
         out = tmp_path / f"{runtime}.parquet"
-        cmd = [sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out", str(out), "--model", path,
-               "--runtime", runtime, "--cache-dir", str(tmp_path / "cache"), "--quiet"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "scorecli",
+            "score",
+            str(tmp_path / "in.jsonl"),
+            "--out",
+            str(out),
+            "--model",
+            path,
+            "--runtime",
+            runtime,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--quiet",
+        ]
         subprocess.run(cmd, check=True)
         table = pq.read_table(out)
         assert table.schema.metadata[b"runtime"] == runtime.encode()
         scores[runtime] = np.array([s for row in table["score"].to_pylist() for s in row])
     assert np.abs(scores["onnx"] - scores["torch"]).max() <= 1e-4
-    bad = subprocess.run([sys.executable, "-m", "scorecli", "score", str(tmp_path / "in.jsonl"), "--out",
-                          str(tmp_path / "x.parquet"), "--model", path, "--runtime", "tensorrt"], check=False, capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scorecli",
+            "score",
+            str(tmp_path / "in.jsonl"),
+            "--out",
+            str(tmp_path / "x.parquet"),
+            "--model",
+            path,
+            "--runtime",
+            "tensorrt",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "--runtime" in bad.stderr
 
 
@@ -214,15 +246,21 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
 
     import pyarrow.parquet as pq
 
-    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.config import ScoreConfig
-    from scorecli.io.output import resolve_output
+    from scorecli.engine.checkpoint import Checkpoint
     from scorecli.engine.run import open_rows, run_score
+    from scorecli.io.output import resolve_output
 
     model = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
     words = "mars red planet iron oxide sun moon rice water library nine weekday".split()
-    rows = [{"id": i, "query": " ".join(words[i % 4: i % 4 + 3]),
-             "items": [" ".join(words[(i + j) % 12:] * (1 + (i + j) % 5)) for j in range(3)]} for i in range(12)]
+    rows = [
+        {
+            "id": i,
+            "query": " ".join(words[i % 4 : i % 4 + 3]),
+            "items": [" ".join(words[(i + j) % 12 :] * (1 + (i + j) % 5)) for j in range(3)],
+        }
+        for i in range(12)
+    ]
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg, paths = ScoreConfig(model=model, window_rows=2, cache_dir=str(tmp_path / "cache")), [str(inp)]

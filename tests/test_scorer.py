@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from scorecli import Scorer
-from scorecli.io.readers import RawRow
 from scorecli.engine.local import score_stream
+from scorecli.io.readers import RawRow
 from tests.test_invariance import make_rows
 
 
@@ -73,9 +73,16 @@ def test_skip_bad_rows_in_the_core(qwen3_seq_cls):
 
 def test_score_table_without_rows_keeps_the_id_column(qwen3_seq_cls):
     """The output's schema follows the input's, rows or none: a daily job's outputs union."""
-    empty = pa.table({"id": pa.array([], pa.int32()), "query": pa.array([], pa.string()),
-                      "items": pa.array([], pa.list_(pa.string()))})  # fmt: skip
+    empty = pa.table(
+        {
+            "id": pa.array([], pa.int32()),
+            "query": pa.array([], pa.string()),
+            "items": pa.array([], pa.list_(pa.string())),
+        }
+    )
     out = Scorer(qwen3_seq_cls).score_table(empty)
-    full = Scorer(qwen3_seq_cls).score_table(pa.table({"id": pa.array([3], pa.int32()), "query": ["a"], "items": [["b"]]}))
+    full = Scorer(qwen3_seq_cls).score_table(
+        pa.table({"id": pa.array([3], pa.int32()), "query": ["a"], "items": [["b"]]})
+    )
     assert out.num_rows == 0 and out.schema.field("id").type == pa.int32()
     assert out.schema.names == full.schema.names

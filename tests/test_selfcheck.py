@@ -10,8 +10,9 @@ from scorecli.checks.selfcheck import SelfCheckError
 from tests import models
 
 
-@pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "qwen3_seq_cls_3labels", "llama_reward", "gemma2_seq_cls",
-                                     "gpt_oss_seq_cls"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fixture", ["qwen3_seq_cls", "qwen3_seq_cls_3labels", "llama_reward", "gemma2_seq_cls", "gpt_oss_seq_cls"]
+)
 @pytest.mark.parametrize("mode", ["mis", "single"])
 def test_self_check_passes_on_supported_models(request, fixture, mode):
     scorer = Scorer(request.getfixturevalue(fixture), mode=mode)
@@ -71,6 +72,7 @@ def test_self_check_on_the_fused_cross_encoder(request, fixture):
 def test_self_check_stops_a_wrong_fused_encoder(bert_cross_encoder, monkeypatch):
     """Simulated: the fused projections scale the queries wrongly."""
     from scorecli.runtimes import fast_encoder
+
     real = fast_encoder._fuse
 
     def wrong(sa):
@@ -115,11 +117,14 @@ def test_the_probe_looks_like_real_work(qwen3_seq_cls):
 def test_self_check_compares_hidden_states(qwen3_seq_cls, monkeypatch):
     """Simulated: the pooled hidden states go wrong while the scores stay right."""
     from scorecli.kinds import forward
+
     real = forward.DecoderForward._pooled
 
     def wrong(self, inputs, kwargs, pooling):
         pooled = real(self, inputs, kwargs, pooling)
-        return forward.Pooled(pooled.score_states, pooled.logits, None if pooled.hidden is None else pooled.hidden * 1.01)
+        return forward.Pooled(
+            pooled.score_states, pooled.logits, None if pooled.hidden is None else pooled.hidden * 1.01
+        )
 
     monkeypatch.setattr(forward.DecoderForward, "_pooled", wrong)
     with pytest.raises(SelfCheckError, match="hidden states"):

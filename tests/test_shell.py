@@ -69,7 +69,9 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     expect: dict[str, Expect] = {}
     good = write(tmp / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 6)))
 
-    def add(name: str, inputs: list[str], out: str, extra: list[str] = (), exp: Expect | None = None, model_=model, **kw):
+    def add(
+        name: str, inputs: list[str], out: str, extra: list[str] = (), exp: Expect | None = None, model_=model, **kw
+    ):
         cases[name] = ShellCase(["score", *inputs, "--out", out, "--model", model_, *extra], **kw)
         expect[name] = exp or Expect()
 
@@ -104,10 +106,18 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     cases["no_input"] = Case(["score", "--out", str(tmp / "x.parquet")])
     expect["no_input"] = Expect(2, ["Missing argument"])
     add("unknown_option", [good], str(tmp / "x.parquet"), ["--no-such-flag"], Expect(2, ["--no-such-flag"]))
-    add("window_rows_abc", [good], str(tmp / "x.parquet"), ["--window-rows", "abc"], Expect(2, ["--window-rows", "integer"]))
+    add(
+        "window_rows_abc",
+        [good],
+        str(tmp / "x.parquet"),
+        ["--window-rows", "abc"],
+        Expect(2, ["--window-rows", "integer"]),
+    )
 
     # items 4-5: ids
-    late = write(tmp / "late.jsonl", b"".join(ROW % b"null" if i == 2 else ROW[:1] + ROW[11:] for i in range(5)) + ROW % b"7")
+    late = write(
+        tmp / "late.jsonl", b"".join(ROW % b"null" if i == 2 else ROW[:1] + ROW[11:] for i in range(5)) + ROW % b"7"
+    )
     add("id_late", [late], str(tmp / "late.parquet"), ["--window-rows", "2"])
     mixed = write(tmp / "mixed.jsonl", ROW % b"1" + ROW % b"2.5")
     where = [f"{mixed}:2: field 'id'", "2.5", "integers", f"{mixed}:1"]
@@ -120,15 +130,31 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     add("bad_ids_skipped", [bad], str(tmp / "bad_ids.parquet"), ["--skip-bad-rows"])
     add("id_object", [bad], str(tmp / "obj.parquet"), [], Expect(2, [f"{bad}:2: field 'id'", "got an object"]))
     small = tmp / "int32.parquet"
-    pq.write_table(pa.table({"id": pa.array([1, None, 3], pa.int32()), "query": ["q"] * 3, "items": [["a"]] * 3}), small)
+    pq.write_table(
+        pa.table({"id": pa.array([1, None, 3], pa.int32()), "query": ["q"] * 3, "items": [["a"]] * 3}), small
+    )
     add("parquet_id_type", [str(small)], str(tmp / "int32_out.parquet"), ["--window-rows", "1"])
 
     # item 6: stdin closed (`<&-`)
     add("stdin_closed_file", [good], str(tmp / "closed.parquet"), preexec=lambda: os.close(0))
-    add("stdin_closed_dash", ["-"], str(tmp / "closed2.parquet"), [], Expect(2, ["stdin", "closed"]), preexec=lambda: os.close(0))
+    add(
+        "stdin_closed_dash",
+        ["-"],
+        str(tmp / "closed2.parquet"),
+        [],
+        Expect(2, ["stdin", "closed"]),
+        preexec=lambda: os.close(0),
+    )
     # stdout closed (`>&-`): --out - is refused before the model loads; a file output does not mind
-    add("stdout_closed_dash", [good], "-", [], Expect(2, ["cannot write output -", "standard output is closed"]),
-        model_=str(tmp / "no_such_model"), preexec=lambda: os.close(1))  # fmt: skip
+    add(
+        "stdout_closed_dash",
+        [good],
+        "-",
+        [],
+        Expect(2, ["cannot write output -", "standard output is closed"]),
+        model_=str(tmp / "no_such_model"),
+        preexec=lambda: os.close(1),
+    )
     add("stdout_closed_file", [good], str(tmp / "closed3.parquet"), ["--window-rows", "2"], preexec=lambda: os.close(1))
 
     # item 8: messages
@@ -138,8 +164,13 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     array = write(tmp / "array.jsonl", b'[{"id": 1, "query": "q", "items": ["a"]},\n {"id": 2}]\n')
     add("json_array", [array], str(tmp / "array.parquet"), [], Expect(2, [f"{array}:1", "JSON array", "JSON lines"]))
     unterminated = write(tmp / "unterminated.jsonl", GOOD_LINE % 1 + b'{"id": 2, "query": "q\n')
-    add("at_column", [unterminated], str(tmp / "u.parquet"), [],
-        Expect(2, [f"{unterminated}:2", "Unterminated string starting at column 20"]))  # fmt: skip
+    add(
+        "at_column",
+        [unterminated],
+        str(tmp / "u.parquet"),
+        [],
+        Expect(2, [f"{unterminated}:2", "Unterminated string starting at column 20"]),
+    )
     corrupt = _corrupt_parquet(tmp / "corrupt.parquet")
     add("corrupt_page", [corrupt], str(tmp / "c.parquet"), [], Expect(2, [f"{corrupt}: rows ", "cannot read Parquet"]))
     add("skipped_counted", [bad], str(tmp / "skipped.parquet"), ["--skip-bad-rows"])
@@ -148,10 +179,23 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
     # item 9: library noise under --quiet; checks before the model loads
     add("flex_quiet", [good], str(tmp / "flex.parquet"), ["--attention", "flex", "--device", "cpu", "-q"])
     no_model = str(tmp / "no_such_model")
-    add("template_before_model", [good], str(tmp / "t.parquet"), ["--template", "no-such-template"],
-        Expect(2, ["no-such-template"]), model_=no_model)  # fmt: skip
+    add(
+        "template_before_model",
+        [good],
+        str(tmp / "t.parquet"),
+        ["--template", "no-such-template"],
+        Expect(2, ["no-such-template"]),
+        model_=no_model,
+    )
     first_bad = write(tmp / "first_bad.jsonl", b'{"id": 1, "query": "q"}\n')
-    add("first_row_before_model", [first_bad], str(tmp / "f.parquet"), [], Expect(2, [f"{first_bad}:1", "'items'"]), model_=no_model)
+    add(
+        "first_row_before_model",
+        [first_bad],
+        str(tmp / "f.parquet"),
+        [],
+        Expect(2, [f"{first_bad}:1", "'items'"]),
+        model_=no_model,
+    )
     return cases, expect
 
 
@@ -168,8 +212,14 @@ def _run(case: Case) -> Result:
     if getattr(case, "preexec", None) is None:
         return run_cli(case)
     start = time.perf_counter()
-    proc = subprocess.run(SCORECLI + case.args, capture_output=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=None, preexec_fn=case.preexec, env=_env(), timeout=180)  # fmt: skip
+    proc = subprocess.run(
+        SCORECLI + case.args,
+        capture_output=True,
+        stdin=None,
+        preexec_fn=case.preexec,
+        env=_env(),
+        timeout=180,
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"), time.perf_counter() - start)
 
 
@@ -192,10 +242,26 @@ def ok(runs: Runs, name: str) -> Result:
     return result
 
 
-ERRORS = ["read_only", "out_is_input", "out_empty", "out_csv", "no_input", "unknown_option", "window_rows_abc",
-          "id_int_float_one_window", "id_int_float_two_windows", "id_object", "stdin_closed_dash", "stdout_closed_dash",
-          "emoji_path",
-          "json_array", "at_column", "corrupt_page", "template_before_model", "first_row_before_model"]  # fmt: skip
+ERRORS = [
+    "read_only",
+    "out_is_input",
+    "out_empty",
+    "out_csv",
+    "no_input",
+    "unknown_option",
+    "window_rows_abc",
+    "id_int_float_one_window",
+    "id_int_float_two_windows",
+    "id_object",
+    "stdin_closed_dash",
+    "stdout_closed_dash",
+    "emoji_path",
+    "json_array",
+    "at_column",
+    "corrupt_page",
+    "template_before_model",
+    "first_row_before_model",
+]
 
 
 @pytest.mark.parametrize("name", ERRORS)
@@ -317,21 +383,30 @@ def test_fifo_input_is_read_once(tmp_path, qwen3_seq_cls):
 
 
 def _popen(args: list[str], **kw) -> subprocess.Popen:
-    return subprocess.Popen(SCORECLI + args, stderr=subprocess.PIPE, env=_env(),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)  # fmt: skip
+    return subprocess.Popen(
+        SCORECLI + args,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["SIGTERM", "SIGINT-twice"])
 def test_signal_with_a_stalled_stdin_producer(tmp_path, qwen3_seq_cls, signals):
     out = tmp_path / "scores.parquet"
-    proc = _popen(["score", "-", "--out", str(out), "--model", qwen3_seq_cls], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = _popen(
+        ["score", "-", "--out", str(out), "--model", qwen3_seq_cls], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         proc.stdin.write(GOOD_LINE % 1)
         proc.stdin.flush()  # ... and then nothing: the producer stalls with the pipe open
         temp = tmp_path / f".scores.parquet.{proc.pid}.tmp"
         deadline = time.monotonic() + 90
-        while not temp.exists():  # the model is loaded; the reader waits for line 2
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+        while not temp.exists():  # the first window (one row) is written; the reader waits for line 2
+            if proc.poll() is not None or time.monotonic() > deadline:  # not read while it runs: that would wait
+                proc.kill()
+                pytest.fail(f"no {temp.name} (rc={proc.wait()}): {proc.stderr.read().decode()}")
             time.sleep(0.05)
         for signum in signals:
             proc.send_signal(signum)
@@ -434,8 +509,9 @@ def test_success_runs_exit_handlers_and_waits_for_live_threads(tmp_path, qwen3_s
     data = write(tmp_path / "in.jsonl", b"".join(GOOD_LINE % i for i in range(3)))
     out, marks = tmp_path / "scores.parquet", tmp_path / "marks"
     args = ["score", data, "--out", str(out), "--model", qwen3_seq_cls, "--quiet"]
-    proc = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marks), delay, *args], capture_output=True,
-                          env=_env(), timeout=180)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, str(marks), delay, *args], capture_output=True, env=_env(), timeout=180
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert pq.read_table(out).num_rows == 3
     assert marks.with_suffix(".atexit").read_text() == "ran"

@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from scorecli.errors import UsageError
 from scorecli.core.templates import PRESETS, Template, load_template
+from scorecli.errors import UsageError
 
 IM_START, IM_END, EOT, BOS = "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>"
 CHATML = (
@@ -69,9 +69,11 @@ ITEMS = [
 
 def _corpus() -> list[str]:
     rng = random.Random(0)
-    words = ("the cat dog model query document passage search result answer capital France "
-             "Paris is of a what yes no relevant Judge whether Instruct Document Query line "
-             "one two four space leading trailing digits and punctuation tab separated").split()
+    words = (
+        "the cat dog model query document passage search result answer capital France "
+        "Paris is of a what yes no relevant Judge whether Instruct Document Query line "
+        "one two four space leading trailing digits and punctuation tab separated"
+    ).split()
     lines = []
     for _ in range(600):
         s = " ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
@@ -90,24 +92,36 @@ def _bpe(regex: str | None = None, add_bos: bool = False, chat_template: str | N
     if regex is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.decoder = decoders.ByteLevel()
     specials = [EOT, IM_START, IM_END] + ([BOS] if add_bos else [])
-    trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=1200,
+        min_frequency=2,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     kwargs = {}
     if add_bos:
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{BOS} $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
+            single=f"{BOS} $A", special_tokens=[(BOS, tok.token_to_id(BOS))]
+        )
         kwargs = {"bos_token": BOS}
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOT, pad_token=EOT,
-                                 additional_special_tokens=[IM_START, IM_END],
-                                 chat_template=chat_template, **kwargs)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOT,
+        pad_token=EOT,
+        additional_special_tokens=[IM_START, IM_END],
+        chat_template=chat_template,
+        **kwargs,
+    )
     # The merges that make whitespace runs matter must exist, or the tests prove little.
     for run in ("  ", "\n\n"):
         assert len(hf(run, add_special_tokens=False).input_ids) == 1, run
@@ -150,6 +164,7 @@ def _split_ok(tok, prefix: str, item: str) -> bool:
 
 # ----------------------------------------------------------------------------- boundary property
 
+
 @pytest.mark.parametrize("tok_name", TOKENIZERS)
 @pytest.mark.parametrize("preset", ["qwen3-reranker", "yes-no-chat"])
 def test_chat_presets_split_equals_joined(request, tok_name, preset):
@@ -173,7 +188,7 @@ def test_item_ids_end_with_suffix_ids(request, tok_name, preset):
     suffix = _ids(tok, t.item_suffix, False)
     for it in ITEMS:
         ids = _ids(tok, t.render_item(it), False)
-        assert ids[len(ids) - len(suffix):] == suffix, it
+        assert ids[len(ids) - len(suffix) :] == suffix, it
 
 
 def test_bos_written_by_chat_template_is_stripped_once(bos_tok):
@@ -205,6 +220,7 @@ def test_smollm2_yes_no_chat_shape(smollm2_tok):
 
 # ----------------------------------------------------------------------------- rendering
 
+
 def test_plain_rendering():
     t = load_template("plain")
     assert (t.prefix, t.item, t.item_suffix) == ("{query}", "{item}", "")
@@ -216,8 +232,7 @@ def test_plain_rendering():
 
 def test_qwen3_matches_model_card():
     t = load_template("qwen3-reranker")
-    text = t.render_prefix("What is the capital of China?", None) + t.render_item(
-        "The capital of China is Beijing.")
+    text = t.render_prefix("What is the capital of China?", None) + t.render_item("The capital of China is Beijing.")
     assert text == (
         "<|im_start|>system\nJudge whether the Document meets the requirements based on the "
         'Query and the Instruct provided. Note that the answer can only be "yes" or "no".'
@@ -240,8 +255,10 @@ def test_instruction_defaults():
 
 def test_one_pass_substitution_and_literal_braces():
     t = Template("t", "{instruction}|{query}|{item}|{x}|{{query}}", "<{item}>{query}{}")
-    assert t.render_prefix("{instruction} {item}", "{query}") == \
-        "{query}|{instruction} {item}|{item}|{x}|{{instruction} {item}}"
+    assert (
+        t.render_prefix("{instruction} {item}", "{query}")
+        == "{query}|{instruction} {item}|{item}|{x}|{{instruction} {item}}"
+    )
     assert t.render_item("{item}{query}") == "<{item}{query}>{query}{}"
     q = load_template("qwen3-reranker")
     assert "<Query>: {item} {query}\n" in q.render_prefix("{item} {query}", "{query}")
@@ -263,43 +280,48 @@ def test_yes_no_chat_rejects_template_that_rewrites_content():
 
 # ----------------------------------------------------------------------------- files and errors
 
+
 def test_toml_template(tmp_path):
     f = tmp_path / "mine.toml"
-    f.write_text('prefix = "Q: {query} ({instruction})\\n"\nitem = "A: {item}\\nOK?"\n'
-                 'label_tokens = "yes, no"\nactivation = "sigmoid"\ninstruction = "be brief"\n')
+    f.write_text(
+        'prefix = "Q: {query} ({instruction})\\n"\nitem = "A: {item}\\nOK?"\n'
+        'label_tokens = "yes, no"\nactivation = "sigmoid"\ninstruction = "be brief"\n'
+    )
     t = load_template(str(f))
-    assert t == Template("mine", "Q: {query} ({instruction})\n", "A: {item}\nOK?", ("yes", "no"),
-                         "sigmoid", "be brief")
+    assert t == Template("mine", "Q: {query} ({instruction})\n", "A: {item}\nOK?", ("yes", "no"), "sigmoid", "be brief")
     assert t.item_suffix == "\nOK?"
     assert t.render_prefix("x", None) == "Q: x (be brief)\n"
 
 
 def test_json_template(tmp_path):
     f = tmp_path / "t.json"
-    f.write_text(json.dumps({"name": "custom", "prefix": "{query}", "item": "\n{item}",
-                             "label_tokens": [" yes", " no"]}))
+    f.write_text(
+        json.dumps({"name": "custom", "prefix": "{query}", "item": "\n{item}", "label_tokens": [" yes", " no"]})
+    )
     t = load_template(str(f))
-    assert (t.name, t.label_tokens, t.activation, t.instruction) == (
-        "custom", (" yes", " no"), None, None)
+    assert (t.name, t.label_tokens, t.activation, t.instruction) == ("custom", (" yes", " no"), None, None)
     assert t.render_item("it") == "\nit" and t.item_suffix == ""
 
 
-@pytest.mark.parametrize("content, match", [
-    ('{"item": "{item}"}', "missing key 'prefix'"),
-    ('{"prefix": "{query}"}', "missing key 'item'"),
-    ('{"prefix": 3, "item": "{item}"}', "key 'prefix' must be a string"),
-    ('{"prefix": "", "item": "no placeholder"}', "key 'item' must contain '{item}' exactly once"),
-    ('{"prefix": "", "item": "{item}{item}"}', "key 'item' must contain '{item}' exactly once"),
-    ('{"prefix": "", "item": "{query}{item}"}', "key 'item' may only use"),
-    ('{"prefix": "{item}", "item": "{item}"}', "key 'prefix' must not contain"),
-    ('{"prefix": "", "item": "{item}", "activation": "tanh"}', "key 'activation'"),
-    ('{"prefix": "", "item": "{item}", "label_tokens": []}', "key 'label_tokens'"),
-    ('{"prefix": "", "item": "{item}", "label_tokens": "yes,"}', "key 'label_tokens'"),
-    ('{"prefix": "", "item": "{item}", "label_tokens": [1]}', "key 'label_tokens'"),
-    ('{"prefix": "", "item": "{item}", "prefx": ""}', "unknown key 'prefx'"),
-    ('["prefix", "item"]', "expected a table/object"),
-    ('{"prefix": ', "cannot read it"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ('{"item": "{item}"}', "missing key 'prefix'"),
+        ('{"prefix": "{query}"}', "missing key 'item'"),
+        ('{"prefix": 3, "item": "{item}"}', "key 'prefix' must be a string"),
+        ('{"prefix": "", "item": "no placeholder"}', "key 'item' must contain '{item}' exactly once"),
+        ('{"prefix": "", "item": "{item}{item}"}', "key 'item' must contain '{item}' exactly once"),
+        ('{"prefix": "", "item": "{query}{item}"}', "key 'item' may only use"),
+        ('{"prefix": "{item}", "item": "{item}"}', "key 'prefix' must not contain"),
+        ('{"prefix": "", "item": "{item}", "activation": "tanh"}', "key 'activation'"),
+        ('{"prefix": "", "item": "{item}", "label_tokens": []}', "key 'label_tokens'"),
+        ('{"prefix": "", "item": "{item}", "label_tokens": "yes,"}', "key 'label_tokens'"),
+        ('{"prefix": "", "item": "{item}", "label_tokens": [1]}', "key 'label_tokens'"),
+        ('{"prefix": "", "item": "{item}", "prefx": ""}', "unknown key 'prefx'"),
+        ('["prefix", "item"]', "expected a table/object"),
+        ('{"prefix": ', "cannot read it"),
+    ],
+)
 def test_bad_json_template_files(tmp_path, content, match):
     f = tmp_path / "bad.json"
     f.write_text(content)
@@ -330,6 +352,7 @@ def test_file_with_other_suffix(tmp_path):
 def test_unknown_template(name):
     with pytest.raises(UsageError) as e:
         load_template(name)
-    assert str(e.value) == (f"unknown template {name}: expected one of plain, qwen3-reranker, "
-                            "yes-no-chat, or a .toml/.json file")
+    assert str(e.value) == (
+        f"unknown template {name}: expected one of plain, qwen3-reranker, yes-no-chat, or a .toml/.json file"
+    )
     assert e.value.exit_code == 2

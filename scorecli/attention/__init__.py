@@ -17,10 +17,17 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "pad_ragged": "device", "to_device": "device", "AttentionBackend": "protocol", "ModelInputs": "protocol",
-    "ATTN_NAME": "registry", "UNSUPPORTED": "registry", "bound": "registry", "make_backend": "registry",
-    "register": "registry", "set_implementation": "registry",
-}  # fmt: skip
+    "pad_ragged": "device",
+    "to_device": "device",
+    "AttentionBackend": "protocol",
+    "ModelInputs": "protocol",
+    "ATTN_NAME": "registry",
+    "UNSUPPORTED": "registry",
+    "bound": "registry",
+    "make_backend": "registry",
+    "register": "registry",
+    "set_implementation": "registry",
+}
 __all__ = sorted(_EXPORTS)
 
 

@@ -62,15 +62,28 @@ class Entry:
 FLASHINFER_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 
 BACKENDS: dict[str, Entry] = {
-    "flashinfer": Entry(Capabilities(frozenset({"cuda"}), float32_exact=False, head_dims=FLASHINFER_HEAD_DIMS,
-                                     ragged=True, shares_prefix=False, needs="flashinfer"),
-                        "scorecli.attention.flashinfer:FlashInferBackend"),  # fmt: skip
-    "flex": Entry(Capabilities(frozenset({"cpu", "cuda"}), ragged=True, shares_prefix=False),
-                  "scorecli.attention.flex:FlexBackend"),  # fmt: skip
-    "sdpa": Entry(Capabilities(frozenset({"cpu", "cuda"}), model_attention="sdpa", fused_encoder=True),
-                  "scorecli.attention.dense:SdpaBackend"),  # fmt: skip
-    "eager": Entry(Capabilities(frozenset({"cpu", "cuda"}), model_attention="eager"),
-                   "scorecli.attention.dense:EagerBackend"),  # fmt: skip
+    "flashinfer": Entry(
+        Capabilities(
+            frozenset({"cuda"}),
+            float32_exact=False,
+            head_dims=FLASHINFER_HEAD_DIMS,
+            ragged=True,
+            shares_prefix=False,
+            needs="flashinfer",
+        ),
+        "scorecli.attention.flashinfer:FlashInferBackend",
+    ),
+    "flex": Entry(
+        Capabilities(frozenset({"cpu", "cuda"}), ragged=True, shares_prefix=False),
+        "scorecli.attention.flex:FlexBackend",
+    ),
+    "sdpa": Entry(
+        Capabilities(frozenset({"cpu", "cuda"}), model_attention="sdpa", fused_encoder=True),
+        "scorecli.attention.dense:SdpaBackend",
+    ),
+    "eager": Entry(
+        Capabilities(frozenset({"cpu", "cuda"}), model_attention="eager"), "scorecli.attention.dense:EagerBackend"
+    ),
 }
 # what `auto` tries, fastest first; the last one always runs
 AUTO_ORDER: tuple[str, ...] = ("flashinfer", "sdpa")
@@ -148,7 +161,6 @@ def build(name: str):
     """A new backend object for `name` (a key of `BACKENDS`)."""
     module, cls = BACKENDS[name].factory.split(":")
     return getattr(importlib.import_module(module), cls)()
-
 
 
 if TYPE_CHECKING:  # the type checker holds every backend to the protocol (`mypy` in .ci/run)

@@ -111,8 +111,9 @@ class BlockPlan:
     `BlockPlan.build` does both.
     """
 
-    def __init__(self, batch: Batch, device: torch.device, dtype: torch.dtype,
-                 groups: list[tuple[np.ndarray, int]] | None = None):  # fmt: skip
+    def __init__(
+        self, batch: Batch, device: torch.device, dtype: torch.dtype, groups: list[tuple[np.ndarray, int]] | None = None
+    ):
         s, length = batch.num_seqs, batch.max_len
         p_lens, i_lens = batch.prefix_lens, batch.item_lens
         p, c = int(p_lens.max()), batch.shared_len
@@ -131,8 +132,13 @@ class BlockPlan:
                 [np.broadcast_to(shared, (n, c)), c + seq[:, None] * length + pp[None, :], c + q_flat], axis=1
             )  # [n, C + P + m]
             allowed = np.concatenate(
-                [np.ones((n, m, c), dtype=bool), np.broadcast_to(p_valid[seq][:, None, :], (n, m, p)),
-                 (t[None, :] <= t[:, None])[None] & q_valid[:, None, :]], axis=2)  # fmt: skip
+                [
+                    np.ones((n, m, c), dtype=bool),
+                    np.broadcast_to(p_valid[seq][:, None, :], (n, m, p)),
+                    (t[None, :] <= t[:, None])[None] & q_valid[:, None, :],
+                ],
+                axis=2,
+            )
             allowed[~allowed.any(axis=2)] = True  # padded query rows: attend to anything, never NaN
             ints += [q_flat.ravel(), k_flat.ravel(), np.flatnonzero(q_valid), q_flat[q_valid]]
             masks.append(allowed.ravel())  # [n * m * (C + P + m)]
@@ -141,7 +147,9 @@ class BlockPlan:
         prefix_allowed[~prefix_allowed.any(axis=2)] = True
         prefix_allowed = np.concatenate([np.ones((s, p, c), dtype=bool), prefix_allowed], axis=2)  # [S, P, C + P]
 
-        self.arrays: list[np.ndarray] = [a.astype(np.int64, copy=False) for a in ints] + masks + [prefix_allowed.ravel()]
+        self.arrays: list[np.ndarray] = (
+            [a.astype(np.int64, copy=False) for a in ints] + masks + [prefix_allowed.ravel()]
+        )
         self.shape = (s, length, p, c)
         self.dtype = dtype
         self._shapes = shapes
@@ -149,15 +157,16 @@ class BlockPlan:
         self.prefix_mask: torch.Tensor | None = None  # [S, 1, P, C + P] additive, after `upload`
 
     @classmethod
-    def build(cls, batch: Batch, device: torch.device, dtype: torch.dtype,
-              groups: list[tuple[np.ndarray, int]] | None = None) -> "BlockPlan":  # fmt: skip
+    def build(
+        cls, batch: Batch, device: torch.device, dtype: torch.dtype, groups: list[tuple[np.ndarray, int]] | None = None
+    ) -> BlockPlan:
         """Plan and upload in one go (one host-to-device copy)."""
         from scorecli.attention import to_device
 
         plan = cls(batch, device, dtype, groups)
         return plan.upload(to_device(plan.arrays, device))
 
-    def upload(self, tensors: list[torch.Tensor]) -> "BlockPlan":
+    def upload(self, tensors: list[torch.Tensor]) -> BlockPlan:
         """Take the device copies of `arrays` (in order); returns self."""
         s, _, p, c = self.shape
         k = len(self._shapes)
@@ -166,21 +175,35 @@ class BlockPlan:
         low = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=prefix.device)
         self.prefix_mask = torch.where(prefix.view(s, p, c + p), zero, low)[:, None]  # [S, 1, P, C + P]
         self.groups = [
-            _Group(ints[4 * g].view(n, m), ints[4 * g + 1].view(n, c + p + m),
-                   torch.where(mask.view(n, m, c + p + m), zero, low)[:, None], ints[4 * g + 2], ints[4 * g + 3])
+            _Group(
+                ints[4 * g].view(n, m),
+                ints[4 * g + 1].view(n, c + p + m),
+                torch.where(mask.view(n, m, c + p + m), zero, low)[:, None],
+                ints[4 * g + 2],
+                ints[4 * g + 3],
+            )
             for g, ((n, m), mask) in enumerate(zip(self._shapes, masks))
-        ]  # fmt: skip
+        ]
         return self
 
-    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
-               shared: tuple[torch.Tensor, torch.Tensor] | None = None, softcap: float | None = None,
-               sinks: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scaling: float,
+        shared: tuple[torch.Tensor, torch.Tensor] | None = None,
+        softcap: float | None = None,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """query [S, H, L, d], key/value [S, KV, L, d], shared keys/values [1, KV, C, d]
         (when the batch has a shared prefix) -> [S, L, H, d]; `softcap`, `sinks`: see
         `kernel.attention`."""
         s, length, p, c = self.shape
         if (shared[0].shape[2] if shared is not None else 0) != c:
-            raise RuntimeError(f"block plan for a {c}-token shared prefix got {0 if shared is None else shared[0].shape[2]}")
+            raise RuntimeError(
+                f"block plan for a {c}-token shared prefix got {0 if shared is None else shared[0].shape[2]}"
+            )
         heads, d = query.shape[1], query.shape[3]
         out = torch.zeros(s, length, heads, d, dtype=query.dtype, device=query.device)
         if p:

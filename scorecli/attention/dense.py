@@ -53,17 +53,25 @@ class DenseMaskBackend:
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         return self._padded(batch, device, dtype, with_mask=True)[0]
 
-    def _padded(self, batch: Batch, device: torch.device, dtype: torch.dtype, with_mask: bool,
-                extra: list[np.ndarray] = ()) -> tuple[ModelInputs, list[torch.Tensor]]:  # fmt: skip
+    def _padded(
+        self, batch: Batch, device: torch.device, dtype: torch.dtype, with_mask: bool, extra: list[np.ndarray] = ()
+    ) -> tuple[ModelInputs, list[torch.Tensor]]:
         """Padded inputs (and the dense mask); `extra` arrays travel in the same one copy and
         come back as the second value."""
         s, length = batch.num_seqs, batch.max_len
         where = batch.padded_index()  # [T]
         ids, pos, seg, pool, first, where_t, *extra_t = to_device(
-            [batch.input_ids, batch.position_ids, batch.segment, where[batch.pool_index], where[batch.first_index], where,
-             *extra],
+            [
+                batch.input_ids,
+                batch.position_ids,
+                batch.segment,
+                where[batch.pool_index],
+                where[batch.first_index],
+                where,
+                *extra,
+            ],
             device,
-        )  # fmt: skip
+        )
         self.mask = None
         if batch.shared_len != (self.shared.length if self.shared is not None else 0):
             raise RuntimeError(f"batch continues a {batch.shared_len}-token shared prefix the backend does not hold")
@@ -71,7 +79,9 @@ class DenseMaskBackend:
             allowed = mis_allowed(pad_ragged(seg, where_t, s, length, -1), batch.shared_len)  # [S, L, C + L]
             zero = torch.zeros((), dtype=dtype, device=device)
             self.mask = torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]  # [S, 1, L, C + L]
-        inputs = ModelInputs(pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first)
+        inputs = ModelInputs(
+            pad_ragged(ids, where_t, s, length, 0), pad_ragged(pos, where_t, s, length, 0), pool, first
+        )
         return inputs, extra_t
 
 

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from scorecli.attention import ModelInputs, to_device
-from scorecli.attention.shared import SharedKV
 from scorecli.attention.backends import FLASHINFER_HEAD_DIMS
+from scorecli.attention.shared import SharedKV
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, notice
 
@@ -255,16 +255,19 @@ class FlashInferBackend:
             out = wrapper.run(q, k, v)  # [T, heads, dv]
         return out.to(query.dtype).unsqueeze(0)  # [1, T, heads, dv]
 
-    def _ensure_planned(self, shape: tuple[int, int, int, int], scaling: float | None, softcap: float,
-                        kdtype: torch.dtype) -> None:  # fmt: skip
+    def _ensure_planned(
+        self, shape: tuple[int, int, int, int], scaling: float | None, softcap: float, kdtype: torch.dtype
+    ) -> None:
         key = (shape, scaling, softcap, kdtype)
         if key == self._planned_for:
             return
         heads, kv_heads, dqk, dvo = shape
         if not {dqk, dvo} <= set(HEAD_DIMS):  # checked once per plan, not per layer
             names = ", ".join(str(d) for d in HEAD_DIMS[:-1]) + f" and {HEAD_DIMS[-1]}"
-            raise UsageError(f"--attention flashinfer: its kernels take head sizes {names}, this model's is "
-                             f"{dqk}; use --attention sdpa")
+            raise UsageError(
+                f"--attention flashinfer: its kernels take head sizes {names}, this model's is "
+                f"{dqk}; use --attention sdpa"
+            )
         sizes = (heads, kv_heads, dqk, 1) if self.mode == "paged" else (heads, kv_heads, dqk)
         # plan() writes its schedule into a pinned host buffer and queues a copy of it to the
         # device without waiting: batches are launched without a synchronization each, so the
@@ -298,8 +301,9 @@ class FlashInferBackend:
             self._warned_fp32 = True
 
 
-def _paged_plan_inputs(pages: PagedKV, token_pos_in_items_len: int, kv_indices, prefix_len, token_pos,
-                       max_item_len) -> tuple[tuple, dict]:  # fmt: skip
+def _paged_plan_inputs(
+    pages: PagedKV, token_pos_in_items_len: int, kv_indices, prefix_len, token_pos, max_item_len
+) -> tuple[tuple, dict]:
     """Positional and keyword plan() arguments of the paged wrapper in MIS mode.
 
     The indptrs and last-page lengths stay on the host, where plan() reads them; the page
@@ -333,8 +337,10 @@ def _make_wrappers(device: torch.device, workspace_bytes: int) -> dict:
     }
 
 
-JIT_NOTE = ("flashinfer is compiling its attention kernels for this GPU, dtype and head size: the first "
-            "run on this machine waits a minute or two; later runs load them from ~/.cache/flashinfer")  # fmt: skip
+JIT_NOTE = (
+    "flashinfer is compiling its attention kernels for this GPU, dtype and head size: the first "
+    "run on this machine waits a minute or two; later runs load them from ~/.cache/flashinfer"
+)
 
 
 class _JitNote(logging.Handler):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -148,8 +148,12 @@ class FlexBackend:
         """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
         if sinks is not None:
             raise UsageError("--attention flex: this model's attention sinks (s_aux) are not supported; use sdpa")
-        kwargs = dict(block_mask=self.block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1],
-                      score_mod=softcap_mod(float(softcap)) if softcap else None)  # fmt: skip
+        kwargs = {
+            "block_mask": self.block_mask,
+            "scale": scaling,
+            "enable_gqa": key.shape[1] != query.shape[1],
+            "score_mod": softcap_mod(float(softcap)) if softcap else None,
+        }
         if self.compile and not self._eager_batch:
             try:
                 out = _compiled_flex()(query, key, value, **kwargs)  # [1, heads, T, d]
@@ -170,5 +174,6 @@ class FlexBackend:
             then = "this batch uses the slower eager FlexAttention path; later batches still compile"
         else:
             return  # warned at the first failure
-        warnings.warn(f"flex attention: torch.compile failed ({error_line(err, 200)}); {then}",
-                      RuntimeWarning, stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"flex attention: torch.compile failed ({error_line(err, 200)}); {then}", RuntimeWarning, stacklevel=3
+        )

@@ -36,8 +36,14 @@ class AttentionBackend(Protocol):
         ...
 
     def attend(
-        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
-        softcap: float | None = None, sinks: torch.Tensor | None = None,
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scaling: float,
+        softcap: float | None = None,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """query [b, heads, q, d], key/value [b, kv_heads, k, d] -> [b, q, heads, d]. `softcap`:
         the model's attention-logit soft cap (Gemma 2); `sinks` [heads]: its attention-sink

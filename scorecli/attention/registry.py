@@ -43,10 +43,14 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
         raise RuntimeError("scorecli attention called without a backend (bind one with attention.bound)")
     for name, what in UNSUPPORTED.items():
         if kwargs.get(name) is not None:
-            raise UsageError(f"{type(module).__name__}: this model's attention uses {what}, which scorecli does not implement")
+            raise UsageError(
+                f"{type(module).__name__}: this model's attention uses {what}, which scorecli does not implement"
+            )
     if attention_mask is not None:  # we register no mask function: a mask here is one the layer made itself
-        raise UsageError(f"{type(module).__name__}: this model's attention builds its own mask or bias (e.g. a dynamic "
-                         "or sparse-attention mask), which scorecli's backends do not apply")  # fmt: skip
+        raise UsageError(
+            f"{type(module).__name__}: this model's attention builds its own mask or bias (e.g. a dynamic "
+            "or sparse-attention mask), which scorecli's backends do not apply"
+        )
     return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 

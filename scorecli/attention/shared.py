@@ -33,7 +33,9 @@ class SharedKV:
         layer = module.layer_idx
         return self.keys[layer], self.values[layer]
 
-    def prepend(self, module: torch.nn.Module, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prepend(
+        self, module: torch.nn.Module, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """key/value [S, KV, L, d] -> [S, KV, C + L, d], the shared keys first in every sequence."""
         k0, v0 = self.of(module)
         s = key.shape[0]
@@ -55,7 +57,9 @@ class Recorder:
         from scorecli.attention.kernel import attention
 
         self.keys[module.layer_idx], self.values[module.layer_idx] = key, value
-        return attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
+        return (
+            attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
+        )
 
 
 def records_layers(layers) -> bool:

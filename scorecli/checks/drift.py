@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scorecli.errors import UsageError
 from scorecli.checks.selfcheck import PROBE_ITEMS, SelfCheckError
+from scorecli.errors import UsageError
 
 DRIFT_ITEMS = PROBE_ITEMS + (
     " Mars looks red because of the iron oxide dust on its surface.",
@@ -43,8 +43,10 @@ def stderr_line(metadata: dict[str, str]) -> str | None:
     outcome = metadata.get("self_check", "")
     if not outcome.startswith(MEASURED):
         return None
-    return (f"note: --runtime {metadata.get('runtime')} scores are int8-approximate: on the self-check's probe, "
-            f"{outcome.removeprefix(MEASURED)}; metadata self_check_*")  # fmt: skip
+    return (
+        f"note: --runtime {metadata.get('runtime')} scores are int8-approximate: on the self-check's probe, "
+        f"{outcome.removeprefix(MEASURED)}; metadata self_check_*"
+    )
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,10 @@ class Drift:
     def _pairs(self) -> str:
         if not self.pairs:
             return f"the torch forward scores the {self.items} probe items alike (no order to compare)"
-        return (f"{self.same}/{self.pairs} pairs of the {self.items} probe items ordered as by the model's torch "
-                f"forward (pair order agreement {self.pair_agreement:.3g})")  # fmt: skip
+        return (
+            f"{self.same}/{self.pairs} pairs of the {self.items} probe items ordered as by the model's torch "
+            f"forward (pair order agreement {self.pair_agreement:.3g})"
+        )
 
 
 def measure_drift(scorer) -> Drift:
@@ -92,13 +96,17 @@ def measure_drift(scorer) -> Drift:
     """
     probe = scorer.family.probe_scores(scorer, DRIFT_ITEMS)
     if probe is None:
-        raise UsageError(f"--runtime {scorer.config.runtime}: the self-check's probe does not fit --max-seq-len "
-                         f"{scorer.spec.max_seq_len}, so the int8 drift cannot be measured; raise --max-seq-len or "
-                         "use --runtime onnx")  # fmt: skip
+        raise UsageError(
+            f"--runtime {scorer.config.runtime}: the self-check's probe does not fit --max-seq-len "
+            f"{scorer.spec.max_seq_len}, so the int8 drift cannot be measured; raise --max-seq-len or "
+            "use --runtime onnx"
+        )
     ours, theirs = (np.asarray(a, dtype=np.float64).reshape(len(a), -1) for a in probe)  # [items, labels]
     if not np.isfinite(ours).all():
-        raise SelfCheckError(f"self-check: --runtime {scorer.config.runtime} gives NaN or infinite scores on the probe "
-                             f"for {scorer.loaded.path}; use --runtime onnx")  # fmt: skip
+        raise SelfCheckError(
+            f"self-check: --runtime {scorer.config.runtime} gives NaN or infinite scores on the probe "
+            f"for {scorer.loaded.path}; use --runtime onnx"
+        )
     k = scorer.spec.positive_index if ours.shape[1] > 1 else 0
     same, pairs = pairs_ordered_alike(ours[:, k], theirs[:, k])
     return Drift(float(np.abs(ours - theirs).max()), same, pairs, ours.shape[0])

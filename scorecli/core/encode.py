@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from scorecli.errors import InputError, UsageError, first_line
 from scorecli.core.longtext import Bounder
 from scorecli.core.pack import EncodedRow, Seq
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.core.templates import Template, text_problem
+from scorecli.errors import InputError, UsageError, first_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +162,9 @@ class DecoderEncoder:
         prefixes = [c or p for c, p in zip(cut, prefixes)]
         bound = self._bounded if chunking is None else str
         items = [self.template.render_item(bound(item)) for k in text for item in rows[k].items]
-        fields = [(k, "'query'") for k in text] + [(k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))]
+        fields = [(k, "'query'") for k in text] + [
+            (k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))
+        ]
         ids, failed = tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
         prefix_ids, item_ids = ids[: len(prefixes)], ids[len(prefixes) :]
         out: list[EncodedRow | None] = [None] * len(rows)
@@ -215,7 +217,9 @@ def tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[l
     out, failed = [], {}
     for t, text in enumerate(texts):
         try:
-            out.append(np.array(tokenizer(text, **{"add_special_tokens": False, **kwargs})["input_ids"], dtype=np.int64))
+            out.append(
+                np.array(tokenizer(text, **{"add_special_tokens": False, **kwargs})["input_ids"], dtype=np.int64)
+            )
         except Exception as exc:  # noqa: BLE001
             out.append(np.zeros(0, dtype=np.int64))
             failed[t] = f"{names[t]}: the tokenizer failed: {first_line(exc)}"
@@ -249,10 +253,16 @@ class EncodedPairs:
     def seqs(self, first: int) -> list[Seq]:
         """One sequence per pair, read at its last token / first token."""
         return [
-            Seq(ids, np.arange(len(ids), dtype=np.int64), len(ids), np.zeros(1, dtype=np.int64),
-                np.array([first + k], dtype=np.int64), types)
+            Seq(
+                ids,
+                np.arange(len(ids), dtype=np.int64),
+                len(ids),
+                np.zeros(1, dtype=np.int64),
+                np.array([first + k], dtype=np.int64),
+                types,
+            )
             for k, (ids, types) in enumerate(zip(self.items, self.types))
-        ]  # fmt: skip
+        ]
 
 
 class PairEncoder:
@@ -274,7 +284,9 @@ class PairEncoder:
         out = []
         for row, where in zip(rows, wheres):
             if row.pretokenized:
-                out.append(EncodedPairs([], [], f"{where}: field 'query_ids': cross-encoders need text query and items"))
+                out.append(
+                    EncodedPairs([], [], f"{where}: field 'query_ids': cross-encoders need text query and items")
+                )
                 continue
             out.append(self._encode_row(row, where) if chunking is None else self._encode_chunks(row, where, chunking))
         return out
@@ -295,14 +307,20 @@ class PairEncoder:
         if failed:
             return EncodedPairs([], [], failed[min(failed)])
         if len(ids[0]) >= room:
-            return EncodedPairs([], [], f"{where}: field 'query': {len(ids[0])} tokens leave no room for an item "
-                                f"within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            return EncodedPairs(
+                [],
+                [],
+                f"{where}: field 'query': {len(ids[0])} tokens leave no room for an item "
+                f"within --max-seq-len {self.max_seq_len}",
+            )
         chunks, counts = chunk_items(ids[1:], 0, chunking)
         over = [k for k, c in enumerate(chunks) if len(c) > room - len(ids[0])]
         if over:
             k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))
-            error = (f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
-                     f"query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            error = (
+                f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
+                f"query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}"
+            )
             return EncodedPairs([], [], error)
         pairs = [self.layout.pair(ids[0], c) for c in chunks]
         return EncodedPairs([p for p, _ in pairs], [t for _, t in pairs], chunks=counts)
@@ -316,19 +334,27 @@ class PairEncoder:
         if failed:
             return EncodedPairs([], [], failed[0])
         if len(query_ids) >= room:
-            return EncodedPairs([], [], f"{where}: field 'query': {'at least ' if query is not row.query else ''}{len(query_ids)} "
-                                f"tokens leave no room for an item within --max-seq-len {self.max_seq_len}")  # fmt: skip
+            return EncodedPairs(
+                [],
+                [],
+                f"{where}: field 'query': {'at least ' if query is not row.query else ''}{len(query_ids)} "
+                f"tokens leave no room for an item within --max-seq-len {self.max_seq_len}",
+            )
         cut = self.truncate == "item"
         bounded = [self.bounder.cut(item, room) for item in row.items]
         if not cut and any(b is not None for b in bounded):  # over the limit: no need to tokenize it all
             k = next(k for k, b in enumerate(bounded) if b is not None)
-            return EncodedPairs([], [], f"{where}: field 'items'[{k}]: the pair is over --max-seq-len {self.max_seq_len} tokens")
+            return EncodedPairs(
+                [], [], f"{where}: field 'items'[{k}]: the pair is over --max-seq-len {self.max_seq_len} tokens"
+            )
         items = [b or item for b, item in zip(bounded, row.items)]
         try:
             enc = self.tokenizer(
-                [row.query] * len(items), items, truncation="only_second" if cut else False,
+                [row.query] * len(items),
+                items,
+                truncation="only_second" if cut else False,
                 max_length=self.max_seq_len if cut else None,
-            )  # fmt: skip
+            )
         except Exception:  # noqa: BLE001 - name the item the tokenizer rejects
             _, failed = tokenize(self.tokenizer, items, [f"{where}: field 'items'[{k}]" for k in range(len(items))])
             error = next(iter(failed.values()), f"{where}: field 'items': the tokenizer failed on the pairs")
@@ -337,7 +363,11 @@ class PairEncoder:
         too_long = [k for k, x in enumerate(ids) if len(x) > self.max_seq_len]
         if too_long:
             k = too_long[0]
-            return EncodedPairs([], [], f"{where}: field 'items'[{k}]: the pair is {len(ids[k])} tokens, over --max-seq-len {self.max_seq_len}")
+            return EncodedPairs(
+                [],
+                [],
+                f"{where}: field 'items'[{k}]: the pair is {len(ids[k])} tokens, over --max-seq-len {self.max_seq_len}",
+            )
         types = enc.get("token_type_ids") or [[0] * len(x) for x in ids]
         return EncodedPairs(ids, [np.array(t, dtype=np.int64) for t in types])
 
@@ -372,8 +402,9 @@ class PairLayout:
         """(input ids, token type ids) of the pair (a, b)."""
         (head, mid, tail), (th, tm, tt) = self.pieces, self.piece_types
         ids = np.concatenate([head, a, mid, b, tail])
-        types = np.concatenate([th, np.full(len(a), self.type_a, dtype=np.int64), tm,
-                                np.full(len(b), self.type_b, dtype=np.int64), tt])  # fmt: skip
+        types = np.concatenate(
+            [th, np.full(len(a), self.type_a, dtype=np.int64), tm, np.full(len(b), self.type_b, dtype=np.int64), tt]
+        )
         return ids, types
 
 

@@ -56,7 +56,9 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
     if len(row.prefix) == 0:
         empty = [k for k, item in enumerate(row.items) if len(item) == 0]
         if empty:
-            raise InputError(f"{where}: field 'items'[{empty[0]}]: empty item after an empty query leaves nothing to score")
+            raise InputError(
+                f"{where}: field 'items'[{empty[0]}]: empty item after an empty query leaves nothing to score"
+            )
     too_long = [k for k, item in enumerate(row.items) if len(item) > room]
     if not too_long:
         return row
@@ -156,8 +158,9 @@ def drop_shared(seq: Seq, shared: int) -> Seq:
     if shared >= seq.prefix_len:
         raise ValueError(f"shared prefix of {shared} tokens leaves nothing of a {seq.prefix_len}-token prefix")
     types = None if seq.token_type_ids is None else seq.token_type_ids[shared:]
-    return Seq(seq.input_ids[shared:], seq.position_ids[shared:], seq.prefix_len - shared, seq.item_lens,
-               seq.item_index, types)  # fmt: skip
+    return Seq(
+        seq.input_ids[shared:], seq.position_ids[shared:], seq.prefix_len - shared, seq.item_lens, seq.item_index, types
+    )
 
 
 def segment_ids(prefix_len: int, item_lens: np.ndarray) -> np.ndarray:

@@ -87,8 +87,7 @@ def load_template(name_or_path: str, tokenizer=None) -> Template:
         return _checked(_plain(), "template plain")
     if name_or_path == "qwen3-reranker":
         return _checked(
-            Template("qwen3-reranker", QWEN3_PREFIX, QWEN3_ITEM, ("yes", "no"), "softmax",
-                     DEFAULT_INSTRUCTION),
+            Template("qwen3-reranker", QWEN3_PREFIX, QWEN3_ITEM, ("yes", "no"), "softmax", DEFAULT_INSTRUCTION),
             "template qwen3-reranker",
         )
     if name_or_path == "yes-no-chat":
@@ -96,10 +95,7 @@ def load_template(name_or_path: str, tokenizer=None) -> Template:
     path = Path(name_or_path)
     if path.is_file():
         return _load_file(path)
-    raise UsageError(
-        f"unknown template {name_or_path}: expected one of {', '.join(PRESETS)}, "
-        "or a .toml/.json file"
-    )
+    raise UsageError(f"unknown template {name_or_path}: expected one of {', '.join(PRESETS)}, or a .toml/.json file")
 
 
 def _plain() -> Template:
@@ -145,7 +141,7 @@ def _yes_no_chat(tokenizer) -> Template:
     cut = start + content.index(" " + sentinels["item"])
     bos = getattr(tokenizer, "bos_token", None)
     if bos and text.startswith(bos) and _adds_bos(tokenizer):
-        text, cut = text[len(bos):], cut - len(bos)
+        text, cut = text[len(bos) :], cut - len(bos)
     back = {s: "{" + k + "}" for k, s in sentinels.items()}
     pattern = re.compile("|".join(back))
     prefix = pattern.sub(lambda m: back[m.group(0)], text[:cut])
@@ -206,8 +202,7 @@ def _label_tokens(value, where: str) -> tuple[str, ...] | None:
         value = [v.strip() for v in value.split(",")]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or not value:
         raise UsageError(
-            f"{where}: key 'label_tokens' must be a non-empty list of non-empty strings "
-            "or a comma-separated string"
+            f"{where}: key 'label_tokens' must be a non-empty list of non-empty strings or a comma-separated string"
         )
     return tuple(value)
 
@@ -239,7 +234,5 @@ def _checked(t: Template, where: str) -> Template:
     if "item" in _PLACEHOLDER.findall(t.prefix):
         raise UsageError(f"{where}: key 'prefix' must not contain '{{item}}'")
     if t.activation is not None and t.activation not in ACTIVATIONS:
-        raise UsageError(
-            f"{where}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {t.activation!r}"
-        )
+        raise UsageError(f"{where}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {t.activation!r}")
     return t

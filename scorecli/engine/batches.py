@@ -25,8 +25,9 @@ class Readback:
         done: [entries] bool, the entries whose batch completes an item (None: every entry).
     """
 
-    def __init__(self, device: torch.device, on_batch: Callable[[int, int], None] | None,
-                 done: np.ndarray | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, device: torch.device, on_batch: Callable[[int, int], None] | None, done: np.ndarray | None = None
+    ) -> None:
         self.device, self.on_batch, self.done = device, on_batch, done
         self.index: list[np.ndarray] = []
         self.values: list[torch.Tensor] = []

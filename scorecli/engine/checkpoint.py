@@ -15,22 +15,21 @@ back from the kept parts' metadata which runtime scored them (`same_runtime`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
 
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
+from scorecli.engine.job import fingerprint
+from scorecli.engine.windows import Schedule
 from scorecli.errors import ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.stores import is_url
 from scorecli.io.writers import FileSink
-from scorecli.engine.job import fingerprint
-from scorecli.engine.windows import Schedule
-
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
 PARTS = True
@@ -94,16 +93,24 @@ class Checkpoint:
             what = "a symlink" if os.path.islink(folder) else "a file"
             raise UsageError(f"{shown} is {what}, not the folder of parts scorecli keeps there: move it away")
         job = fingerprint(cfg, paths, f"{target.kind}:{target.format}")
-        settings = {"window_rows": cfg.window_rows, "window_seconds": cfg.window_seconds,
-                    "part_rows": cfg.window_rows if cfg.window_seconds is None else None}  # fmt: skip
+        settings = {
+            "window_rows": cfg.window_rows,
+            "window_seconds": cfg.window_seconds,
+            "part_rows": cfg.window_rows if cfg.window_seconds is None else None,
+        }
         store, note = open_store(folder, job, "parquet", resume, dataset, settings)
         kept = (store.settings.get("window_rows"), store.settings.get("window_seconds"))
         if store.resumed and kept[0] is not None and kept != (cfg.window_rows, cfg.window_seconds):
-            given = f"--window-rows {cfg.window_rows}" if cfg.window_seconds is None else \
-                f"--window-seconds {cfg.window_seconds:g} (up to --window-rows {cfg.window_rows})"  # fmt: skip
-            note = (f"{given} is not used: the job goes on in {_windows(store.settings)} as it began, so that its "
-                    "scores equal an uninterrupted run's (which rows share a batch moves float32 scores in their "
-                    "last bits)")  # fmt: skip
+            given = (
+                f"--window-rows {cfg.window_rows}"
+                if cfg.window_seconds is None
+                else f"--window-seconds {cfg.window_seconds:g} (up to --window-rows {cfg.window_rows})"
+            )
+            note = (
+                f"{given} is not used: the job goes on in {_windows(store.settings)} as it began, so that its "
+                "scores equal an uninterrupted run's (which rows share a batch moves float32 scores in their "
+                "last bits)"
+            )
         return cls(target, store, note, shown.rstrip("/") + "/")
 
     @contextmanager
@@ -131,7 +138,9 @@ class Checkpoint:
 
     def kept(self) -> str:
         """What a failed run leaves, and how to go on."""
-        return f"{self.store.durable_rows():,} rows kept in {self.shown}; run the same command with --resume to continue"
+        return (
+            f"{self.store.durable_rows():,} rows kept in {self.shown}; run the same command with --resume to continue"
+        )
 
     def write(self, table: pa.Table) -> None:
         """Keep one window's output as a durable part (non-finite scores as null, as `Sink` writes
@@ -195,8 +204,10 @@ class Checkpoint:
         if info is None or not info.auto:
             return cfg
         if info.needs and not installed(info.needs):
-            raise UsageError(f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
-                             f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'")  # fmt: skip
+            raise UsageError(
+                f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
+                f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
+            )
         return replace(cfg, runtime=kept)
 
     def metadata(self) -> dict[str, str]:
@@ -237,8 +248,6 @@ class Checkpoint:
             if not schema.equals(final, check_metadata=True):
                 table = conform(self.store.table(name), final).replace_schema_metadata(final.metadata)
                 self.store.rewrite(name, table)
-
-
 
 
 class PartsSink:

@@ -27,8 +27,19 @@ from scorecli.io.sources import source_for
 NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
-MODEL_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".json", ".jinja", ".model", ".txt",
-                  ".tiktoken")  # fmt: skip
+MODEL_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".gguf",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".json",
+    ".jinja",
+    ".model",
+    ".txt",
+    ".tiktoken",
+)
 
 
 def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, Any]:
@@ -70,7 +81,8 @@ def _model_files(name: str) -> dict[str, list]:
 
     return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
         os.path.join(sub, n): _stamp(os.path.join(name, sub, n))
-        for sub in ["", *module_folders(name)] if os.path.isdir(os.path.join(name, sub))
+        for sub in ["", *module_folders(name)]
+        if os.path.isdir(os.path.join(name, sub))
         for n in sorted(os.listdir(os.path.join(name, sub)))
         if n.endswith(MODEL_SUFFIXES) and os.path.isfile(os.path.join(name, sub, n))
     }

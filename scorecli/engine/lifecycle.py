@@ -68,8 +68,14 @@ class Engine(Protocol):
         ...
 
 
-def run_job(cfg: ScoreConfig, target: Target, checkpoint: Checkpoint | None, engine: Engine, console,
-            started: float | None = None) -> None:  # fmt: skip
+def run_job(
+    cfg: ScoreConfig,
+    target: Target,
+    checkpoint: Checkpoint | None,
+    engine: Engine,
+    console,
+    started: float | None = None,
+) -> None:
     """Run one job: `engine`'s windows into `checkpoint`'s parts, or `target` straight through.
     Progress and the summary go to `console` (None: silent); `started`: when the command began."""
     start = started if started is not None else time.perf_counter()

@@ -22,8 +22,12 @@ if TYPE_CHECKING:
 
 
 def score_stream(
-    scorer: Scorer, rows: Iterable[RawRow], on_batch: Callable[[int, int], None] | None = None,
-    prefetch: bool = True, windows: Schedule | None = None, on_window: Callable[[Prepared], None] | None = None,
+    scorer: Scorer,
+    rows: Iterable[RawRow],
+    on_batch: Callable[[int, int], None] | None = None,
+    prefetch: bool = True,
+    windows: Schedule | None = None,
+    on_window: Callable[[Prepared], None] | None = None,
 ) -> Iterator[tuple[Prepared, pa.Table]]:
     """Score rows window by window, preparing the next window while this one runs.
 
@@ -60,4 +64,3 @@ def score_stream(
     finally:
         # on failure, do not wait for a reader blocked on a stalled stdin (the CLI exits at once)
         pool.shutdown(wait=future is None or future.done(), cancel_futures=True)
-

@@ -43,8 +43,9 @@ class Counts:
     def add_table(self, table: pa.Table) -> None:
         """Count an output table's rows and the items and tokens it holds."""
         self.add_rows(table)
-        self.add_work(pc.sum(pc.list_value_length(table["score"])).as_py() or 0,
-                      pc.sum(table["num_tokens"]).as_py() or 0)  # fmt: skip
+        self.add_work(
+            pc.sum(pc.list_value_length(table["score"])).as_py() or 0, pc.sum(table["num_tokens"]).as_py() or 0
+        )
 
     @property
     def tokens_per_second(self) -> float:
@@ -118,8 +119,10 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
     startup = max(seconds - scoring, 0.0)
     items_s = counts.items / scoring if scoring > 0 else 0.0
     scored = counts.rows - counts.skipped
-    line = (f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens in {seconds:.1f} s "
-            f"(start-up {startup:.1f} s, scoring {scoring:.1f} s: {items_s:,.1f} items/s) -> {out}")  # fmt: skip
+    line = (
+        f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens in {seconds:.1f} s "
+        f"(start-up {startup:.1f} s, scoring {scoring:.1f} s: {items_s:,.1f} items/s) -> {out}"
+    )
     if note:
         line += f" ({note})"
     if counts.resumed:

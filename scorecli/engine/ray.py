@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from itertools import islice
-from typing import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -39,9 +39,22 @@ from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Window, run_job
 from scorecli.engine.progress import Counts
 from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
-from scorecli.engine.ray_workers import (FAILED, FAILED_TYPE, METADATA, PART, RANGE, ROW_INDEX, WRITTEN,
-                                         EnginePredictor, ScorecliPredictor, empty_output, encode, index_input,
-                                         public, raise_failure)  # fmt: skip
+from scorecli.engine.ray_workers import (
+    FAILED,
+    FAILED_TYPE,
+    METADATA,
+    PART,
+    RANGE,
+    ROW_INDEX,
+    WRITTEN,
+    EnginePredictor,
+    ScorecliPredictor,
+    empty_output,
+    encode,
+    index_input,
+    public,
+    raise_failure,
+)
 from scorecli.engine.run import open_rows
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.ids import IdCheck, schema_id_type
@@ -59,7 +72,7 @@ def import_ray():
     """The `ray` module with Ray Data loaded, or a UsageError saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as exc:
         raise UsageError(f"--engine ray needs Ray Data: {INSTALL_HINT}") from exc
     return ray
@@ -84,8 +97,9 @@ class RayEngine:
 
 
 class _RayScoring:
-    def __init__(self, ray, cfg: ScoreConfig, paths: list[str], num_workers: int | None,
-                 checkpoint: Checkpoint | None, part_rows) -> None:  # fmt: skip
+    def __init__(
+        self, ray, cfg: ScoreConfig, paths: list[str], num_workers: int | None, checkpoint: Checkpoint | None, part_rows
+    ) -> None:
         self.ray, self.cfg, self.paths, self.checkpoint = ray, cfg, paths, checkpoint
         self.mode_note = ""
         self.ids: tuple | None = None  # the id kind the job's first id fixed, for ranged blocks
@@ -101,8 +115,11 @@ class _RayScoring:
         self.folder = checkpoint.store.folder if checkpoint is not None and is_url(checkpoint.store.folder) else None
         if self.folder is not None:
             checkpoint.store.begin()  # a new job's folder is taken and cleared before any worker writes
-        self.refs, self.rows = (self._ranges(counts) if ranged else
-                                _stage(ray, self.block_rows, cfg, open_rows(cfg, paths, None, checkpoint), self.done))  # fmt: skip
+        self.refs, self.rows = (
+            self._ranges(counts)
+            if ranged
+            else _stage(ray, self.block_rows, cfg, open_rows(cfg, paths, None, checkpoint), self.done)
+        )
         used = min(self.workers, max(len(self.refs), 1))
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
 
@@ -128,13 +145,22 @@ class _RayScoring:
         refs = []
         for first in range(self.done, row, self.block_rows):
             last = min(first + self.block_rows, row)
-            segments = [json.dumps({"path": p, "skip": max(first - at, 0), "count": min(last, at + n) - max(first, at),
-                                    "marks": marks}) for p, at, n, marks in spans if at < last and at + n > first]  # fmt: skip
+            segments = [
+                json.dumps(
+                    {"path": p, "skip": max(first - at, 0), "count": min(last, at + n) - max(first, at), "marks": marks}
+                )
+                for p, at, n, marks in spans
+                if at < last and at + n > first
+            ]
             refs.append(self.ray.put(self._block(first, segments, len(refs))))
         return refs, row - self.done
 
     def _block(self, first: int, segments: list[str], k: int) -> pa.Table:
-        part = None if self.folder is None else json.dumps({"folder": self.folder, "name": self.checkpoint.store.next_name(k)})
+        part = (
+            None
+            if self.folder is None
+            else json.dumps({"folder": self.folder, "name": self.checkpoint.store.next_name(k)})
+        )
         n = len(segments)
         return pa.table({ROW_INDEX: pa.array([first] * n, pa.int64()), RANGE: segments, PART: [part] * n})
 
@@ -176,8 +202,13 @@ class _RayScoring:
     def _score_blocks(self, workers: int) -> Iterator[pa.Table]:
         """Scored blocks as Ray Data returns them (in order, as asked; the caller checks)."""
         ray, cfg = self.ray, self.worker_cfg
-        kwargs = {"model": cfg.model, "config": cfg, "id_type": self.id_type, "skip_bad_rows": self.cfg.skip_bad_rows,
-                  "ids": self.ids}  # fmt: skip
+        kwargs = {
+            "model": cfg.model,
+            "config": cfg,
+            "id_type": self.id_type,
+            "skip_bad_rows": self.cfg.skip_bad_rows,
+            "ids": self.ids,
+        }
         with warnings.catch_warnings():  # Ray Data takes actor options only as `ray_remote_args` (deprecated)
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_arrow_refs(self.refs).map_batches(
@@ -208,8 +239,15 @@ class _RayScoring:
 
 
 def run_score_ray(
-    cfg: ScoreConfig, paths: list[str], out: str | Target, *, address: str | None, num_workers: int | None, console,
-    checkpoint: Checkpoint | None = None, started: float | None = None,
+    cfg: ScoreConfig,
+    paths: list[str],
+    out: str | Target,
+    *,
+    address: str | None,
+    num_workers: int | None,
+    console,
+    checkpoint: Checkpoint | None = None,
+    started: float | None = None,
 ) -> None:
     """Score `paths` into `out` on Ray workers; same output, order and errors as `run_score`.
 

@@ -73,13 +73,19 @@ class EnginePredictor(ScorecliPredictor):
     wrote, out. `skip_bad_rows`: the user's choice (the Scorer always skips, so that a bad row
     comes back as data); `ids`: the id kind the job's first id fixed (`IdCheck.fixed`)."""
 
-    def __init__(self, model: str, id_type: pa.DataType | None = None, skip_bad_rows: bool = False,
-                 ids: tuple | None = None, **flags: Any):  # fmt: skip
+    def __init__(
+        self,
+        model: str,
+        id_type: pa.DataType | None = None,
+        skip_bad_rows: bool = False,
+        ids: tuple | None = None,
+        **flags: Any,
+    ):
         self.failure: Exception | None = None
         self.skip_bad_rows, self.id_type, self.ids = skip_bad_rows, id_type, ids
         try:
             super().__init__(model, id_type, **flags)
-        except Exception as exc:  # reported with the first batch, as the driver's error
+        except Exception as exc:  # noqa: BLE001 - reported with the first batch, as the driver's error
             self.failure = exc
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -96,7 +102,7 @@ class EnginePredictor(ScorecliPredictor):
             if PART in batch.column_names and batch[PART][0].as_py():
                 return self._write(out, json.loads(batch[PART][0].as_py()))
             return out
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure goes back to the driver as a table
             return failure_table(index.slice(0, 1) if RANGE in batch.column_names else index, exc)
 
     def _read(self, batch: pa.Table) -> list[RawRow]:
@@ -120,10 +126,18 @@ class EnginePredictor(ScorecliPredictor):
         size = folder_at(part["folder"]).write(part["name"], lambda f: write_part(f, table, "parquet"))
         skipped = len(table) - table["error"].null_count if "error" in table.column_names else 0
         items = pc.sum(pc.list_value_length(table["score"])).as_py() or 0
-        written = {"name": part["name"], "rows": table.num_rows, "bytes": size, "nulled": nulled,
-                   "skipped": skipped, "items": items, "tokens": pc.sum(table["num_tokens"]).as_py() or 0}  # fmt: skip
-        return pa.table({ROW_INDEX: out[ROW_INDEX].slice(0, 1), METADATA: out[METADATA].slice(0, 1),
-                         WRITTEN: [json.dumps(written)]})  # fmt: skip
+        written = {
+            "name": part["name"],
+            "rows": table.num_rows,
+            "bytes": size,
+            "nulled": nulled,
+            "skipped": skipped,
+            "items": items,
+            "tokens": pc.sum(table["num_tokens"]).as_py() or 0,
+        }
+        return pa.table(
+            {ROW_INDEX: out[ROW_INDEX].slice(0, 1), METADATA: out[METADATA].slice(0, 1), WRITTEN: [json.dumps(written)]}
+        )
 
 
 def public(table: pa.Table, skip_bad_rows: bool) -> pa.Table:
@@ -156,7 +170,7 @@ def empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str,
         scorer = Scorer(config.model, config)
         scorer.id_type = id_type
         return "ok", with_id_column(scorer.empty_table(), config.id_field, id_type), scorer.metadata
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure goes back to the driver, which raises it
         return "failed", type(exc).__name__, first_line(exc)
 
 
@@ -166,7 +180,7 @@ def index_input(path: str) -> tuple[str, Any, Any]:
     try:
         rows, marks = index_file(path)
         return "ok", rows, marks
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure goes back to the driver, which raises it
         return "failed", type(exc).__name__, first_line(exc)
 
 

@@ -15,16 +15,16 @@ from typing import BinaryIO
 import pyarrow as pa
 from rich.console import Console
 
-from scorecli.engine.checkpoint import Checkpoint
 from scorecli.config import ScoreConfig
+from scorecli.engine.checkpoint import Checkpoint
+from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.progress import loading
+from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
 from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
-from scorecli.engine.lifecycle import Window, run_job
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.readers import STDIN, RawRow, iter_rows
 from scorecli.io.sources import source_for
-from scorecli.engine.progress import loading
-from scorecli.engine.windows import Schedule
 from scorecli.model.default_model import short_name
 
 
@@ -75,8 +75,15 @@ def _is_stream(path: str) -> bool:
 class LocalEngine:
     """`engine.lifecycle.Engine` in this process: one Scorer, windows prepared ahead (`local`)."""
 
-    def __init__(self, paths: list[str], stdin: BinaryIO | None, rows: Iterator[RawRow] | None,
-                 checkpoint: Checkpoint | None, total_rows: int | None, console: Console | None = None):  # fmt: skip
+    def __init__(
+        self,
+        paths: list[str],
+        stdin: BinaryIO | None,
+        rows: Iterator[RawRow] | None,
+        checkpoint: Checkpoint | None,
+        total_rows: int | None,
+        console: Console | None = None,
+    ):
         self.paths, self.stdin, self.rows, self.checkpoint = paths, stdin, rows, checkpoint
         self.total_rows, self.console = total_rows, console
 
@@ -102,8 +109,9 @@ class LocalEngine:
 class _Local:
     label = "scoring"
 
-    def __init__(self, scorer, rows: Iterator[RawRow], total_rows: int | None, checkpoint: Checkpoint | None,
-                 schedule: Schedule):  # fmt: skip
+    def __init__(
+        self, scorer, rows: Iterator[RawRow], total_rows: int | None, checkpoint: Checkpoint | None, schedule: Schedule
+    ):
         self.scorer, self.rows, self.total_rows, self.checkpoint = scorer, rows, total_rows, checkpoint
         self.schedule = schedule
         self.mode_note = scorer.metadata.get("mode_reason", "")
@@ -126,10 +134,16 @@ class _Local:
 
 
 def run_score(
-    cfg: ScoreConfig, paths: list[str], out: str | Target, total_rows: int | None, console: Console | None,
-    stdin: BinaryIO | None, rows: Iterator[RawRow] | None = None, checkpoint: Checkpoint | None = None,
+    cfg: ScoreConfig,
+    paths: list[str],
+    out: str | Target,
+    total_rows: int | None,
+    console: Console | None,
+    stdin: BinaryIO | None,
+    rows: Iterator[RawRow] | None = None,
+    checkpoint: Checkpoint | None = None,
     started: float | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Score `paths` into `out` in this process (`lifecycle.run_job`); progress and summary go to
     `console` (None: silent).
 

@@ -25,8 +25,14 @@ class Schedule:
         on_fixed: called once with the size when growing stops (the job records it).
     """
 
-    def __init__(self, cap: int, seconds: float | None = None, kept: Sequence[int] = (), fixed: int | None = None,
-                 on_fixed: Callable[[int], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cap: int,
+        seconds: float | None = None,
+        kept: Sequence[int] = (),
+        fixed: int | None = None,
+        on_fixed: Callable[[int], None] | None = None,
+    ):
         self.cap = cap
         self.seconds = seconds
         self.fixed = fixed or (cap if seconds is None else None)

@@ -43,8 +43,12 @@ def _widen(array: pa.Array) -> pa.Array:
         return pc.cast(pc.cast(array, pa.string()), pa.float64())
     if pa.types.is_float16(t):  # numpy prints a float16 with its shortest digits (Arrow with all of them)
         values = array.to_numpy(zero_copy_only=False)
-        text = np.array([repr(float(v)) if np.isnan(v) else np.format_float_positional(v, unique=True, trim="-")
-                         for v in values.astype(np.float16)])  # fmt: skip
+        text = np.array(
+            [
+                repr(float(v)) if np.isnan(v) else np.format_float_positional(v, unique=True, trim="-")
+                for v in values.astype(np.float16)
+            ]
+        )
         return pa.array(text.astype(np.float64), mask=array.is_null().to_numpy(zero_copy_only=False))
     offsets = array.offsets  # of a slice: into the whole child array
     first, last = offsets[0].as_py(), offsets[-1].as_py()

@@ -254,9 +254,11 @@ class StoreFolder:
             return
         lease = self._lease()
         if lease is not None and lease.get("run") != self.run and not _stale(lease):
-            raise Busy(f"another scorecli run ({_who(lease)}) is writing {self.where}/ now: wait for it to end, "
-                       f"or give another --out (a run killed elsewhere frees it {LEASE_SECONDS // 60} minutes "
-                       f"after its last renewal)")  # fmt: skip
+            raise Busy(
+                f"another scorecli run ({_who(lease)}) is writing {self.where}/ now: wait for it to end, "
+                f"or give another --out (a run killed elsewhere frees it {LEASE_SECONDS // 60} minutes "
+                f"after its last renewal)"
+            )
         self._write_lease()
         self._held = True
         _HELD[self.where] = [self.run, 1]

@@ -26,9 +26,12 @@ from scorecli.io.readers import RawRow, is_parquet, parquet_file
 INT64 = (-(2**63), 2**63)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # (Python class, Arrow type, one id of the kind, ids of the kind); bool before int (a subclass)
-_KINDS = ((bool, pa.bool_(), "a boolean", "booleans"), (int, pa.int64(), "an integer", "integers"),
-          (float, pa.float64(), "a number with a fraction or exponent", "numbers with a fraction or exponent"),
-          (str, pa.string(), "a string", "strings"))  # fmt: skip
+_KINDS = (
+    (bool, pa.bool_(), "a boolean", "booleans"),
+    (int, pa.int64(), "an integer", "integers"),
+    (float, pa.float64(), "a number with a fraction or exponent", "numbers with a fraction or exponent"),
+    (str, pa.string(), "a string", "strings"),
+)
 _PLURAL = {str(t): plural for _, t, _, plural in _KINDS}
 
 
@@ -49,7 +52,9 @@ def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
             continue
         t = schema.field(field).type
         if found is not None and not found[1].equals(t):
-            raise UsageError(f"field '{field}' has type {found[1]} in {found[0]} but {t} in {path}: give the inputs one id type")
+            raise UsageError(
+                f"field '{field}' has type {found[1]} in {found[0]} but {t} in {path}: give the inputs one id type"
+            )
         found = found or (path, t)
     return None if found is None else found[1]
 
@@ -106,7 +111,13 @@ class IdCheck:
             return None
         kind = next(((t, one) for cls, t, one, _ in _KINDS if isinstance(value, cls)), None)
         if kind is None:
-            what = "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else type(value).__name__
+            what = (
+                "an object"
+                if isinstance(value, dict)
+                else "an array"
+                if isinstance(value, list)
+                else type(value).__name__
+            )
             return f"expected a string, number or boolean, got {what}"
         if isinstance(value, str) and _SURROGATE.search(value):
             return f"{_show(value)} holds a lone surrogate (not valid Unicode)"
@@ -116,10 +127,16 @@ class IdCheck:
             self.type, self.first = kind[0], where
             return None
         if self.from_schema:
-            return None if _fits(value, self.type) else f"{_show(value)} does not fit the Parquet inputs' id type {self.type}"
+            return (
+                None
+                if _fits(value, self.type)
+                else f"{_show(value)} does not fit the Parquet inputs' id type {self.type}"
+            )
         if not kind[0].equals(self.type):
-            return (f"{_show(value)} is {kind[1]}, but the ids before it are {_PLURAL[str(self.type)]} "
-                    f"(first at {self._first_where()}); give every row the same kind of id")  # fmt: skip
+            return (
+                f"{_show(value)} is {kind[1]}, but the ids before it are {_PLURAL[str(self.type)]} "
+                f"(first at {self._first_where()}); give every row the same kind of id"
+            )
         return None
 
 

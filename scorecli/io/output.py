@@ -57,7 +57,7 @@ class Target:
 
 
 def output_format(out: str) -> str:
-    """"jsonl" for stdout, else the format the name's suffix says; UsageError for others."""
+    """ "jsonl" for stdout, else the format the name's suffix says; UsageError for others."""
     if out in STDOUT_PATHS:
         return "jsonl"
     name = os.path.basename(out).lower()
@@ -70,8 +70,9 @@ def output_format(out: str) -> str:
     return "parquet"
 
 
-def resolve_output(out: str, inputs: list[str] | tuple[str, ...] = (), folders: list[str] | tuple[str, ...] = ()
-                   ) -> Target:  # fmt: skip
+def resolve_output(
+    out: str, inputs: list[str] | tuple[str, ...] = (), folders: list[str] | tuple[str, ...] = ()
+) -> Target:
     """Check `out` before any work and say how it will be written.
 
     Args:
@@ -215,7 +216,11 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
 def _touches_input_url(target: Target, inputs, folders) -> str | None:
     """`_touches_input` for an output in a store: URLs compared as names (objects have no links)."""
     written = target.path
-    zone, what = (written, "it") if target.kind == "dataset" else (written + ".partial", f"its parts folder {target.out}.partial/")
+    zone, what = (
+        (written, "it")
+        if target.kind == "dataset"
+        else (written + ".partial", f"its parts folder {target.out}.partial/")
+    )
     for path in inputs:
         if path == written:
             return f"it is the input {path}"

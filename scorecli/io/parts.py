@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,8 +72,11 @@ def not_ours(folder: Folder, fmt: str) -> list[str]:
     a regular file of the store's format whose Parquet metadata records the scorecli version, or
     one the folder's journal lists (a part damaged since is recovered, `_recover`)."""
     listed = {p.file for p in map(_parse_part, _journal_lines(folder)) if p is not None}
-    return sorted(n for n in folder.names()
-                  if not ours(n) or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt)))  # fmt: skip
+    return sorted(
+        n
+        for n in folder.names()
+        if not ours(n) or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt))
+    )
 
 
 def _our_part(folder: Folder, name: str, fmt: str) -> bool:
@@ -88,8 +92,15 @@ class PartStore:
     """The parts of one job in `folder` (a `Folder`, or a local path or store URL for one);
     `fmt` is the part files' format (parquet or jsonl)."""
 
-    def __init__(self, folder: Folder | str, fmt: str, parts: list[Part], dataset: bool = False,
-                 job: dict | None = None, saved: dict | None = None):  # fmt: skip
+    def __init__(
+        self,
+        folder: Folder | str,
+        fmt: str,
+        parts: list[Part],
+        dataset: bool = False,
+        job: dict | None = None,
+        saved: dict | None = None,
+    ):
         self.dir = folder_at(folder) if isinstance(folder, str) else folder
         self.folder = self.dir.where
         self.fmt = fmt
@@ -230,8 +241,14 @@ def write_part(f: BinaryIO, table: pa.Table, fmt: str) -> None:
         f.write(to_jsonl(table).encode("utf-8"))
 
 
-def open_store(folder: str, fingerprint: dict[str, Any], fmt: str, resume: bool, dataset: bool = False,
-               settings: dict[str, Any] | None = None) -> tuple[PartStore, str | None]:  # fmt: skip
+def open_store(
+    folder: str,
+    fingerprint: dict[str, Any],
+    fmt: str,
+    resume: bool,
+    dataset: bool = False,
+    settings: dict[str, Any] | None = None,
+) -> tuple[PartStore, str | None]:
     """The store for a job: continued (`resume` and a folder of the same job) or new.
 
     Nothing in the folder changes here: a new job's folder is made (and an earlier run's files in
@@ -273,8 +290,10 @@ def _existing(folder: Folder, job: dict, resume: bool, dataset: bool) -> tuple[P
     foreign = not_ours(folder, fmt)
     if foreign:  # scorecli never deletes or overwrites a file it did not write (README: Output)
         more = ", ..." if len(foreign) > 1 else ""
-        raise UsageError(f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder.where}: it holds "
-                         f"files scorecli did not write ({foreign[0]}{more}): move them away, or give another --out")  # fmt: skip
+        raise UsageError(
+            f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder.where}: it holds "
+            f"files scorecli did not write ({foreign[0]}{more}): move them away, or give another --out"
+        )
     if resume and JOB in names:
         saved = _read_job(folder)
         if saved.get("format") == fmt and saved.get("fingerprint") is not None:
@@ -282,7 +301,7 @@ def _existing(folder: Folder, job: dict, resume: bool, dataset: bool) -> tuple[P
             return PartStore(folder, fmt, _recover(folder, fmt), dataset, saved=saved), None
     unfinished = JOB in names or JOURNAL in names  # a finished dataset has neither: replaced silently
     note = None
-    if (any(ours(n) and n != LEASE for n in names) if not dataset else unfinished):
+    if any(ours(n) and n != LEASE for n in names) if not dataset else unfinished:
         note = f"replacing {folder.where} left by an earlier run (pass --resume to continue such a run)"
     return PartStore(folder, fmt, [], dataset, job), note
 
@@ -362,7 +381,7 @@ def _intact(folder: Folder, part: Part, fmt: str) -> int | None:
         return None
     try:
         return size if pq.ParquetFile(folder.source(part.file)).metadata.num_rows == part.rows else None
-    except Exception:  # not Parquet, or torn: pyarrow raises several kinds
+    except Exception:  # noqa: BLE001 - not Parquet, or torn: pyarrow raises several kinds
         return None
 
 

@@ -178,12 +178,13 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
     first = start == 1
     for lineno, line in enumerate(stream, start=start):
         if lineno == 1 and line.startswith(_BOM):
-            line = line[len(_BOM):]
+            line = line[len(_BOM) :]
         if not line.strip():
             continue
         if first and line.lstrip().startswith(b"["):
-            raise InputError(f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line "
-                             "(convert with: jq -c '.[]')")  # fmt: skip
+            raise InputError(
+                f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line (convert with: jq -c '.[]')"
+            )
         first = False
         if skip:
             skip -= 1

@@ -33,13 +33,41 @@ BACKOFF = 0.25  # seconds before the second attempt, doubling each time (with ji
 _CHUNK = 8 << 20  # bytes per ranged read and per upload write
 
 # what each kind of failure looks like in the SDKs' messages (pyarrow passes them on as OSError)
-_DENIED = ("ACCESS_DENIED", "AccessDenied", "Forbidden", "[code 403]", "PERMISSION_DENIED", "INVALID_ACCESS_KEY_ID",
-           "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthorizationFailure",
-           "401", "403 ")  # fmt: skip
+_DENIED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "Forbidden",
+    "[code 403]",
+    "PERMISSION_DENIED",
+    "INVALID_ACCESS_KEY_ID",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AuthorizationFailure",
+    "401",
+    "403 ",
+)
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
-_TRANSIENT = ("SLOW_DOWN", "SlowDown", "THROTTLING", "Throttl", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
-              "REQUEST_TIMEOUT", "NETWORK_CONNECTION", "curlCode", "[code 500]", "[code 502]", "[code 503]",
-              "[code 504]", "UNAVAILABLE", "RESOURCE_EXHAUSTED", "Connection reset", "timed out", "Temporary")  # fmt: skip
+_TRANSIENT = (
+    "SLOW_DOWN",
+    "SlowDown",
+    "THROTTLING",
+    "Throttl",
+    "SERVICE_UNAVAILABLE",
+    "INTERNAL_FAILURE",
+    "REQUEST_TIMEOUT",
+    "NETWORK_CONNECTION",
+    "curlCode",
+    "[code 500]",
+    "[code 502]",
+    "[code 503]",
+    "[code 504]",
+    "UNAVAILABLE",
+    "RESOURCE_EXHAUSTED",
+    "Connection reset",
+    "timed out",
+    "Temporary",
+)
 
 
 def is_url(spec: str) -> bool:
@@ -95,8 +123,13 @@ def _fsspec(filesystem: Any, url: str) -> tuple[Any, str]:
 
 # scheme -> (URL -> (pyarrow FileSystem, path in it)); one entry per scheme (docs/ARCHITECTURE.md)
 SCHEMES: dict[str, Callable[[str], tuple[Any, str]]] = {
-    "s3": _arrow, "gs": _arrow, "gcs": _arrow, "abfs": _arrow, "abfss": _arrow, "hf": _huggingface,
-}  # fmt: skip
+    "s3": _arrow,
+    "gs": _arrow,
+    "gcs": _arrow,
+    "abfs": _arrow,
+    "abfss": _arrow,
+    "hf": _huggingface,
+}
 # schemes whose stores scorecli may write to (a hub commit per object would make a part a commit)
 WRITABLE = {"s3", "gs", "gcs", "abfs", "abfss"}
 SUPPORTED = "supported: s3://, gs://, abfs://, hf://datasets/..., file://, or a local path"
@@ -183,8 +216,10 @@ class Store:
 
     def check_writable(self, path: str) -> None:
         if not self.writable:
-            raise UsageError(f"cannot write {self.url(path)}: {self.scheme}:// is read-only for scorecli "
-                             "(write to s3://, gs://, abfs:// or a local path, then upload)")  # fmt: skip
+            raise UsageError(
+                f"cannot write {self.url(path)}: {self.scheme}:// is read-only for scorecli "
+                "(write to s3://, gs://, abfs:// or a local path, then upload)"
+            )
 
     def put(self, path: str, data: bytes) -> None:
         """Write a whole object in one request: it appears whole or not at all."""
@@ -311,8 +346,10 @@ def locate(url: str) -> tuple[Store, str]:
     """
     scheme = scheme_of(url)
     if shown(url) != url:  # it would show in messages, logs and `ps`: never taken from there
-        raise UsageError(f"{shown(url)}: credentials in a URL are not used (they would show in messages and "
-                         "process lists): give them as the store's SDK expects (AWS_ACCESS_KEY_ID, a profile, ...)")
+        raise UsageError(
+            f"{shown(url)}: credentials in a URL are not used (they would show in messages and "
+            "process lists): give them as the store's SDK expects (AWS_ACCESS_KEY_ID, a profile, ...)"
+        )
     make = SCHEMES.get(scheme)
     if make is None:
         raise UsageError(f"unsupported URL scheme {scheme}:// in {shown(url)} ({SUPPORTED})")

@@ -227,7 +227,7 @@ class Sink:
         for closer in closers.values():
             try:
                 closer.close()
-            except Exception:  # already failing; the file is about to go anyway
+            except Exception:  # noqa: BLE001 - already failing; the file is about to go anyway
                 pass
         if self._tmp is not None:
             try:

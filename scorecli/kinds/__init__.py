@@ -14,8 +14,8 @@ This package knows nothing about files, progress or the command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -109,6 +109,7 @@ class FamilyDefaults:
     @property
     def hidden_width(self) -> int:
         raise NotImplementedError
+
     fallback: str | None = None
     shares_prefix = False
     needs_check = True
@@ -156,10 +157,14 @@ class KindInfo:
 KINDS: dict[str, KindInfo] = {
     "seq-cls": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification"),
     "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM"),
-    "cross-encoder": KindInfo("scorecli.kinds.pairs:PairFamily", "AutoModelForSequenceClassification",
-                              scorecli_attention=False, float32_head=True),
+    "cross-encoder": KindInfo(
+        "scorecli.kinds.pairs:PairFamily",
+        "AutoModelForSequenceClassification",
+        scorecli_attention=False,
+        float32_head=True,
+    ),
     "embedding": KindInfo("scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True),
-}  # fmt: skip
+}
 FAMILIES = {name: info.family for name, info in KINDS.items()}
 
 

@@ -11,12 +11,12 @@ import torch
 
 from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
+from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
+from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
-from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
-from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.runtimes import compile_layers, runtime_info
 
 
@@ -30,8 +30,10 @@ class DecoderFamily(FamilyDefaults):
 
         cfg, loaded, spec, support = setup.config, setup.loaded, setup.spec, setup.support
         if runtime_info(cfg.runtime).encoders_only:
-            raise UsageError(f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
-                             f"not a {spec.kind} model; use --runtime auto or torch")  # fmt: skip
+            raise UsageError(
+                f"--runtime {cfg.runtime}: it runs BERT-family cross-encoders and embedding models, "
+                f"not a {spec.kind} model; use --runtime auto or torch"
+            )
         self.loaded, self.spec, self.truncate = loaded, spec, cfg.truncate
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         vocab = loaded.model.get_input_embeddings().num_embeddings
@@ -44,8 +46,9 @@ class DecoderFamily(FamilyDefaults):
         self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
         self.padded = backend.is_padded
         # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
-        self.shares_prefix = (cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls"
-                              and support.packed)  # fmt: skip
+        self.shares_prefix = (
+            cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls" and support.packed
+        )
         self.head = self._make_head()
         # a sequence classifier's own head reads the last token that is not its pad token
         # (transformers' `*ForSequenceClassification`): items are read there too (`_read_where_hf_does`)
@@ -55,8 +58,9 @@ class DecoderFamily(FamilyDefaults):
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
         if spec.kind == "causal-lm":
-            return LabelTokenHead(model.get_output_embeddings(), list(spec.label_ids), spec.activation,
-                                  *lm_logit_transform(model))  # fmt: skip
+            return LabelTokenHead(
+                model.get_output_embeddings(), list(spec.label_ids), spec.activation, *lm_logit_transform(model)
+            )
         score = getattr(model, "score", None) or getattr(model, "classifier", None)
         if not isinstance(score, torch.nn.Linear):
             raise InputError(f"{type(model).__name__}: no linear classifier head (score) found to apply at item ends")
@@ -96,14 +100,18 @@ class DecoderFamily(FamilyDefaults):
             while keep and item[keep - 1] == pad:
                 keep -= 1
             if keep == 0 and len(item) and (not len(enc.prefix) or enc.prefix[-1] == pad):
-                raise InputError(f"{where}: field 'items'[{k}]: the item and the end of its prefix are the model's pad "
-                                 f"token ({pad}) only: its head would read inside the prefix")  # fmt: skip
+                raise InputError(
+                    f"{where}: field 'items'[{k}]: the item and the end of its prefix are the model's pad "
+                    f"token ({pad}) only: its head would read inside the prefix"
+                )
             items.append(item[:keep] if keep < len(item) else item)
         return EncodedRow(enc.prefix, items, enc.suffix_len)
 
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         pooled = (forward or self.forward)(batch, self.pooling)
-        parts = [self.head(pooled.score_states).float()] + ([pooled.hidden.float()] if pooled.hidden is not None else [])
+        parts = [self.head(pooled.score_states).float()] + (
+            [pooled.hidden.float()] if pooled.hidden is not None else []
+        )
         return torch.cat(parts, dim=1)
 
     def use_backend(self, name: str) -> None:

@@ -15,17 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from scorecli.runtimes import fast_encoder
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.core.batching import Batch
 from scorecli.core.encode import Row, tokenize
-from scorecli.kinds import FamilyDefaults, Setup
-from scorecli.kinds.pairs import CPU_STREAMS
-from scorecli.kinds.forward import with_encoder
-from scorecli.model.messages import ChatTexts
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
+from scorecli.kinds import FamilyDefaults, Setup
+from scorecli.kinds.forward import with_encoder
+from scorecli.kinds.pairs import CPU_STREAMS
+from scorecli.model.messages import ChatTexts
 from scorecli.model.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
+from scorecli.runtimes import fast_encoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +44,22 @@ class TextEncoder:
     text as one string, or, for a folder that reads chat messages, rendered through the chat
     template (`messages.ChatTexts`; `model_type` may decide their format)."""
 
-    def __init__(self, tokenizer, modules: SentenceModules, query_prompt: str | None, item_prompt: str | None,
-                 max_len: int, truncate: str, vocab_size: int, model_type: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        tokenizer,
+        modules: SentenceModules,
+        query_prompt: str | None,
+        item_prompt: str | None,
+        max_len: int,
+        truncate: str,
+        vocab_size: int,
+        model_type: str = "",
+    ):
         self.tokenizer, self.max_len, self.truncate, self.vocab_size = tokenizer, max_len, truncate, vocab_size
-        self.prompts = (prompt_text(query_prompt, modules, ("query",)),
-                        prompt_text(item_prompt, modules, ("document", "passage")))  # fmt: skip
+        self.prompts = (
+            prompt_text(query_prompt, modules, ("query",)),
+            prompt_text(item_prompt, modules, ("document", "passage")),
+        )
         self.chat = None if modules.message is None else ChatTexts(tokenizer, modules.message, model_type)
         # pooling skips a prompt's tokens only in plain text (a chat message's prompt is pooled)
         skips = [0 if self.chat is not None else prompt_length(tokenizer, p, modules) for p in self.prompts]
@@ -65,8 +76,14 @@ class TextEncoder:
         if self.chat is not None:
             ids, failed = self.chat.encode(prompts, texts, names, cut, self.max_len)
         else:
-            ids, failed = tokenize(self.tokenizer, [p + t for p, t in zip(prompts, texts)], names,
-                                   add_special_tokens=True, truncation=True, max_length=cut)  # fmt: skip
+            ids, failed = tokenize(
+                self.tokenizer,
+                [p + t for p, t in zip(prompts, texts)],
+                names,
+                add_special_tokens=True,
+                truncation=True,
+                max_length=cut,
+            )
         out, at = [], 0
         for row, where in zip(rows, wheres):
             if row.pretokenized:
@@ -94,8 +111,11 @@ class TextEncoder:
         names = [f"{where}: field 'query_ids'"] + [f"{where}: field 'item_ids'[{k}]" for k in range(len(row.items))]
         for name, x in zip(names, texts):
             if len(x) and int(x.max()) >= self.vocab_size:
-                return EncodedTexts(texts[0], [], error=f"{name}: token id {int(x.max())} is outside the vocabulary "
-                                                        f"(size {self.vocab_size})")  # fmt: skip
+                return EncodedTexts(
+                    texts[0],
+                    [],
+                    error=f"{name}: token id {int(x.max())} is outside the vocabulary (size {self.vocab_size})",
+                )
         if self.truncate == "item":
             texts = [x[: self.max_len] for x in texts]
         return self._checked(texts, names, [None] * len(texts))
@@ -107,8 +127,15 @@ class EmbeddingForward:
     stack, `fast_encoder`, every row computed), or a decoder's base model under a scorecli
     backend. Calls on one instance run one at a time; `twin()` gives another for a CPU stream."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype, backend=None,
-                 fast: bool = False, fused: list | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        dtype: torch.dtype,
+        backend=None,
+        fast: bool = False,
+        fused: list | None = None,
+    ):
         self.source, self.model, self.device, self.dtype, self.backend = model, model, device, dtype, backend
         self.fast = None
         if fast:
@@ -119,8 +146,9 @@ class EmbeddingForward:
     def twin(self) -> EmbeddingForward:
         """Another forward over the same weights (fused ones included) with its own state."""
         fast = self.fast is not None
-        return EmbeddingForward(self.source, self.device, self.dtype, self.backend, fast,
-                                self.fast.fused if fast else None)  # fmt: skip
+        return EmbeddingForward(
+            self.source, self.device, self.dtype, self.backend, fast, self.fast.fused if fast else None
+        )
 
     @torch.inference_mode()
     def __call__(self, batch: Batch) -> torch.Tensor:
@@ -136,7 +164,8 @@ class EmbeddingForward:
         lens = torch.as_tensor(batch.seq_lens, device=self.device)
         # a text's tokens are contiguous in every backend's layout, from its first token on
         offsets = torch.arange(batch.num_tokens, device=self.device) - torch.repeat_interleave(
-            torch.as_tensor(batch.cu_seqlens[:-1], device=self.device), lens)  # fmt: skip
+            torch.as_tensor(batch.cu_seqlens[:-1], device=self.device), lens
+        )
         return hidden.last_hidden_state.flatten(0, 1)[torch.repeat_interleave(inputs.first_index, lens) + offsets]
 
 
@@ -152,14 +181,26 @@ class EmbeddingFamily(FamilyDefaults):
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
         vocab = loaded.model.get_input_embeddings().num_embeddings
-        self.encoder = TextEncoder(loaded.tokenizer, self.modules, cfg.query_prompt, cfg.item_prompt,
-                                   spec.max_seq_len, cfg.truncate, vocab, loaded.config.model_type)  # fmt: skip
+        self.encoder = TextEncoder(
+            loaded.tokenizer,
+            self.modules,
+            cfg.query_prompt,
+            cfg.item_prompt,
+            spec.max_seq_len,
+            cfg.truncate,
+            vocab,
+            loaded.config.model_type,
+        )
         backend = None
         if not loaded.is_encoder:
             backend = make_backend(backend_for(setup.support, cfg.attention, False), loaded.device, loaded.dtype)
-        fast = backend is None and attention_backends.capabilities(cfg.attention).fused_encoder and \
-            fast_encoder.supports(loaded.model)
+        fast = (
+            backend is None
+            and attention_backends.capabilities(cfg.attention).fused_encoder
+            and fast_encoder.supports(loaded.model)
+        )
         from scorecli.runtimes import onnx as runtime_onnx
+
         self.runtime = runtime_onnx.choose(cfg, loaded, fast)
         self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "texts")
         if self.forward is None:  # torch, chosen or fallen back to
@@ -168,7 +209,8 @@ class EmbeddingFamily(FamilyDefaults):
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
-            backend.name if backend else ("sdpa (fused encoder)" if fast else "model"))
+            backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
+        )
         self.fallback = attention_backends.fallback(cfg.attention, self.backend_name)
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
@@ -181,7 +223,9 @@ class EmbeddingFamily(FamilyDefaults):
     def entry_width(self) -> int:
         return self.dimension  # a batch gives embeddings; `finish` makes scores of them
 
-    def pack(self, enc: EncodedTexts, where: str, first: int, chunking: Chunking | None) -> tuple[list[Seq], np.ndarray]:
+    def pack(
+        self, enc: EncodedTexts, where: str, first: int, chunking: Chunking | None
+    ) -> tuple[list[Seq], np.ndarray]:
         """The query's sequence and one per item (entries `first`, `first + 1`, ...); none for a
         row without items. The skipped prompt is a sequence's prefix, the rest its one item."""
         if not enc.items:
@@ -190,8 +234,15 @@ class EmbeddingFamily(FamilyDefaults):
         seqs = []
         for k, (ids, skip) in enumerate(texts):
             skip = min(skip, len(ids))
-            seqs.append(Seq(ids, np.arange(len(ids), dtype=np.int64), skip, np.array([len(ids) - skip], dtype=np.int64),
-                            np.array([first + k], dtype=np.int64)))  # fmt: skip
+            seqs.append(
+                Seq(
+                    ids,
+                    np.arange(len(ids), dtype=np.int64),
+                    skip,
+                    np.array([len(ids) - skip], dtype=np.int64),
+                    np.array([first + k], dtype=np.int64),
+                )
+            )
         return seqs, np.ones(len(enc.items), dtype=np.int64)
 
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:

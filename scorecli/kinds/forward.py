@@ -99,7 +99,9 @@ class DecoderForward:
         self.last = None
         if isinstance(layers, torch.nn.ModuleList) and type(layers[-1]).__name__ in ROWWISE_LAYERS:
             self.last = RowsLastLayer(layers[-1])
-        self.shares_prefix = backend.shares_prefix and isinstance(layers, torch.nn.ModuleList) and records_layers(layers)
+        self.shares_prefix = (
+            backend.shares_prefix and isinstance(layers, torch.nn.ModuleList) and records_layers(layers)
+        )
 
     @torch.inference_mode()
     def share(self, ids: np.ndarray) -> None:
@@ -125,7 +127,7 @@ class DecoderForward:
     @torch.inference_mode()
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
         inputs = self.backend.plan(batch, self.device, self.dtype)
-        kwargs = dict(input_ids=inputs.input_ids, position_ids=inputs.position_ids, use_cache=False)
+        kwargs = {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids, "use_cache": False}
         with bound(self.backend):
             return self._pooled(inputs, kwargs, pooling)
 

@@ -34,8 +34,14 @@ class LabelTokenHead:
     tokens' logits only, which needs only the label rows of `lm_head`.
     """
 
-    def __init__(self, lm_head: torch.nn.Linear, label_ids: list[int], activation: str, softcap: float | None,
-                 multiplier: float = 1.0):  # fmt: skip
+    def __init__(
+        self,
+        lm_head: torch.nn.Linear,
+        label_ids: list[int],
+        activation: str,
+        softcap: float | None,
+        multiplier: float = 1.0,
+    ):
         """`multiplier` scales the logits before `softcap` caps them, as the model's own head does."""
         self.lm_head = lm_head
         self.multiplier = multiplier

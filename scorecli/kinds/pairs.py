@@ -11,11 +11,11 @@ import torch
 
 from scorecli.core.batching import Batch
 from scorecli.core.encode import EncodedPairs, PairEncoder
+from scorecli.core.pack import Seq
+from scorecli.core.ranking import Chunking
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import EncoderForward
 from scorecli.kinds.heads import activate
-from scorecli.core.pack import Seq
-from scorecli.core.ranking import Chunking
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -29,8 +29,8 @@ class PairFamily(FamilyDefaults):
     padded = True
 
     def __init__(self, setup: Setup):
-        from scorecli.runtimes import onnx as runtime_onnx
         from scorecli.attention.backends import capabilities
+        from scorecli.runtimes import onnx as runtime_onnx
         from scorecli.runtimes.fast_encoder import supports
 
         cfg, loaded = setup.config, setup.loaded
@@ -38,7 +38,9 @@ class PairFamily(FamilyDefaults):
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
-        why_not = None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
+        why_not = (
+            None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
+        )
         self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
         self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "pairs")
         if self.forward is None:  # torch, chosen or fallen back to
@@ -47,7 +49,8 @@ class PairFamily(FamilyDefaults):
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
-            "sdpa (fused encoder)" if fast else "model")
+            "sdpa (fused encoder)" if fast else "model"
+        )
         if setup.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
 
@@ -60,7 +63,9 @@ class PairFamily(FamilyDefaults):
     def hidden_width(self) -> int:
         return self.loaded.config.hidden_size if self.pooling else 0
 
-    def pack(self, enc: EncodedPairs, where: str, first: int, chunking: Chunking | None) -> tuple[list[Seq], np.ndarray]:
+    def pack(
+        self, enc: EncodedPairs, where: str, first: int, chunking: Chunking | None
+    ) -> tuple[list[Seq], np.ndarray]:
         """One sequence per pair (per chunk when chunked), and [items] pairs of each item."""
         return enc.seqs(first), enc.chunk_counts()
 

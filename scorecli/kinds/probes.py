@@ -34,7 +34,9 @@ def probe_rows(tok, max_seq_len: int) -> list[tuple[list[int], list[list[int]]]]
 def decoder_errors(scorer, rows) -> dict[str, float]:
     """Relative differences of the probe's scores and last hidden states (run in the scorer's
     own mode and backend, in one window) from the model's own forward."""
-    raw = [RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)]
+    raw = [
+        RawRow({"query_ids": q, "item_ids": items}, f"self-check probe {k + 1}") for k, (q, items) in enumerate(rows)
+    ]
     pooling, chunking = scorer.hidden_pooling, scorer.chunking
     scorer.hidden_pooling, scorer.chunking = "last", None  # the probe's items are scored whole
     try:
@@ -47,7 +49,10 @@ def decoder_errors(scorer, rows) -> dict[str, float]:
     theirs = _references(scorer, [q + item for q, items in rows for item in items])
     theirs_s, theirs_h = np.stack([t[0] for t in theirs]), np.stack([t[1] for t in theirs])
     _finite(scorer, theirs_s)
-    return {"scores": relative_error(ours_s, theirs_s), "hidden states": relative_error(ours_h.reshape(theirs_h.shape), theirs_h)}
+    return {
+        "scores": relative_error(ours_s, theirs_s),
+        "hidden states": relative_error(ours_h.reshape(theirs_h.shape), theirs_h),
+    }
 
 
 def pair_errors(scorer) -> dict[str, float] | None:
@@ -190,8 +195,9 @@ def _reference(scorer, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     model, spec = scorer.loaded.model, scorer.spec
     # a causal LM's own head over the last position only (the one read), when its forward allows
     keep = {"logits_to_keep": 1} if spec.kind == "causal-lm" and _takes(model, "logits_to_keep") else {}
-    out = model(input_ids=torch.tensor([ids], device=scorer.loaded.device), use_cache=False, output_hidden_states=True,
-                **keep)  # fmt: skip
+    out = model(
+        input_ids=torch.tensor([ids], device=scorer.loaded.device), use_cache=False, output_hidden_states=True, **keep
+    )
     hidden = out.hidden_states[-1][0, -1].double().cpu().numpy()
     if spec.kind != "causal-lm":
         return activate(out.logits[0], spec.activation).double().cpu().numpy(), hidden

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorecli.model.compat import Support, check_backend, text_config
 from scorecli.config import SIMILARITIES, ScoreConfig
 from scorecli.core.encode import leading_special_ids
-from scorecli.errors import UsageError
-from scorecli.model.load import Loaded
 from scorecli.core.templates import Template, text_problem
+from scorecli.errors import UsageError
+from scorecli.model.compat import Support, check_backend, text_config
+from scorecli.model.load import Loaded
 
 MAX_SEQ_LEN_CAP = 8192
 
@@ -49,8 +49,12 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
     if cfg.mode == "mis" and not support.packed:
         check_backend(support, cfg.attention, mis=True)
     if kind == "cross-encoder" and template.name != "plain":
-        raise UsageError(f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs")
-    for flag, text in [("--instruction", cfg.instruction or "")] + [("--label-tokens", t) for t in cfg.label_tokens or ()]:
+        raise UsageError(
+            f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs"
+        )
+    for flag, text in [("--instruction", cfg.instruction or "")] + [
+        ("--label-tokens", t) for t in cfg.label_tokens or ()
+    ]:
         if text_problem(text) is not None:
             raise UsageError(f"{flag}: {text_problem(text)}")
     if kind == "causal-lm":
@@ -69,8 +73,9 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
         activation=activation,
         positive_index=_positive_index(cfg.positive_label, names, kind),
         pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
-        max_seq_len=_check_room(_max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template,
-                                cfg.chunk_tokens),
+        max_seq_len=_check_room(
+            _max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template, cfg.chunk_tokens
+        ),
         single_reason=support.reason,
     )
 
@@ -78,29 +83,55 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
 def _embedding_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
     """An embedding model's spec (README: Which models, embedding models): one label, `similarity`; flags that belong to other
     kinds are refused rather than ignored."""
-    refused = [(cfg.mode == "mis", "--mode mis: an embedding model embeds every item as its own sequence already; "
-                                   "use --mode single or auto"),
-               (template.name != "plain" or cfg.instruction is not None,
-                "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)"),
-               (cfg.label_tokens is not None or cfg.label_token_ids is not None,
-                "--label-tokens applies to causal-lm models, not to an embedding model"),
-               (cfg.activation not in (None, "none"), f"--activation {cfg.activation}: an embedding model's score is "
-                                                      "a similarity, with no activation"),
-               (cfg.pooling is not None, "--pooling: an embedding model pools as its own Pooling module says"),
-               (cfg.chunk_tokens is not None, "--chunk-tokens: embedding models embed items whole (up to their "
-                                              "maximum length)")]  # fmt: skip
+    refused = [
+        (
+            cfg.mode == "mis",
+            "--mode mis: an embedding model embeds every item as its own sequence already; use --mode single or auto",
+        ),
+        (
+            template.name != "plain" or cfg.instruction is not None,
+            "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)",
+        ),
+        (
+            cfg.label_tokens is not None or cfg.label_token_ids is not None,
+            "--label-tokens applies to causal-lm models, not to an embedding model",
+        ),
+        (
+            cfg.activation not in (None, "none"),
+            f"--activation {cfg.activation}: an embedding model's score is a similarity, with no activation",
+        ),
+        (cfg.pooling is not None, "--pooling: an embedding model pools as its own Pooling module says"),
+        (
+            cfg.chunk_tokens is not None,
+            "--chunk-tokens: embedding models embed items whole (up to their maximum length)",
+        ),
+    ]
     for bad, message in refused:
         if bad:
             raise UsageError(message)
     similarity = cfg.similarity or loaded.sentence.similarity or "cosine"
     if similarity not in SIMILARITIES:
-        raise UsageError(f"the model's similarity is {similarity!r}; scorecli computes cosine or dot: pass --similarity")
+        raise UsageError(
+            f"the model's similarity is {similarity!r}; scorecli computes cosine or dot: pass --similarity"
+        )
     own = loaded.sentence.max_seq_length
-    limit = _max_seq_len(cfg.max_seq_len, loaded) if cfg.max_seq_len or own is None else min(own, sequence_limit(loaded.model))
+    limit = (
+        _max_seq_len(cfg.max_seq_len, loaded)
+        if cfg.max_seq_len or own is None
+        else min(own, sequence_limit(loaded.model))
+    )
     names = ("similarity",)
-    return RunSpec(kind="embedding", mis=False, label_ids=None, label_names=names, activation="none",
-                   positive_index=_positive_index(cfg.positive_label, names, "embedding"), pooling="embedding",
-                   max_seq_len=limit, similarity=similarity)  # fmt: skip
+    return RunSpec(
+        kind="embedding",
+        mis=False,
+        label_ids=None,
+        label_names=names,
+        activation="none",
+        positive_index=_positive_index(cfg.positive_label, names, "embedding"),
+        pooling="embedding",
+        max_seq_len=limit,
+        similarity=similarity,
+    )
 
 
 def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chunk_tokens: int | None = None) -> int:
@@ -112,21 +143,27 @@ def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chun
     else:
         prefix = template.render_prefix("", "")  # no row has a shorter prefix
         taken = len(leading_special_ids(tokenizer)) + sum(
-            len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prefix, template.item_suffix) if text
+            len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            for text in (prefix, template.item_suffix)
+            if text
         )
         what = f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
     if taken + 1 > max_seq_len:
         raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")
     if chunk_tokens is not None and taken + chunk_tokens > max_seq_len:
-        raise UsageError(f"--chunk-tokens {chunk_tokens} cannot fit within --max-seq-len {max_seq_len}: {what} take "
-                         f"{taken} tokens, leaving {max_seq_len - taken} for a chunk")  # fmt: skip
+        raise UsageError(
+            f"--chunk-tokens {chunk_tokens} cannot fit within --max-seq-len {max_seq_len}: {what} take "
+            f"{taken} tokens, leaving {max_seq_len - taken} for a chunk"
+        )
     return max_seq_len
 
 
 def _resolve_mode(mode: str, kind: str) -> bool:
     if kind == "cross-encoder":
         if mode == "mis":
-            raise UsageError("--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single")
+            raise UsageError(
+                "--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single"
+            )
         return False
     return mode != "single"
 
@@ -174,9 +211,12 @@ def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
         return limit
     if requested > limit:
         switch = _rope_switch(loaded.model.config)
-        why = (f" (LongRoPE: past {switch} tokens transformers switches the rotary frequencies of a whole forward "
-               "call by its longest sequence, so one long item would change the scores of the others)"
-               if switch == limit else "")  # fmt: skip
+        why = (
+            f" (LongRoPE: past {switch} tokens transformers switches the rotary frequencies of a whole forward "
+            "call by its longest sequence, so one long item would change the scores of the others)"
+            if switch == limit
+            else ""
+        )
         raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens{why}")
     return requested
 
@@ -202,9 +242,14 @@ def _rope_switch(config) -> int | None:
     scores. Up to it, every sequence uses the short factors, as it would alone."""
     text = text_config(config)
     params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
-    sets = [params] if "rope_type" in params or "type" in params else [v for v in params.values() if isinstance(v, dict)]
-    found = [int(p.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", 0) or 0)
-             for p in sets if p.get("rope_type", p.get("type")) in ("longrope", "su")]  # fmt: skip
+    sets = (
+        [params] if "rope_type" in params or "type" in params else [v for v in params.values() if isinstance(v, dict)]
+    )
+    found = [
+        int(p.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", 0) or 0)
+        for p in sets
+        if p.get("rope_type", p.get("type")) in ("longrope", "su")
+    ]
     found = [n for n in found if n > 0]
     return min(found) if found else None
 

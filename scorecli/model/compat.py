@@ -44,7 +44,7 @@ class Support:
     reason: str = ""
 
 
-_CACHE: "weakref.WeakKeyDictionary[torch.nn.Module, Support]" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[torch.nn.Module, Support] = weakref.WeakKeyDictionary()
 
 
 def support_of(loaded) -> Support:
@@ -74,8 +74,11 @@ def _support(model: torch.nn.Module) -> Support:
     if stateful:
         return Support(False, stateful)
     if silent:
-        return Support(False, f"the attention of {silent} does not go through scorecli's attention backend, "
-                              "which applies the masks that keep packed sequences apart")  # fmt: skip
+        return Support(
+            False,
+            f"the attention of {silent} does not go through scorecli's attention backend, "
+            "which applies the masks that keep packed sequences apart",
+        )
     return Support(True)
 
 
@@ -130,7 +133,9 @@ class _Counter:
         from scorecli.attention.kernel import attention
 
         self.callers.add(id(module))
-        return attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
+        return (
+            attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
+        )
 
 
 @torch.inference_mode()
@@ -141,13 +146,17 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
         early = _probe(model, counter)
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure here means the model does not run under our attention
-        raise UsageError(f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
-                         f"({error_line(exc, 160)}); scorecli cannot score this model") from exc  # fmt: skip
+    except Exception as exc:
+        raise UsageError(
+            f"{type(model).__name__}: its layers do not run under scorecli's attention backends "
+            f"({error_line(exc, 160)}); scorecli cannot score this model"
+        ) from exc
     bidirectional = [m for m in model.modules() if id(m) in counter.callers and getattr(m, "is_causal", True) is False]
     if bidirectional or not torch.allclose(*early, atol=1e-3, rtol=1e-3):  # 16-bit kernels may round differently
-        raise UsageError(f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
-                         "encoder classifier, pass --kind cross-encoder to score (query, item) pairs")  # fmt: skip
+        raise UsageError(
+            f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
+            "encoder classifier, pass --kind cross-encoder to score (query, item) pairs"
+        )
     for i, layer in enumerate(layers):
         if not any(id(m) in counter.callers for m in layer.modules()):
             attn = next((m for m in layer.modules() if "Attention" in type(m).__name__), layer)
@@ -186,12 +195,17 @@ def _check_head(model: torch.nn.Module) -> None:
     """A classifier must be one linear layer (`score` or `classifier`) on the base model's output."""
     head = getattr(model, "score", None) or getattr(model, "classifier", None)
     base = model.base_model
-    extra = [name for name, child in model.named_children()
-             if child is not base and child is not head and any(True for _ in child.parameters())]  # fmt: skip
+    extra = [
+        name
+        for name, child in model.named_children()
+        if child is not base and child is not head and any(True for _ in child.parameters())
+    ]
     if extra or not isinstance(head, torch.nn.Linear):
         what = f"has `{extra[0]}` besides its linear classifier" if extra else "has no linear classifier (`score`)"
-        raise UsageError(f"{type(model).__name__}: its head {what}; scorecli applies one linear layer at the "
-                         "item's last token and cannot reproduce this head")  # fmt: skip
+        raise UsageError(
+            f"{type(model).__name__}: its head {what}; scorecli applies one linear layer at the "
+            "item's last token and cannot reproduce this head"
+        )
 
 
 def backend_for(support: Support, attention: str, mis: bool) -> str:
@@ -209,5 +223,7 @@ def check_backend(support: Support, backend: str, mis: bool) -> None:
     if mis:
         raise UsageError(f"--mode mis: {support.reason}; this model runs single-item only (--mode single or auto)")
     if capabilities(backend).ragged:
-        raise UsageError(f"--attention {backend}: {support.reason}, and this backend concatenates a batch's sequences "
-                         "into one row; use --attention sdpa or eager")  # fmt: skip
+        raise UsageError(
+            f"--attention {backend}: {support.reason}, and this backend concatenates a batch's sequences "
+            "into one row; use --attention sdpa or eager"
+        )

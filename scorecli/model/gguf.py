@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from scorecli.model.cache import build_once
 from scorecli.errors import UsageError
+from scorecli.model.cache import build_once
 
 
 def default_cache_dir() -> str:
@@ -39,8 +39,12 @@ def materialize(folder: str, gguf_file: str, cache_dir: str | None) -> str:
         import gguf  # noqa: F401
     except ImportError:
         raise UsageError("GGUF models need the gguf package: pip install 'scorecli[gguf]'") from None
-    build_once(target, lambda tmp: _dequantize_to(folder, gguf_file, tmp), "the dequantized model",
-               ready=os.path.join(target, "config.json"))
+    build_once(
+        target,
+        lambda tmp: _dequantize_to(folder, gguf_file, tmp),
+        "the dequantized model",
+        ready=os.path.join(target, "config.json"),
+    )
     return target
 
 
@@ -74,15 +78,18 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
     try:
         with no_tqdm():
             config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
-            loaded, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
-                                                                output_loading_info=True)  # fmt: skip
+            loaded, info = AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=gguf_file, dtype=torch.float32, output_loading_info=True
+            )
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"cannot load GGUF model {where}: {first_line(exc)}") from exc
     missing = sorted(info.get("missing_keys") or ())
     if missing:  # tensors the file lacks (or transformers cannot map) would be random: never cache them
-        raise UsageError(f"cannot load GGUF model {where}: it has no tensors for {', '.join(missing[:3])}"
-                         f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''}, which would be randomly initialised")  # fmt: skip
+        raise UsageError(
+            f"cannot load GGUF model {where}: it has no tensors for {', '.join(missing[:3])}"
+            f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''}, which would be randomly initialised"
+        )
     # a GGUF-loaded model cannot save itself: rebuild a plain one from a clean config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

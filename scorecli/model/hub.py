@@ -64,9 +64,11 @@ def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # no "Retrying in 1s" lines
     if constants.is_offline_mode():
         if not _cached(name):
-            raise UsageError(f"cannot load model {name}: HF_HUB_OFFLINE is set and it is not in the Hugging Face "
-                             f"cache ({constants.HF_HUB_CACHE}); unset HF_HUB_OFFLINE to download it, or pass a model "
-                             "folder or a bundled model (--model minilm)")  # fmt: skip
+            raise UsageError(
+                f"cannot load model {name}: HF_HUB_OFFLINE is set and it is not in the Hugging Face "
+                f"cache ({constants.HF_HUB_CACHE}); unset HF_HUB_OFFLINE to download it, or pass a model "
+                "folder or a bundled model (--model minilm)"
+            )
         return None
     host = urlparse(constants.ENDPOINT).netloc or constants.ENDPOINT
     if _answers(constants.ENDPOINT, timeout):
@@ -74,9 +76,11 @@ def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
     constants.HF_HUB_OFFLINE = True  # the rest of the run reads the cache only (huggingface_hub's offline mode)
     if _cached(name):
         return f"the Hugging Face Hub ({host}) did not answer within {timeout:g} s: using the cached copy of {name}"
-    raise UsageError(f"cannot load model {name}: the Hugging Face Hub ({host}) did not answer within {timeout:g} s "
-                     "(no network?) and the model is not in the local cache; pass a model folder or a bundled model "
-                     "(--model minilm; scorecli inspect lists them)")  # fmt: skip
+    raise UsageError(
+        f"cannot load model {name}: the Hugging Face Hub ({host}) did not answer within {timeout:g} s "
+        "(no network?) and the model is not in the local cache; pass a model folder or a bundled model "
+        "(--model minilm; scorecli inspect lists them)"
+    )
 
 
 def _cached(name: str) -> bool:

@@ -15,17 +15,38 @@ import torch
 
 from scorecli.attention.backends import capabilities
 from scorecli.config import ScoreConfig
-from scorecli.kinds import KINDS
 from scorecli.errors import UsageError, first_line
+from scorecli.kinds import KINDS
 from scorecli.model.hub import locate
-from scorecli.model.sentence import (SentenceModules, apply_lower_case, is_sentence_folder, plain_modules, read_modules,
-                               transformer_folder)
+from scorecli.model.sentence import (
+    SentenceModules,
+    apply_lower_case,
+    is_sentence_folder,
+    plain_modules,
+    read_modules,
+    transformer_folder,
+)
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
-    "bert", "roberta", "xlm-roberta", "modernbert", "deberta", "deberta-v2", "electra", "distilbert",
-    "mpnet", "albert", "camembert", "xlm", "ernie", "nomic_bert", "new", "bge-m3", "jina_bert",
-}  # fmt: skip
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "modernbert",
+    "deberta",
+    "deberta-v2",
+    "electra",
+    "distilbert",
+    "mpnet",
+    "albert",
+    "camembert",
+    "xlm",
+    "ernie",
+    "nomic_bert",
+    "new",
+    "bge-m3",
+    "jina_bert",
+}
 
 
 @dataclass(frozen=True)
@@ -75,9 +96,9 @@ def detect_kind(config) -> str:
     arch = archs[0] if archs else ""
     if config.model_type in ENCODER_TYPES:
         return "cross-encoder"
-    if arch.endswith("ForSequenceClassification") or arch.endswith("ForRewardModel"):
+    if arch.endswith(("ForSequenceClassification", "ForRewardModel")):
         return "seq-cls"
-    if arch.endswith("ForCausalLM") or arch.endswith("LMHeadModel") or arch.endswith("ForConditionalGeneration"):
+    if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
         return "causal-lm"
     raise UsageError(f"cannot tell the kind of model {arch or config.model_type!r}: pass --kind")
 
@@ -133,9 +154,11 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     hf_config = _load_config(transformer_folder(path) if sentence else path, cfg)
     kind = cfg.kind or ("embedding" if sentence else detect_kind(hf_config))
     if kind not in ("cross-encoder", "embedding") and hf_config.model_type in ENCODER_TYPES:
-        raise UsageError(f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
-                         "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
-                         "(or leave --kind out)")  # fmt: skip
+        raise UsageError(
+            f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
+            "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
+            "(or leave --kind out)"
+        )
     return path, hf_config, kind
 
 
@@ -172,10 +195,14 @@ def _load_config(path: str, cfg: ScoreConfig):
     except (OSError, ValueError) as exc:
         msg = first_line(exc)
         if "custom code" in msg or "trust_remote_code" in msg:
-            raise UsageError(f"cannot load model {cfg.model}: it needs its own Python code (auto_map in its config); "
-                             "pass --trust-remote-code if you trust it") from exc  # fmt: skip
+            raise UsageError(
+                f"cannot load model {cfg.model}: it needs its own Python code (auto_map in its config); "
+                "pass --trust-remote-code if you trust it"
+            ) from exc
         if not os.path.isdir(path):
-            raise UsageError(f"cannot load model {cfg.model}: no such model folder, and not found on the Hub ({msg})") from exc
+            raise UsageError(
+                f"cannot load model {cfg.model}: no such model folder, and not found on the Hub ({msg})"
+            ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
 
 
@@ -191,10 +218,16 @@ def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
     archs = getattr(hf_config, "architectures", None) or []
     arch = archs[0] if archs else hf_config.model_type
     if not archs or not hasattr(transformers, arch):
-        raise UsageError(f"cannot load model {cfg.model}: its architecture {arch} is its own code (auto_map in its config), "
-                         "which runs only with --trust-remote-code; pass it if you trust the model")  # fmt: skip
-    warnings.warn(f"model {cfg.model} ships its own code (auto_map in its config), which runs only with "
-                  f"--trust-remote-code: scoring it as transformers' built-in {arch}", UserWarning, stacklevel=3)  # fmt: skip
+        raise UsageError(
+            f"cannot load model {cfg.model}: its architecture {arch} is its own code (auto_map in its config), "
+            "which runs only with --trust-remote-code; pass it if you trust the model"
+        )
+    warnings.warn(
+        f"model {cfg.model} ships its own code (auto_map in its config), which runs only with "
+        f"--trust-remote-code: scoring it as transformers' built-in {arch}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
@@ -218,8 +251,10 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     except Exception as exc:  # safetensors' own error for a corrupt file
         if type(exc).__name__ != "SafetensorError":
             raise
-        raise UsageError(f"cannot load model {cfg.model}: {corrupt_safetensors(path) or path}: "
-                         f"corrupt safetensors file ({first_line(exc)})") from exc  # fmt: skip
+        raise UsageError(
+            f"cannot load model {cfg.model}: {corrupt_safetensors(path) or path}: "
+            f"corrupt safetensors file ({first_line(exc)})"
+        ) from exc
     finally:
         hf_logging.set_verbosity(verbosity)
     unread = set(info.get("missing_keys") or ())
@@ -227,12 +262,18 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
         unread = {k for k in unread if not k.startswith("pooler.")}
     missing = sorted(unread | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
     if missing:
-        raise UsageError(f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
-                         f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
+            f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}"
+        )
     unused = sorted(info.get("unexpected_keys") or ())
     if unused and cfg.kind:
-        warnings.warn(f"model {cfg.model}: --kind {kind} leaves checkpoint weights unused ({_some(unused)}); "
-                      f"{_kind_hint(hf_config, kind, cfg.kind)}", UserWarning, stacklevel=4)  # fmt: skip
+        warnings.warn(
+            f"model {cfg.model}: --kind {kind} leaves checkpoint weights unused ({_some(unused)}); "
+            f"{_kind_hint(hf_config, kind, cfg.kind)}",
+            UserWarning,
+            stacklevel=4,
+        )
     return model
 
 
@@ -278,8 +319,10 @@ def check_finite(model: torch.nn.Module, name: str) -> None:
     sums = torch.stack([p.detach().sum(dtype=torch.float64) for _, p in params])
     bad = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
     if bad:
-        raise UsageError(f"cannot load model {name}: its weight {params[bad[0]][0]} holds NaN or infinite values "
-                         "(a corrupt or badly converted checkpoint)")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {name}: its weight {params[bad[0]][0]} holds NaN or infinite values "
+            "(a corrupt or badly converted checkpoint)"
+        )
 
 
 # probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
@@ -301,6 +344,8 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
     tokenizer.model_max_length = int(1e30)
     ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
     if not ids or all(i == tokenizer.unk_token_id for i in ids):
-        raise UsageError(f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
-                         "(are its tokenizer files, e.g. tokenizer.json, missing?)")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
+            "(are its tokenizer files, e.g. tokenizer.json, missing?)"
+        )
     return tokenizer

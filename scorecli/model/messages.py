@@ -49,8 +49,10 @@ def read_mode(entry: dict, chat_kwargs: dict, where: str) -> MessageMode:
             states, an unknown format, chat template arguments that size the tokenization.
     """
     if entry.get("method", "forward") != "forward" or entry.get("method_output_name") != "last_hidden_state":
-        raise UsageError(f"cannot load model {where}: its message input runs {entry.get('method')} -> "
-                         f"{entry.get('method_output_name')}; scorecli embeds the last hidden states of forward")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {where}: its message input runs {entry.get('method')} -> "
+            f"{entry.get('method_output_name')}; scorecli embeds the last hidden states of forward"
+        )
     fmt = entry.get("format", "auto")
     if fmt not in (*FORMATS, "auto"):
         raise UsageError(f"cannot load model {where}: unknown message format {fmt!r} (expected flat or structured)")
@@ -58,8 +60,10 @@ def read_mode(entry: dict, chat_kwargs: dict, where: str) -> MessageMode:
     restore = bool(kwargs.pop("restore_suffix", True))
     sizes = sorted(_SIZES & kwargs.keys())
     if sizes:
-        raise UsageError(f"cannot load model {where}: its processing_kwargs chat_template sets {sizes[0]}, which "
-                         "scorecli does not reproduce")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {where}: its processing_kwargs chat_template sets {sizes[0]}, which "
+            "scorecli does not reproduce"
+        )
     return MessageMode(fmt, tuple(sorted(kwargs.items())), restore)
 
 
@@ -77,14 +81,17 @@ class ChatTexts:
     def __init__(self, tokenizer, mode: MessageMode, model_type: str):
         template = getattr(tokenizer, "chat_template", None)
         if not template:
-            raise UsageError("the model folder declares a 'message' input mode (text rendered through the chat "
-                             "template), but its tokenizer has no chat template")  # fmt: skip
+            raise UsageError(
+                "the model folder declares a 'message' input mode (text rendered through the chat "
+                "template), but its tokenizer has no chat template"
+            )
         self.tokenizer, self.mode, self.kwargs = tokenizer, mode, dict(mode.template_kwargs)
         self.format = mode.format if mode.format != "auto" else _infer_format(template, model_type)
         self._tails: dict[str, list[int]] = {}
 
-    def encode(self, prompts: list[str], texts: list[str], names: list[str], cut: int, limit: int
-               ) -> tuple[list[np.ndarray], dict[int, str]]:  # fmt: skip
+    def encode(
+        self, prompts: list[str], texts: list[str], names: list[str], cut: int, limit: int
+    ) -> tuple[list[np.ndarray], dict[int, str]]:
         """Token ids of each text with its prompt, cut at `cut` tokens (a text of `limit` tokens
         or more ends in the template's tail), and {index: error} for texts that cannot be rendered
         or tokenized (their ids are empty)."""
@@ -97,8 +104,9 @@ class ChatTexts:
             except Exception as exc:  # noqa: BLE001 - a template raises what it likes (raise_exception)
                 rendered.append("")
                 failed[t] = f"{names[t]}: the chat template failed: {first_line(exc)}"
-        ids, tokenize_failed = tokenize(self.tokenizer, rendered, names, add_special_tokens=False, truncation=True,
-                                        max_length=cut)  # fmt: skip
+        ids, tokenize_failed = tokenize(
+            self.tokenizer, rendered, names, add_special_tokens=False, truncation=True, max_length=cut
+        )
         for t, x in enumerate(ids):
             tail = self.tail(prompts[t]) if self.mode.restore_suffix and len(x) >= limit else []
             keep = min(len(tail), len(x))
@@ -113,10 +121,14 @@ class ChatTexts:
         if prompt not in self._tails:
             tail: list[int] = []
             try:
-                first, second = (self.tokenizer(self._render(self._conversation(prompt, f)), add_special_tokens=False)
-                                 ["input_ids"] for f in _FILLERS)  # fmt: skip
-                count = next((k for k, (a, b) in enumerate(zip(reversed(first), reversed(second))) if a != b),
-                             min(len(first), len(second)))  # fmt: skip
+                first, second = (
+                    self.tokenizer(self._render(self._conversation(prompt, f)), add_special_tokens=False)["input_ids"]
+                    for f in _FILLERS
+                )
+                count = next(
+                    (k for k, (a, b) in enumerate(zip(reversed(first), reversed(second))) if a != b),
+                    min(len(first), len(second)),
+                )
                 if 0 < count < min(len(first), len(second)):
                     tail = first[len(first) - count :]
             except Exception:  # noqa: BLE001 - as sentence-transformers: no tail rather than no run

@@ -28,16 +28,21 @@ MODULES_FILE = "modules.json"
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # the legacy boolean keys of a Pooling config, in the order sentence-transformers reads them
 _LEGACY_POOLING = {
-    "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
-}  # fmt: skip
+}
 # a Dense module's activation (its config names a torch class): what scorecli applies
 _ACTIVATIONS = {
-    "torch.nn.modules.activation.Tanh": torch.tanh, "torch.nn.modules.linear.Identity": lambda x: x,
-    "torch.nn.modules.activation.Sigmoid": torch.sigmoid, "torch.nn.modules.activation.ReLU": torch.relu,
+    "torch.nn.modules.activation.Tanh": torch.tanh,
+    "torch.nn.modules.linear.Identity": lambda x: x,
+    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
+    "torch.nn.modules.activation.ReLU": torch.relu,
     "torch.nn.modules.activation.GELU": F.gelu,
-}  # fmt: skip
+}
 SIMILARITIES = ("cosine", "dot")
 # tokenizer arguments a folder's processing_kwargs may set without changing the token ids
 _SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
@@ -66,7 +71,7 @@ class Dense:
         return out
 
     def to(self, device: torch.device) -> Dense:
-        move = (lambda t: None if t is None else t.to(device))
+        move = lambda t: None if t is None else t.to(device)
         return Dense(move(self.weight), move(self.bias), self.activation, move(self.residual), self.use_residual)
 
 
@@ -143,7 +148,9 @@ def apply_lower_case(tokenizer) -> None:
     inner = list(normalizer) if isinstance(normalizer, Sequence) else [normalizer]
     if any(isinstance(n, Lowercase) for n in inner):
         return
-    parts = [Lowercase()] + (list(normalizer) if isinstance(normalizer, Sequence) else [normalizer] if normalizer else [])
+    parts = [Lowercase()] + (
+        list(normalizer) if isinstance(normalizer, Sequence) else [normalizer] if normalizer else []
+    )
     backend.normalizer = Sequence(parts)
 
 
@@ -157,8 +164,10 @@ def read_modules(path: str) -> SentenceModules:
     entries = sorted(_json(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
     kinds = [str(e.get("type", "")).rsplit(".", 1)[-1] for e in entries]
     if not kinds or kinds[0] != "Transformer" or kinds[1:2] != ["Pooling"]:
-        raise UsageError(f"cannot load model {path}: scorecli reads sentence-transformers folders whose modules are "
-                         f"Transformer, Pooling, then Dense or Normalize; this one has {', '.join(kinds) or 'none'}")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {path}: scorecli reads sentence-transformers folders whose modules are "
+            f"Transformer, Pooling, then Dense or Normalize; this one has {', '.join(kinds) or 'none'}"
+        )
     transformer_dir = os.path.join(path, entries[0].get("path") or "")
     steps: list[Dense | str] = []
     for entry, kind in zip(entries[2:], kinds[2:]):
@@ -168,8 +177,10 @@ def read_modules(path: str) -> SentenceModules:
         elif kind == "Normalize":
             steps.append("normalize")
         else:
-            raise UsageError(f"cannot load model {path}: its module {entry.get('type')} is not one scorecli reproduces "
-                             "(it applies Pooling, Dense and Normalize)")  # fmt: skip
+            raise UsageError(
+                f"cannot load model {path}: its module {entry.get('type')} is not one scorecli reproduces "
+                "(it applies Pooling, Dense and Normalize)"
+            )
     pooling, include_prompt = _read_pooling(os.path.join(path, entries[1].get("path") or ""))
     bert = _json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
     message = _read_inputs(bert, transformer_dir, path)
@@ -177,10 +188,17 @@ def read_modules(path: str) -> SentenceModules:
     prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
     return SentenceModules(
-        transformer_dir, pooling, include_prompt, tuple(steps), prompts,
-        prompts.get(default) if default else None, st.get("similarity_fn_name"),
-        bert.get("max_seq_length"), bool(bert.get("do_lower_case", False)), message,
-    )  # fmt: skip
+        transformer_dir,
+        pooling,
+        include_prompt,
+        tuple(steps),
+        prompts,
+        prompts.get(default) if default else None,
+        st.get("similarity_fn_name"),
+        bert.get("max_seq_length"),
+        bool(bert.get("do_lower_case", False)),
+        message,
+    )
 
 
 def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | None:
@@ -188,26 +206,41 @@ def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | N
     declares one (sentence-transformers 6.2 then renders all text as chat messages), else None for
     plain text; UsageError for what scorecli does not reproduce, named."""
     task = bert.get("transformer_task", "feature-extraction")
-    modalities = bert.get("modality_config") or {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+    modalities = bert.get("modality_config") or {
+        "text": {"method": "forward", "method_output_name": "last_hidden_state"}
+    }
     text = modalities.get("text") or {}
     reads = "message" if "message" in modalities else "text"
     if task != "feature-extraction" or (reads == "text" and text.get("method_output_name") != "last_hidden_state"):
-        raise UsageError(f"cannot load model {path}: its transformer reads text as {task} with modalities "
-                         f"{', '.join(modalities)}; scorecli embeds text with 'feature-extraction' (the last hidden "
-                         "states)")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {path}: its transformer reads text as {task} with modalities "
+            f"{', '.join(modalities)}; scorecli embeds text with 'feature-extraction' (the last hidden "
+            "states)"
+        )
     processing = bert.get("processing_kwargs") or {}
-    changed = sorted(f"{bucket}.{key}" for bucket, kwargs in processing.items() if bucket != "chat_template"
-                     for key in (kwargs or {}) if key not in _SAME_IDS)  # fmt: skip
+    changed = sorted(
+        f"{bucket}.{key}"
+        for bucket, kwargs in processing.items()
+        if bucket != "chat_template"
+        for key in (kwargs or {})
+        if key not in _SAME_IDS
+    )
     if changed:
-        raise UsageError(f"cannot load model {path}: its processing_kwargs set {changed[0]}, which scorecli does not "
-                         "reproduce")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {path}: its processing_kwargs set {changed[0]}, which scorecli does not reproduce"
+        )
     if reads == "text":
         return None
-    processor = [n for n in ("processor_config.json", "preprocessor_config.json")
-                 if os.path.isfile(os.path.join(transformer_dir, n))]  # fmt: skip
+    processor = [
+        n
+        for n in ("processor_config.json", "preprocessor_config.json")
+        if os.path.isfile(os.path.join(transformer_dir, n))
+    ]
     if processor:  # its processor (not the tokenizer) would render the messages
-        raise UsageError(f"cannot load model {path}: it renders chat messages with a multimodal processor "
-                         f"({processor[0]}); scorecli renders text through a tokenizer's chat template")  # fmt: skip
+        raise UsageError(
+            f"cannot load model {path}: it renders chat messages with a multimodal processor "
+            f"({processor[0]}); scorecli renders text through a tokenizer's chat template"
+        )
     return read_mode(modalities["message"] or {}, processing.get("chat_template") or {}, path)
 
 
@@ -230,7 +263,9 @@ def _read_dense(where: str) -> Dense:
         raise UsageError(f"cannot load model {where}: Dense activation {activation} is not one scorecli applies")
     for key in ("module_input_name", "module_output_name"):
         if config.get(key, "sentence_embedding") != "sentence_embedding":
-            raise UsageError(f"cannot load model {where}: a Dense module on {config[key]!r}, not the sentence embedding")
+            raise UsageError(
+                f"cannot load model {where}: a Dense module on {config[key]!r}, not the sentence embedding"
+            )
     weights = os.path.join(where, "model.safetensors")
     if not os.path.isfile(weights):
         raise UsageError(f"cannot load model {where}: its Dense module has no model.safetensors weights")
@@ -243,8 +278,13 @@ def _read_dense(where: str) -> Dense:
         raise UsageError(f"cannot load model {weights}: no linear.weight") from exc
     bias = tensors.get("linear.bias") if config.get("bias", True) else None
     residual = tensors.get("residual.weight")
-    return Dense(weight, None if bias is None else bias.float(), activation,
-                 None if residual is None else residual.float(), bool(config.get("use_residual", False)))  # fmt: skip
+    return Dense(
+        weight,
+        None if bias is None else bias.float(),
+        activation,
+        None if residual is None else residual.float(),
+        bool(config.get("use_residual", False)),
+    )
 
 
 def _json(path: str, name: str) -> dict | list:

@@ -44,9 +44,14 @@ class RuntimeInfo:
 RUNTIMES: dict[str, RuntimeInfo] = {
     "torch": RuntimeInfo("torch"),
     "onnx": RuntimeInfo("onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime"),
-    "onnx-int8": RuntimeInfo("onnxruntime (fused encoder export, int8 dynamic quantization)", encoders_only=True,
-                             approximate=True, auto=False, needs="onnxruntime"),
-}  # fmt: skip
+    "onnx-int8": RuntimeInfo(
+        "onnxruntime (fused encoder export, int8 dynamic quantization)",
+        encoders_only=True,
+        approximate=True,
+        auto=False,
+        needs="onnxruntime",
+    ),
+}
 NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
 
 
@@ -76,8 +81,9 @@ AUTO_DEVICES: tuple[str, ...] = ("cuda",)
 COMPILE_MIN_FLOPS = 5e15
 
 
-def compile_layers(choice: str, base: torch.nn.Module, device: torch.device,
-                   job_tokens: int | None = None) -> CompiledLayers | None:  # fmt: skip
+def compile_layers(
+    choice: str, base: torch.nn.Module, device: torch.device, job_tokens: int | None = None
+) -> CompiledLayers | None:
     """`--compile` for a decoder's base model: its layers compiled, or None. `auto` compiles on
     CUDA when the job (`job_tokens`, None: unknown) is long enough to repay the compile.
 
@@ -94,7 +100,9 @@ def compile_layers(choice: str, base: torch.nn.Module, device: torch.device,
 
     if not compilable(base):
         if choice == "on":
-            raise UsageError(f"--compile on: {type(base).__name__} has no list of decoder layers of one kind to compile")
+            raise UsageError(
+                f"--compile on: {type(base).__name__} has no list of decoder layers of one kind to compile"
+            )
         return None
     layers: torch.nn.ModuleList = base.layers  # type: ignore[assignment]  # `compilable` checked its type
     return CompiledLayers(layers, strict=choice == "on")

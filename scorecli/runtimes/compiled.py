@@ -27,8 +27,10 @@ import torch
 
 from scorecli.errors import notice
 
-COMPILE_NOTE = ("compiling the model's layers with torch.compile for this device (the first run on this machine "
-                "waits for it; --compile off skips it)")  # fmt: skip
+COMPILE_NOTE = (
+    "compiling the model's layers with torch.compile for this device (the first run on this machine "
+    "waits for it; --compile off skips it)"
+)
 
 
 def is_compiler_error(exc: BaseException) -> bool:

@@ -25,9 +25,12 @@ from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttenti
 # sequence-classification heads read position 0 only.
 LAYER_CLASSES = {"BertLayer", "RobertaLayer", "XLMRobertaLayer", "CamembertLayer", "ElectraLayer"}
 HEAD_CLASSES = {
-    "BertForSequenceClassification", "RobertaForSequenceClassification", "XLMRobertaForSequenceClassification",
-    "CamembertForSequenceClassification", "ElectraForSequenceClassification",
-}  # fmt: skip
+    "BertForSequenceClassification",
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "CamembertForSequenceClassification",
+    "ElectraForSequenceClassification",
+}
 
 
 # the same families' base models (embedding models read every token of the last layer)
@@ -90,4 +93,3 @@ class FastEncoder(torch.nn.Module):
             hidden_states = layer.feed_forward_chunk(layer.attention.output(attn, residual))
         self.last_hidden = hidden_states
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states)
-

@@ -28,10 +28,10 @@ import torch
 
 from scorecli.attention import pad_ragged
 from scorecli.core.batching import Batch
-from scorecli.model.cache import build_once
-from scorecli.runtimes import RUNTIMES
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line
 from scorecli.kinds.forward import Pooled
+from scorecli.model.cache import build_once
+from scorecli.runtimes import RUNTIMES
 
 EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the torch forward
 OPSET = 17
@@ -106,7 +106,12 @@ def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     from scorecli import __version__
 
     parts = [f"{os.path.abspath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
-    parts += [f"scorecli {__version__}", f"torch {torch.__version__}", f"opset {OPSET}", f"graph {GRAPH_VERSION} {what}"]
+    parts += [
+        f"scorecli {__version__}",
+        f"torch {torch.__version__}",
+        f"opset {OPSET}",
+        f"graph {GRAPH_VERSION} {what}",
+    ]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     stem = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{stem}-{what}-{key}")
@@ -146,8 +151,8 @@ def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
-    from scorecli.runtimes.fast_encoder import FastEncoder
     from scorecli.kinds.forward import with_encoder
+    from scorecli.runtimes.fast_encoder import FastEncoder
 
     with torch.no_grad():  # the fused weights become constants of the graph
         fast = FastEncoder(model)
@@ -157,8 +162,11 @@ def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
     inputs, outputs = _names(what)
     probe = _probe_inputs(model.config.vocab_size, getattr(model.config, "type_vocab_size", 1))
     args = tuple(torch.from_numpy(probe[k]) for k in inputs)
-    axes = {k: {0: "batch", 1: "length"} for k in inputs} | {"logits": {0: "batch"}, "cls": {0: "batch"},
-                                                            "hidden": {0: "batch", 1: "length"}}  # fmt: skip
+    axes = {k: {0: "batch", 1: "length"} for k in inputs} | {
+        "logits": {0: "batch"},
+        "cls": {0: "batch"},
+        "hidden": {0: "batch", 1: "length"},
+    }
     import warnings
 
     grads = [p.requires_grad for p in model.parameters()]
@@ -166,9 +174,16 @@ def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the tracer's notes on Python control flow it sees as constants
-            torch.onnx.export(graph, args, out, input_names=list(inputs), output_names=list(outputs),
-                              dynamic_axes={k: v for k, v in axes.items() if k in inputs + outputs},
-                              opset_version=OPSET, dynamo=False)  # fmt: skip
+            torch.onnx.export(
+                graph,
+                args,
+                out,
+                input_names=list(inputs),
+                output_names=list(outputs),
+                dynamic_axes={k: v for k, v in axes.items() if k in inputs + outputs},
+                opset_version=OPSET,
+                dynamo=False,
+            )
     finally:
         for p, g in zip(model.parameters(), grads):
             p.requires_grad_(g)
@@ -214,8 +229,10 @@ def materialize(model: torch.nn.Module, folder: str, cache_dir: str | None, what
         _export(model, os.path.join(tmp, "model.onnx"), what)
         error = export_error(model, os.path.join(tmp, "model.onnx"), what)
         if not error <= EXPORT_TOLERANCE:  # NaN fails too
-            raise UsageError(f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
-                             f"{error:.2g} (tolerance {EXPORT_TOLERANCE:g}); use --runtime torch")  # fmt: skip
+            raise UsageError(
+                f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
+                f"{error:.2g} (tolerance {EXPORT_TOLERANCE:g}); use --runtime torch"
+            )
 
     return path, build_once(target, build, f"the ONNX export of {folder}", ready=path)
 
@@ -266,8 +283,10 @@ class OnnxTextForward:
         s, length = batch.num_seqs, batch.max_len
         where = torch.from_numpy(batch.padded_index())  # [T]
         ids = torch.from_numpy(batch.input_ids.astype(np.int64))
-        feeds = {"input_ids": pad_ragged(ids, where, s, length, 0).numpy(),  # [S, L]
-                 "attention_mask": pad_ragged(torch.ones_like(ids), where, s, length, 0).numpy()}  # fmt: skip
+        feeds = {
+            "input_ids": pad_ragged(ids, where, s, length, 0).numpy(),  # [S, L]
+            "attention_mask": pad_ragged(torch.ones_like(ids), where, s, length, 0).numpy(),
+        }
         (hidden,) = self.session.run(["hidden"], feeds)  # [S, L, H]
         return torch.from_numpy(hidden).flatten(0, 1)[where]  # [T, H]
 
@@ -297,8 +316,12 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     if not available():
         if cfg.runtime in ONNX_RUNTIMES:
             raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
-        warnings.warn("--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
-                      "for the faster CPU runtime)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        warnings.warn(
+            "--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
+            "for the faster CPU runtime)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return "torch"
     return cfg.runtime if cfg.runtime in ONNX_RUNTIMES else "onnx"
 
@@ -328,8 +351,11 @@ def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward 
             import warnings
 
             why = first_line(exc, 200) if isinstance(exc, ScorecliError) else error_line(exc, 200)
-            warnings.warn(f"--runtime auto: ONNX Runtime cannot run here ({why}); running torch "
-                          "instead (the same scores)", RuntimeWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"--runtime auto: ONNX Runtime cannot run here ({why}); running torch instead (the same scores)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
         if isinstance(exc, UsageError):
             raise
