@@ -160,7 +160,7 @@ def test_the_self_check_catches_a_family_compat_would_let_through(tmp_path_facto
     """The net behind the up-front decisions: were a state-carrying or backend-bypassing family
     let through in MIS, the start-up self-check stops it."""
     from scorecli.checks.selfcheck import SelfCheckError
-    from scorecli.model.load import compat
+    from scorecli.model import compat
 
     for model_type in ("qwen3_next", "openai-gpt"):
         path = _family_path(tmp_path_factory, model_type)
