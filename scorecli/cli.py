@@ -13,22 +13,19 @@ flags themselves (panels, help) are declared in `options`; `--help` is drawn by 
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from scorecli import options as o
 from scorecli.config import ScoreConfig
-from scorecli.errors import Notice, OutputClosed, ScorecliError, UsageError, error_line, first_line
+from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
 from scorecli.help import Command, Group
 from scorecli.options import opt
-from scorecli.process import finish, interrupted_code, pipe_closed, reserve_standard_fds, watch_signals
+from scorecli.process import finish, pipe_closed, reserve_standard_fds, watch_signals
+from scorecli.stderr import err, fail, interrupted, noting_interrupts, one_line_warnings, say, say_interrupted
 
 app = typer.Typer(
     cls=Group,
@@ -37,9 +34,6 @@ app = typer.Typer(
     epilog=o.APP_EXAMPLES,
     help="Offline batch scoring with transformer rerankers, classifiers, embedding and reward models.",
 )
-# paths and user text are printed as they are: no markup, no :emoji: codes
-err = Console(stderr=True, highlight=False, markup=False, emoji=False)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # `score` flags passed to ScoreConfig as they are (the rest are converted in `score`)
 _SAME_NAMES = {f.name for f in fields(ScoreConfig)} - {
     "model",
@@ -132,6 +126,8 @@ def score(
 
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
+    if template is not None:  # a bad template fails before anything about the model is looked up
+        _check_template(template)
     model_path, default_template = _resolve_model(model)
     given = {
         name: value for name, value in locals().items() if name in _SAME_NAMES
@@ -150,17 +146,18 @@ def score(
     )
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
-    _check_template(cfg.template)
+    if template is None:
+        _check_template(cfg.template)
     _check_cache_and_runtime(cache_dir, runtime)
-    _one_line_warnings(quiet)
+    one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
     from scorecli.engine.run import open_rows, preflight, run_score
 
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
-        _say(f"warning: {checkpoint.note}")
-    with _noting_interrupts():
+        say(f"warning: {checkpoint.note}")
+    with noting_interrupts():
         if engine == "ray":
             from scorecli.engine.ray import run_score_ray
 
@@ -192,29 +189,10 @@ def score(
 
     timings.mark("done")
     if (line := timings.line()) and not quiet:
-        _say(line)
+        say(line)
 
 
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
-_interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
-_interrupt_said: list[bool] = []
-
-
-def _say_interrupted(message: str = "") -> None:
-    """The one line of an interrupted run, once (a second signal may come while it is said)."""
-    if not _interrupt_said:
-        _interrupt_said.append(True)
-        _say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
-
-
-@contextmanager
-def _noting_interrupts() -> Iterator[None]:
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        if str(exc):
-            _interrupt_notes.append(str(exc))
-        raise
 
 
 def _check_template(name: str) -> None:
@@ -245,7 +223,7 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
 
     path, template = resolve(model)
     if is_hub_id(path) and (line := reach(path)) and not quiet:
-        _say(f"note: {line}")
+        say(f"note: {line}")
     return path, template
 
 
@@ -285,7 +263,7 @@ def inspect(
     if check:
         from scorecli.inspect import check as self_check
 
-        _one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
+        one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
         lines, ok = self_check(path, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
         for line in lines:
@@ -371,28 +349,28 @@ def main() -> None:
         from scorecli import timings
 
         timings.enable(_STARTED[-1])
-    watch_signals(_say_interrupted)
+    watch_signals(say_interrupted)
     reserve_standard_fds()
     try:
         code = app(standalone_mode=False)
     except OutputClosed:
         pipe_closed()
     except ScorecliError as exc:
-        _fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        _interrupted(str(exc))
+        interrupted(str(exc))
     except typer.Exit as exc:
         finish(exc.exit_code)
     except _usage_errors() as exc:  # every parsing error of typer / click is a usage error
-        _fail(exc.format_message(), 2)
+        fail(exc.format_message(), 2)
     except typer.Abort:
-        _interrupted()
+        interrupted()
     except Exception as exc:  # noqa: BLE001 - anything unexpected: one line, exit 1
-        _fail(error_line(exc), 1)
+        fail(error_line(exc), 1)
     # Outside standalone mode typer returns exit codes instead of exiting, and turns
     # Ctrl-C (and SIGTERM) into 130 after the output was already discarded.
     if code == 130:
-        _interrupted()
+        interrupted()
     finish(code if isinstance(code, int) else 0)
 
 
@@ -406,47 +384,6 @@ def _usage_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         pass
     return tuple(found)
-
-
-def _say(message: str) -> None:
-    """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped."""
-    err.print(_one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
-
-
-def _one_line(text: str) -> str:
-    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text.strip())
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
-
-
-def _fail(message: str, code: int) -> None:
-    _say(f"error: {message}")
-    finish(code)
-
-
-def _one_line_warnings(quiet: bool) -> None:
-    """Warnings as one line each (`warning: ...`); under --quiet only scorecli's own.
-    torch's note that flex attention runs uncompiled (as documented on CPU) is not shown."""
-    import warnings
-
-    import scorecli
-
-    ours = os.path.dirname(os.path.abspath(scorecli.__file__))
-    warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-    warnings.filterwarnings("ignore", module=r"torch\._(inductor|dynamo)")  # the compiler's notes to its developers
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if issubclass(category, Notice):
-            if not quiet:
-                _say(f"note: {first_line(str(message))}")
-        elif not quiet or os.path.abspath(filename).startswith(ours):
-            _say(f"warning: {first_line(str(message))}")
-
-    warnings.showwarning = show
-
-
-def _interrupted(message: str = "") -> None:
-    _say_interrupted(message)
-    finish(interrupted_code())
 
 
 if __name__ == "__main__":

@@ -178,7 +178,10 @@ def declare(tmp: Path, model: str) -> tuple[dict[str, Case], dict[str, Expect]]:
 
     # item 9: library noise under --quiet; checks before the model loads
     add("flex_quiet", [good], str(tmp / "flex.parquet"), ["--attention", "flex", "--device", "cpu", "-q"])
-    no_model = str(tmp / "no_such_model")
+    # a model folder that would fail to load: these errors must come first, before any loading
+    no_model = str(tmp / "unloadable_model")
+    os.makedirs(no_model, exist_ok=True)
+    write(tmp / "unloadable_model" / "config.json", b'{"model_type": "no-such-architecture"}')
     add(
         "template_before_model",
         [good],

@@ -1,0 +1,83 @@
+"""What `scorecli` says on stderr outside progress and the summary: one line each (README: Exit
+codes). Errors (`fail`), notes and warnings (`one_line_warnings`: Python warnings as one line each),
+and the one line of an interrupted run, said once (`say_interrupted`, `noting_interrupts`). Lines
+are printed as they are: no markup, no emoji codes, control bytes escaped. Knows nothing about
+flags or scoring.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+
+from scorecli.errors import Notice, first_line
+from scorecli.process import finish, interrupted_code
+
+# paths and user text are printed as they are: no markup, no :emoji: codes
+err = Console(stderr=True, highlight=False, markup=False, emoji=False)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+_interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
+_interrupt_said: list[bool] = []
+
+
+def say_interrupted(message: str = "") -> None:
+    """The one line of an interrupted run, once (a second signal may come while it is said)."""
+    if not _interrupt_said:
+        _interrupt_said.append(True)
+        say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
+
+
+@contextmanager
+def noting_interrupts() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if str(exc):
+            _interrupt_notes.append(str(exc))
+        raise
+
+
+def say(message: str) -> None:
+    """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped."""
+    err.print(_one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def _one_line(text: str) -> str:
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text.strip())
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
+
+
+def fail(message: str, code: int) -> None:
+    say(f"error: {message}")
+    finish(code)
+
+
+def one_line_warnings(quiet: bool) -> None:
+    """Warnings as one line each (`warning: ...`); under --quiet only scorecli's own.
+    torch's note that flex attention runs uncompiled (as documented on CPU) is not shown."""
+    import warnings
+
+    import scorecli
+
+    ours = os.path.dirname(os.path.abspath(scorecli.__file__))
+    warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+    warnings.filterwarnings("ignore", module=r"torch\._(inductor|dynamo)")  # the compiler's notes to its developers
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, Notice):
+            if not quiet:
+                say(f"note: {first_line(str(message))}")
+        elif not quiet or os.path.abspath(filename).startswith(ours):
+            say(f"warning: {first_line(str(message))}")
+
+    warnings.showwarning = show
+
+
+def interrupted(message: str = "") -> None:
+    say_interrupted(message)
+    finish(interrupted_code())
