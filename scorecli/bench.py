@@ -118,6 +118,7 @@ def run_bench(
     that way (a cross-encoder, an embedding model, a decoder `compat.Support` keeps single); modes
     given are run as asked, and refused as `score` refuses. Progress on `console` (a terminal)."""
     from scorecli.engine.progress import loading
+    from scorecli.kinds import KINDS
     from scorecli.kinds.spec import any_label_ids
     from scorecli.model.default_model import short_name
     from scorecli.model.load import load_model
@@ -126,8 +127,9 @@ def run_bench(
     with loading(console, short_name(cfg.model) or cfg.model):
         loaded = load_model(cfg)
     vocab = loaded.model.get_input_embeddings().num_embeddings
-    rows = text_rows(work, loaded.tokenizer) if loaded.kind == "cross-encoder" else synthetic_rows(work, vocab)
-    if loaded.kind == "causal-lm" and not (cfg.label_tokens or cfg.label_token_ids):
+    kind = KINDS[loaded.kind]
+    rows = text_rows(work, loaded.tokenizer) if kind.pairs else synthetic_rows(work, vocab)
+    if kind.label_tokens and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
     peak = peak_tflops or device_peak_tflops(loaded.device)
     params = non_embedding_params(loaded.model)

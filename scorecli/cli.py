@@ -327,10 +327,12 @@ def bench(
 
 
 def _quiet_transformers() -> None:
-    """Our output is the only output: no "Loading weights" bars from transformers."""
+    """Our output is the only output: no "Loading weights" bars and no advice to model authors
+    (e.g. a padding warning from a model's own forward) from transformers; its errors still show."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def _device_name(device: str) -> str:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from scorecli.kinds import KINDS
+
 
 def describe(
     model: str,
@@ -23,6 +25,7 @@ def describe(
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     path, config, kind = open_checkpoint(cfg)
+    info = KINDS[kind]
     tokenizer = load_tokenizer(transformer_folder(path) if is_sentence_folder(path) else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
     names = class_names(config)
@@ -30,15 +33,15 @@ def describe(
         f"model:          {name} ({model})" if name and name != model else f"model:          {model}",
         f"kind:           {kind}",
         f"architecture:   {archs[0]} ({config.model_type})",
-        f"labels:         {len(names) if kind != 'causal-lm' else 'label tokens (pass --label-tokens)'}",
+        f"labels:         {len(names) if not info.label_tokens else 'label tokens (pass --label-tokens)'}",
     ]
-    if kind == "embedding":
+    if info.similarity:
         lines[-1] = "labels:         1 (similarity)"
-    elif kind != "causal-lm":
+    elif not info.label_tokens:
         lines.append("label names:    " + ", ".join(names))
     skeleton = _skeleton(config, trust_remote_code)
     limit, why = sequence_limit(skeleton), ""
-    if kind == "embedding":
+    if info.similarity:
         more, own = _embedding_lines(model, path, config)
         lines += more
         if own is not None and own < limit:  # as a run cuts them (`spec`), unless --max-seq-len says otherwise
@@ -113,9 +116,10 @@ def _multi_item(kind: str, skeleton) -> str:
     """Whether MIS applies, as far as the config and module types tell (`--check` runs the rest)."""
     from scorecli.model.compat import stateful_reason
 
-    if kind == "cross-encoder":
+    info = KINDS[kind]
+    if info.pairs:
         return "no (bidirectional encoder: single-item)"
-    if kind == "embedding":
+    if info.similarity:
         return "no (query and items are embedded as their own sequences)"
     reason = stateful_reason(skeleton)
     if reason:
@@ -161,11 +165,11 @@ def check(
         attention=attention,
     )
     loaded = load_model(cfg)
-    if loaded.kind == "causal-lm":
+    if KINDS[loaded.kind].label_tokens:
         labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
         cfg = dataclasses.replace(cfg, **labels)
     lines, ok, modes = [], True, ("single",)
-    if loaded.kind != "cross-encoder":
+    if KINDS[loaded.kind].scorecli_attention:
         from scorecli.model.compat import support
 
         allowed = support(loaded.model, loaded.kind)  # a model no mode reproduces: UsageError, one line

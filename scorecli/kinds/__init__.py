@@ -144,6 +144,12 @@ class KindInfo:
             Dense, Normalize) scorecli applies after the transformer; the transformer's unused
             pooler weights are no missing weights then.
         float32_head: a 16-bit model's own head runs in float32 (heads and activations stay float32).
+        encoder: its models attend both ways (an encoder architecture is refused for any other kind).
+        pairs: query and item go through the model together, as a text pair, one item a sequence
+            (never packed: the kind is single-item by its nature).
+        similarity: scores are similarities of separately embedded query and items.
+        label_tokens: scores are the logits of label tokens (`--label-tokens`), not a head's labels.
+        classifier_head: scores are a classifier head's labels, on the decoder's last token.
     """
 
     family: str
@@ -151,19 +157,30 @@ class KindInfo:
     scorecli_attention: bool = True
     sentence_modules: bool = False
     float32_head: bool = False
+    encoder: bool = False
+    pairs: bool = False
+    similarity: bool = False
+    label_tokens: bool = False
+    classifier_head: bool = False
 
 
 # every kind: adding one is its module here and one entry (docs/ARCHITECTURE.md)
 KINDS: dict[str, KindInfo] = {
-    "seq-cls": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification"),
-    "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM"),
+    "seq-cls": KindInfo(
+        "scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification", classifier_head=True
+    ),
+    "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM", label_tokens=True),
     "cross-encoder": KindInfo(
         "scorecli.kinds.pairs:PairFamily",
         "AutoModelForSequenceClassification",
         scorecli_attention=False,
         float32_head=True,
+        encoder=True,
+        pairs=True,
     ),
-    "embedding": KindInfo("scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True),
+    "embedding": KindInfo(
+        "scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True, encoder=True, similarity=True
+    ),
 }
 FAMILIES = {name: info.family for name, info in KINDS.items()}
 

@@ -50,7 +50,10 @@ _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, Support] = weakref.WeakKeyDic
 def support_of(loaded) -> Support:
     """The Support of a loaded model (`model.Loaded`): `support` for decoders; a cross-encoder
     runs single-item by its kind, and an encoder (an embedding model's) its own attention."""
-    return Support(True) if loaded.kind == "cross-encoder" or loaded.is_encoder else support(loaded.model, loaded.kind)
+    from scorecli.kinds import KINDS
+
+    own_forward = not KINDS[loaded.kind].scorecli_attention
+    return Support(True) if own_forward or loaded.is_encoder else support(loaded.model, loaded.kind)
 
 
 def support(model: torch.nn.Module, kind: str) -> Support:
@@ -59,9 +62,11 @@ def support(model: torch.nn.Module, kind: str) -> Support:
     Raises:
         UsageError: scorecli cannot reproduce the model in any mode.
     """
+    from scorecli.kinds import KINDS
+
     if model not in _CACHE:
         found = _support(model)  # first: an encoder is told to run as a cross-encoder, whatever its head
-        if kind == "seq-cls":
+        if KINDS[kind].classifier_head:
             _check_head(model)
         _CACHE[model] = found
     return _CACHE[model]
