@@ -126,8 +126,11 @@ def score(
 
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
-    if template is not None:  # a bad template fails before anything about the model is looked up
+    # what the flags alone tell fails before anything about the model is looked up
+    token_ids = _csv_ints(label_token_ids)
+    if template is not None:
         _check_template(template)
+    _check_cache_and_runtime(cache_dir, runtime)
     model_path, default_template = _resolve_model(model)
     given = {
         name: value for name, value in locals().items() if name in _SAME_NAMES
@@ -137,7 +140,7 @@ def score(
         model=model_path,
         template=template or default_template,
         label_tokens=_csv(label_tokens),
-        label_token_ids=_csv_ints(label_token_ids),
+        label_token_ids=token_ids,
         activation="softmax" if apply_softmax and activation is None else activation,
         compile=compile_layers,
         window_rows=window_rows or o.WINDOW_ROWS,
@@ -148,7 +151,6 @@ def score(
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     if template is None:
         _check_template(cfg.template)
-    _check_cache_and_runtime(cache_dir, runtime)
     one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint

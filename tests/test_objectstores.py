@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +22,8 @@ import pytest
 
 from tests import s3_server
 from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ROWS = 24
 WINDOW = 2
@@ -205,7 +209,10 @@ def test_kill_9_then_resume_equals_the_local_run(s3, uploaded, qwen3_seq_cls, lo
 
 def test_dataset_resume_and_a_second_run_on_the_prefix(s3, uploaded, qwen3_seq_cls, local_run):
     case = score(s3, [uploaded], "s3://outputs/busy/", qwen3_seq_cls)
-    first = _start(case)
+    # the first run's batches take a second more (tests/slow_cli.py): it is still scoring when
+    # the second run has started and when its lease is taken, however fast this machine is
+    slow = [sys.executable, "-m", "tests.slow_cli", os.devnull, "1", *case.args]
+    first = subprocess.Popen(slow, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=case.env)
     try:
         _wait_for_parts(s3, first, "outputs", f"busy/{JOURNAL}", 1)
         second = run_cli(case)  # the same prefix while the first run holds its lease

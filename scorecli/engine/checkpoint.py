@@ -24,7 +24,7 @@ import pyarrow as pa
 from scorecli.config import ScoreConfig
 from scorecli.engine.job import fingerprint
 from scorecli.engine.windows import Schedule
-from scorecli.errors import ScorecliError, UsageError, error_line
+from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
@@ -125,6 +125,11 @@ class Checkpoint:
                 raise Interrupted(f"interrupted after {self.target.out} was written whole{left}") from exc
             if not self.store.durable_rows() and not self.store.parts:
                 self.store.discard()  # nothing kept: no folder to explain
+                raise
+            if isinstance(exc, InputError) and not self.store.resumed:
+                # a bad row: going on needs another input, which is another job, so the rows
+                # this new job kept could never be resumed (README: Exit codes)
+                self.store.discard()
                 raise
             if isinstance(exc, KeyboardInterrupt):
                 raise Interrupted(f"interrupted: no output written; {self.kept()}") from exc
