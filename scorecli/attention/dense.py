@@ -12,7 +12,7 @@ import torch
 
 from scorecli.attention import ModelInputs, pad_ragged, to_device
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost
-from scorecli.attention.kernel import attention, attention_math
+from scorecli.attention.kernel import attention
 from scorecli.attention.shared import SharedKV
 from scorecli.core.batching import Batch
 
@@ -124,4 +124,5 @@ class EagerBackend(DenseMaskBackend):
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
         if self.shared is not None:
             key, value = self.shared.prepend(module, key, value)
-        return attention_math(query, key, value, self.mask, scaling, softcap, sinks=sinks).transpose(1, 2).contiguous()
+        out = attention(query, key, value, self.mask, scaling, softcap, sinks=sinks, explicit=True)
+        return out.transpose(1, 2).contiguous()

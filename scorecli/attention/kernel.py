@@ -22,29 +22,17 @@ def attention(
     softcap: float | None = None,
     causal: bool = False,
     sinks: torch.Tensor | None = None,
+    explicit: bool = False,
 ) -> torch.Tensor:
     """query [b, H, q, d], key/value [b, KV, k, d] (KV divides H), additive float mask
     broadcastable to [b, H, q, k] -> [b, H, q, d]. `causal`: no mask, q == k. `sinks` [H]:
-    per-head attention-sink logits (GPT-OSS `s_aux`), a key every query sees with no value."""
-    if not softcap and sinks is None:
+    per-head attention-sink logits (GPT-OSS `s_aux`), a key every query sees with no value.
+    `explicit` (or a soft cap, or sinks): computed as matmul, soft cap, mask, float32 softmax
+    (over the keys and the sink), matmul: the models' own eager path."""
+    if not (explicit or softcap or sinks is not None):
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask=mask, scale=scale, is_causal=causal, enable_gqa=key.shape[1] != query.shape[1]
         )
-    return attention_math(query, key, value, mask, scale, softcap, causal, sinks)
-
-
-def attention_math(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    causal: bool = False,
-    sinks: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The same, computed as matmul, soft cap, mask, float32 softmax (over the keys and the
-    sink), matmul: the models' own eager path."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
