@@ -80,10 +80,11 @@ def test_bundled_models_by_short_name(tmp_path):
 # ---- windows that grow, progress inside a window -----------------------------------------------
 
 
-def slow_run(events: Path, delay: float, args: list[str]) -> subprocess.Popen:
-    """`scorecli ARGS` whose batches each take `delay` seconds more (tests/slow_cli.py)."""
+def slow_run(events: Path, delay: float, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    """`scorecli ARGS` whose batches each take `delay` seconds more (tests/slow_cli.py); `env`:
+    the process's environment (default: the tests' own)."""
     cmd = [sys.executable, "-m", "tests.slow_cli", str(events), str(delay), *args]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or _env())
 
 
 def read_events(path: Path) -> list[dict]:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +21,7 @@ import pytest
 
 from tests import s3_server
 from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.test_firstrun import slow_run
 
 ROWS = 24
 WINDOW = 2
@@ -211,8 +209,7 @@ def test_dataset_resume_and_a_second_run_on_the_prefix(s3, uploaded, qwen3_seq_c
     case = score(s3, [uploaded], "s3://outputs/busy/", qwen3_seq_cls)
     # the first run's batches take a second more (tests/slow_cli.py): it is still scoring when
     # the second run has started and when its lease is taken, however fast this machine is
-    slow = [sys.executable, "-m", "tests.slow_cli", os.devnull, "1", *case.args]
-    first = subprocess.Popen(slow, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=case.env)
+    first = slow_run(Path(os.devnull), 1, case.args, case.env)
     try:
         _wait_for_parts(s3, first, "outputs", f"busy/{JOURNAL}", 1)
         second = run_cli(case)  # the same prefix while the first run holds its lease

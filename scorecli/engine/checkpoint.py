@@ -167,10 +167,7 @@ class Checkpoint:
             self.store.settings["part_rows"] = size
             self.store.save_settings()
 
-        schedule = Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
-        if schedule.fixed and not self.store.resumed:  # fixed windows from the start: the job keeps their size
-            self.store.settings["part_rows"] = schedule.fixed
-        return schedule
+        return Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
 
     def record(self, part: Part, nulled: dict[str, int]) -> None:
         """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""

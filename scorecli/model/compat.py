@@ -28,6 +28,7 @@ import torch
 
 from scorecli.attention.backends import capabilities
 from scorecli.errors import UsageError, error_line
+from scorecli.kinds import KINDS
 
 # layer kinds (config `layer_types` values) that are attention computed by the backend
 ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", "global", "local"}
@@ -50,8 +51,6 @@ _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, Support] = weakref.WeakKeyDic
 def support_of(loaded) -> Support:
     """The Support of a loaded model (`model.Loaded`): `support` for decoders; a cross-encoder
     runs single-item by its kind, and an encoder (an embedding model's) its own attention."""
-    from scorecli.kinds import KINDS
-
     own_forward = not KINDS[loaded.kind].scorecli_attention
     return Support(True) if own_forward or loaded.is_encoder else support(loaded.model, loaded.kind)
 
@@ -62,8 +61,6 @@ def support(model: torch.nn.Module, kind: str) -> Support:
     Raises:
         UsageError: scorecli cannot reproduce the model in any mode.
     """
-    from scorecli.kinds import KINDS
-
     if model not in _CACHE:
         found = _support(model)  # first: an encoder is told to run as a cross-encoder, whatever its head
         if KINDS[kind].classifier_head:

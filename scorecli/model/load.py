@@ -153,7 +153,7 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     sentence = is_sentence_folder(path)
     hf_config = _load_config(transformer_folder(path) if sentence else path, cfg)
     kind = cfg.kind or ("embedding" if sentence else detect_kind(hf_config))
-    if kind in KINDS and not KINDS[kind].encoder and hf_config.model_type in ENCODER_TYPES:
+    if not KINDS[kind].encoder and hf_config.model_type in ENCODER_TYPES:
         raise UsageError(
             f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
             "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
