@@ -6,9 +6,11 @@
 #                                          # backend in bf16 == the HF bf16 reference,
 #                                          # MIS == single (the first run JIT-compiles flashinfer)
 #   bash benchmarks/gpu_session.sh bench   # benchmarks/bench_gpu.py (Qwen3-0.6B-sized, bf16)
-#   bash benchmarks/gpu_session.sh compare # benchmarks/gpu_compare.py: whole processes, scorecli against
-#                                          # transformers by hand and sentence-transformers (~6 min), then
-#                                          # the CUDA tests alone (-k cuda) in what is left of ~8 minutes
+#   bash benchmarks/gpu_session.sh compare # benchmarks/gpu_attention.py (flashinfer's MIS plans, attention
+#                                          # alone, ~2 min with its kernel builds), then gpu_compare.py: whole
+#                                          # processes, scorecli against transformers by hand and
+#                                          # sentence-transformers (~6 min), then the CUDA tests alone (-k cuda)
+#                                          # in what is left of ~9.8 minutes (one 600 s call)
 #   bash benchmarks/gpu_session.sh all     # tests and bench
 #
 # Run from the repository root; scorecli runs from the source tree (no install). flashinfer is
@@ -39,10 +41,12 @@ if [[ $stage == tests || $stage == all ]]; then
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == compare ]]; then
-  timeout 480 python3 benchmarks/gpu_compare.py --out "$out" 2>&1 | tee "$out/compare.txt"
+  # which MIS plan flashinfer should run (paged or cascade): attention alone, both shapes
+  timeout 150 python3 benchmarks/gpu_attention.py --out "$out" 2>&1 | tee "$out/attention.txt"
+  timeout 390 python3 benchmarks/gpu_compare.py --out "$out" 2>&1 | tee "$out/compare.txt"
   rc=$((rc | PIPESTATUS[0]))
   # the CUDA tests that need no other flashinfer kernel build (head size 64 would be one)
-  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py \
+  timeout 45 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py \
     -k "(cuda or Cuda) and not flashinfer" 2>&1 | tail -15 | tee "$out/tests.txt"
 fi
 if [[ $stage == bench || $stage == all ]]; then

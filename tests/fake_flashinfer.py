@@ -1,4 +1,4 @@
-"""A pure-torch stand-in for the two flashinfer prefill wrappers scorecli uses, for CPU tests.
+"""A pure-torch stand-in for the flashinfer prefill wrappers and the state merge scorecli uses, for CPU tests.
 
 flashinfer's kernels need CUDA, so on a CPU machine `FlashInferBackend` would otherwise never
 run end to end. This module mimics flashinfer 0.7.2's Python API as scorecli calls it (the
@@ -15,6 +15,8 @@ the kernels' semantics as read from their sources:
   planned (`logits_mask_multi_item_scoring`); its pointers are read on the device, as uint32 /
   uint16, so the fake refuses other dtypes or devices (the kernel would read garbage), and it
   refuses a query whose item position exceeds `max_item_len_ptr` (the kernel would skip keys).
+- run(return_lse=True) also returns each row's log-sum-exp in base 2 (flashinfer's `lse_base`
+  default), which `merge_state_in_place` reads in the same base; its `mask` picks the rows merged.
 - The ragged wrapper accepts the MIS arguments but its run() never selects that mask mode, and
   a custom mask it was planned with stays in force until another custom mask replaces it: both
   are flashinfer 0.7.2's behaviour, kept so that tests catch a backend that relies on them.
@@ -39,6 +41,7 @@ def install(monkeypatch) -> types.ModuleType:
     module = types.ModuleType("flashinfer")
     module.BatchPrefillWithRaggedKVCacheWrapper = BatchPrefillWithRaggedKVCacheWrapper
     module.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
+    module.merge_state_in_place = merge_state_in_place
     module.__fake__ = True
     monkeypatch.setitem(sys.modules, "flashinfer", module)
     return module
@@ -54,9 +57,11 @@ def _host_ints(t: torch.Tensor, name: str) -> list[int]:
     return [int(x) for x in t.to("cpu")]
 
 
-def _attend(q, k, v, allowed, scale, cap, out_dtype) -> torch.Tensor:
+def _attend(q, k, v, allowed, scale, cap, out_dtype, lse: list | None = None) -> torch.Tensor:
     """q [Lq, H, d], k/v [Lk, Hkv, d], allowed [Lq, Lk] bool -> [Lq, H, dv] in out_dtype;
-    `cap` > 0: logits soft cap, `cap * tanh(scale * q.k / cap)` (the kernels' variant)."""
+    `cap` > 0: logits soft cap, `cap * tanh(scale * q.k / cap)` (the kernels' variant).
+    `lse`: a list that gets the rows' log-sum-exp of the logits [Lq, H], float32, in base 2
+    (flashinfer's default `lse_base`; -inf for a row with no key)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     if heads % kv_heads:
         raise ValueError(f"num_qo_heads {heads} is not a multiple of num_kv_heads {kv_heads}")
@@ -69,6 +74,8 @@ def _attend(q, k, v, allowed, scale, cap, out_dtype) -> torch.Tensor:
         logits = torch.tanh(logits / cap) * cap
     logits = logits.masked_fill(~allowed.to(logits.device)[None], float("-inf"))
     probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # a row with no key gives zeros, like the kernel
+    if lse is not None:
+        lse.append((torch.logsumexp(logits, dim=-1) / math.log(2)).transpose(0, 1).float())  # [Lq, H]
     return (probs @ vf).transpose(0, 1).to(out_dtype)  # [Lq, H, dv]
 
 
@@ -264,12 +271,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
             raise ValueError(
                 f"k/v have shapes {tuple(k.shape)}/{tuple(v.shape)}, the plan expects {self._kv[-1]} tokens"
             )
-        parts = []
+        if out is not None or lse is not None or lse_layout != "NH" or lse_base != "log2":
+            raise NotImplementedError("the fake returns new tensors, lse in base 2, [T, H]")
+        if self._qo[0] != 0:
+            raise ValueError("qo_indptr must start at row 0")
+        parts: list[torch.Tensor] = []
+        lses: list[torch.Tensor] | None = [] if return_lse else None
         for s in range(len(self._qo) - 1):
             qa, qb, ka, kb = self._qo[s], self._qo[s + 1], self._kv[s], self._kv[s + 1]
             allowed = self._mask(s, qb - qa, kb - ka, None)
-            parts.append(_attend(q[qa:qb], k[ka:kb], v[ka:kb], allowed, self._scale, self._cap, self._o_dtype))
-        return torch.cat(parts)  # [T, H, dv]
+            parts.append(_attend(q[qa:qb], k[ka:kb], v[ka:kb], allowed, self._scale, self._cap, self._o_dtype, lses))
+        return (torch.cat(parts), torch.cat(lses)) if lses is not None else torch.cat(parts)  # [T, H, dv], [T, H]
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
@@ -427,3 +439,26 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
                 _attend(q[qa:qb], k, v, self._mask(s, qb - qa, kv_len, mis), self._scale, self._cap, self._o_dtype)
             )
         return torch.cat(parts)  # [T, H, dv]
+
+
+def merge_state_in_place(
+    v: torch.Tensor,
+    s: torch.Tensor,
+    v_other: torch.Tensor,
+    s_other: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> None:
+    """flashinfer.merge_state_in_place: (v, s) becomes the softmax state over both key sets, for
+    the rows `mask` marks (all rows without one); `s` in base 2, as the wrappers return it."""
+    if s.dtype != torch.float32 or s_other.dtype != torch.float32:
+        raise ValueError("s and s_other must be float32")
+    if v.shape != v_other.shape or s.shape != s_other.shape or v.shape[:2] != s.shape:
+        raise ValueError("v [T, H, d] and s [T, H] shapes disagree")
+    if mask is not None and (mask.dtype != torch.bool or mask.shape != v.shape[:1] or mask.device != v.device):
+        raise ValueError("mask must be a bool [seq_len] tensor on v's device")
+    m = torch.maximum(s, s_other)
+    a, b = torch.exp2(s - m), torch.exp2(s_other - m)  # [T, H]
+    merged = (v.float() * a[..., None] + v_other.float() * b[..., None]) / (a + b)[..., None]
+    rows = torch.ones(v.shape[0], dtype=torch.bool, device=v.device) if mask is None else mask
+    v[rows] = merged[rows].to(v.dtype)
+    s[rows] = (m + torch.log2(a + b))[rows]

@@ -25,6 +25,8 @@ from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense
 from scorecli.attention.dense import SdpaBackend, mis_allowed
 from scorecli.attention.flashinfer import (
     FlashInferBackend,
+    cascade_args,
+    cascade_mask,
     custom_mask,
     custom_mask_indptr,
     dense_mask_from_plan,
@@ -490,6 +492,66 @@ def test_kernel_rule_with_sglang_delimiters_would_differ():
     assert not np.array_equal(wrong, reference_mask(batch))
 
 
+def test_cascade_covers_exactly_the_mis_rule():
+    """The cascade's two plans (each run on itself causally, merged items on their prefix) see
+    exactly the keys our MIS rule allows: no more, no fewer."""
+    for batch in random_batches(400, seed=9):
+        cas = cascade_args(batch)
+        np.testing.assert_array_equal(cascade_mask(cas, batch.num_tokens), reference_mask(batch))
+        assert cas.runs_indptr.dtype == cas.request_indptr.dtype == np.int32 and cas.prefix_rows.dtype == np.int64
+        assert cas.request_indptr[0] == 0 and cas.request_indptr[-1] == (
+            batch.num_tokens if len(cas.request_indptr) > 1 else 0
+        )
+
+
+def test_cascade_args_of_one_row():
+    """A 2-token prefix and items of 3 and 1 tokens, then a sequence without a prefix: its rows ride
+    with the first request and are not merged."""
+    seqs = [
+        s
+        for p, lens in [(2, [3, 1]), (0, [2])]
+        for s in pack_row(EncodedRow(np.arange(p) + 5, [np.arange(n) + 7 for n in lens]), 0, mis=True, max_seq_len=99)
+    ]
+    cas = cascade_args(collate(seqs))
+    assert cas.runs_indptr.tolist() == [0, 2, 5, 6, 8]
+    assert cas.request_indptr.tolist() == [0, 8] and cas.prefix_indptr.tolist() == [0, 2]
+    assert cas.prefix_rows.tolist() == [0, 1]
+    assert cas.merge.tolist() == [False, False, True, True, True, True, False, False]
+
+
+def test_cascade_without_prefixes_is_the_runs_alone():
+    cas = cascade_args(_one_seq(0, [2, 3]))
+    assert cas.prefix_indptr is None and cas.runs_indptr.tolist() == [0, 2, 5] and not cas.merge.any()
+
+
+def test_mis_kernel_from_the_environment(monkeypatch):
+    """`SCORECLI_FLASHINFER_MIS` picks the MIS plan of a backend built by name (benchmarks
+    compare them as whole processes); a name it does not know is a usage error, not a default."""
+    from scorecli.attention.flashinfer import MIS_KERNEL_ENV
+
+    monkeypatch.delenv(MIS_KERNEL_ENV, raising=False)
+    assert FlashInferBackend().mis_kernel == "paged"
+    monkeypatch.setenv(MIS_KERNEL_ENV, "cascade")
+    assert FlashInferBackend().mis_kernel == "cascade" and FlashInferBackend("custom").mis_kernel == "custom"
+    monkeypatch.setenv(MIS_KERNEL_ENV, "pages")
+    with pytest.raises(UsageError, match="SCORECLI_FLASHINFER_MIS: expected one of paged, cascade, custom"):
+        FlashInferBackend()
+
+
+def test_cascade_leaves_a_layout_it_does_not_assume_to_the_mis_kernel(fake_flashinfer):
+    """A sequence whose segment-0 tokens are not exactly its prefix (no packer makes one) runs the
+    kernel's own MIS rule, not the cascade."""
+    import dataclasses
+
+    batch = _one_seq(2, [3, 1])
+    odd = dataclasses.replace(batch, segment=np.where(np.arange(batch.num_tokens) == 5, 0, batch.segment))
+    backend = FlashInferBackend("cascade")
+    backend.plan(batch, torch.device("cpu"), torch.float16)
+    assert backend.mode == "cascade" and backend.plans == ("causal", "prefix")
+    backend.plan(odd, torch.device("cpu"), torch.float16)
+    assert backend.mode == "paged" and backend.plans == ("paged",)
+
+
 def test_custom_mask_equals_mis_allowed():
     for batch in random_batches(300, seed=7):
         flat, indptr = custom_mask(batch), custom_mask_indptr(batch)
@@ -567,7 +629,17 @@ def test_to_device_mixed_dtypes_travel_in_one_buffer():
 
 
 @pytest.mark.parametrize(
-    "name", ["sdpa", "sdpa-blocks", "sdpa-dense", "eager", "flex", "flashinfer-paged", "flashinfer-custom"]
+    "name",
+    [
+        "sdpa",
+        "sdpa-blocks",
+        "sdpa-dense",
+        "eager",
+        "flex",
+        "flashinfer-paged",
+        "flashinfer-cascade",
+        "flashinfer-custom",
+    ],
 )
 def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
     """A backend's plan() sends everything a batch needs (ids, positions, indices, masks, kernel
@@ -581,6 +653,7 @@ def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
         "sdpa-blocks": lambda: SdpaBackend(blocks="always"),
         "sdpa-dense": lambda: SdpaBackend(blocks="never"),
         "flashinfer-paged": lambda: FlashInferBackend("paged"),
+        "flashinfer-cascade": lambda: FlashInferBackend("cascade"),
         "flashinfer-custom": lambda: FlashInferBackend("custom"),
     }
     backend = backends[name]() if name in backends else make_backend(name, torch.device("cpu"))
@@ -589,10 +662,15 @@ def test_one_host_to_device_copy_per_batch(name, fake_flashinfer, monkeypatch):
         inputs = backend.plan(batch, torch.device("cpu"), torch.float32)
         assert len(uploads) - before == 1, (name, getattr(backend, "mode", None))
         if name.startswith("flashinfer") and backend.mode != "causal":  # plan arrays: views of that copy
-            on_device = [v for k, v in backend._plan_kwargs.items() if k.endswith("_ptr") or k == "custom_mask"]
-            on_device += [backend._plan_args[2]] if backend.mode == "paged" else []  # paged_kv_indices
+            args, kwargs = backend._plan_inputs[backend.plans[-1]]
+            on_device = [v for k, v in kwargs.items() if k.endswith("_ptr") or k == "custom_mask"]
+            on_device += [args[2]] if backend.mode == "paged" else []  # paged_kv_indices
+            on_device += list(backend._cascade or ())  # the prefix rows and the rows merged
             buffer = inputs.input_ids.untyped_storage().data_ptr()
-            assert len(on_device) in (1, 4) and all(t.untyped_storage().data_ptr() == buffer for t in on_device)
+            assert len(on_device) in ((0, 2) if backend.mode == "cascade" else (1, 4)) and all(
+                t.untyped_storage().data_ptr() == buffer for t in on_device
+            )
+            assert all(t.device.type == "cpu" for t in args[:2])  # indptrs: read by plan() on the host
 
 
 def test_fake_signatures_match_flashinfer():
@@ -607,15 +685,17 @@ def test_fake_signatures_match_flashinfer():
             ours = inspect.signature(getattr(getattr(fake, name), method))
             theirs = inspect.signature(getattr(getattr(flashinfer, name), method))
             assert list(ours.parameters) == list(theirs.parameters), (name, method)
+    ours, theirs = inspect.signature(fake.merge_state_in_place), inspect.signature(flashinfer.merge_state_in_place)
+    assert list(ours.parameters) == list(theirs.parameters)
 
 
 def _wrapper_calls(backend: FlashInferBackend) -> dict[str, tuple[int, int]]:
-    return {mode: (w.plan_calls, w.run_calls) for mode, w in (backend._wrappers or {}).items()}
+    return {name: (w.plan_calls, w.run_calls) for name, w in (backend._wrappers or {}).items()}
 
 
 @pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+@pytest.mark.parametrize("mis_kernel", ["paged", "cascade", "custom"])
 def test_flashinfer_backend_on_the_stand_in_equals_sdpa(fake_flashinfer, mis_kernel, dtype):
     """Plans once per batch (not per layer), picks causal for single-item batches, lays out
     q/k/v and GQA as the wrappers take them, and returns the dense MIS attention."""
@@ -631,8 +711,10 @@ def test_flashinfer_backend_on_the_stand_in_equals_sdpa(fake_flashinfer, mis_ker
         for _ in range(layers):
             out = backend.attend(None, q, k, v, 0.3)
         after = _wrapper_calls(backend)
-        assert after[backend.mode][0] - before.get(backend.mode, (0, 0))[0] == 1  # one plan for all layers
-        assert after[backend.mode][1] - before.get(backend.mode, (0, 0))[1] == layers
+        for name in backend.plans:  # each wrapper the batch runs: one plan for all layers
+            assert after[name][0] - before.get(name, (0, 0))[0] == 1
+            assert after[name][1] - before.get(name, (0, 0))[1] == layers
+        assert all(after[n] == before.get(n, (0, 0)) for n in after if n not in backend.plans)  # no other ran
         assert out.dtype == dtype and out.shape == (1, batch.num_tokens, q.shape[1], q.shape[3])
         kdtype = torch.float16 if dtype == torch.float32 else dtype  # what the kernel computes in
         ref = _sdpa_reference(batch, *(x.to(kdtype).float() for x in (q, k, v)), 0.3)
@@ -660,7 +742,7 @@ def test_flashinfer_scores_on_the_stand_in_equal_sdpa(fake_flashinfer, request, 
 
 
 @pytest.mark.filterwarnings("ignore:flashinfer kernels take float16")
-@pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+@pytest.mark.parametrize("mis_kernel", ["paged", "cascade", "custom"])
 def test_flashinfer_mis_on_the_stand_in_equals_single(fake_flashinfer, qwen3_seq_cls, mis_kernel):
     """Distinct items of one MIS sequence keep distinct scores, equal to their single-item ones."""
     fake_flashinfer.use_mis_kernel(mis_kernel)
@@ -780,7 +862,7 @@ class TestFlashInferCuda:
         for a, b in zip(s_fi, s_ref):
             np.testing.assert_allclose(a, b, atol=tol, rtol=0)
 
-    @pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+    @pytest.mark.parametrize("mis_kernel", ["paged", "cascade", "custom"])
     def test_attend_equals_sdpa_with_dense_mask(self, mis_kernel):
         pytest.importorskip("flashinfer")
         backend, device = FlashInferBackend(mis_kernel=mis_kernel), torch.device("cuda")
@@ -791,7 +873,7 @@ class TestFlashInferCuda:
             ref = _sdpa_reference(batch, *(x.float().cpu() for x in (q, k, v)), 0.125)
             torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 
-    @pytest.mark.parametrize("mis_kernel", ["paged", "custom"])
+    @pytest.mark.parametrize("mis_kernel", ["paged", "cascade", "custom"])
     def test_mis_mask_is_applied(self, model64, mis_kernel):
         """Distinct items in one MIS sequence get distinct scores, equal to single-item ones."""
         from scorecli import Scorer
