@@ -55,14 +55,19 @@ class _Broken:
                 from torch._dynamo.exc import BackendCompilerFailed
 
                 raise BackendCompilerFailed(lambda *a: None, RuntimeError("no C++ compiler found"), None)
-            return fn(layer, *args, **kwargs).roll(1, dims=1)  # a miscompiled layer: tokens shifted
+            out = fn(layer, *args, **kwargs)
+            if self.mode == "scaled":  # a miscompile that hits every token alike (a wrong norm epsilon, say)
+                return out * 1.05
+            return out.roll(1, dims=1)  # a miscompiled layer: tokens shifted
 
         return compiled
 
 
-@pytest.mark.parametrize("mode", ["fail", "wrong"])
+@pytest.mark.parametrize("mode", ["fail", "wrong", "scaled"])
 def test_auto_compile_falls_back_to_eager(qwen3_seq_cls, monkeypatch, mode):
-    """A compiler failure, or compiled layers that fail the self-check: one warning, eager scores."""
+    """A compiler failure, or compiled layers that fail the self-check (whose reference runs the
+    layers eagerly: a miscompile that changes a lone sequence as it changes a packed one is caught
+    too): one warning, eager scores."""
     rows = _rows(5, seed=2)
     expected = Scorer(qwen3_seq_cls, compile="off").score_rows(rows)
     broken = _Broken(mode)

@@ -13,13 +13,15 @@ of the device time; benchmarks/RESULTS.md). Inductor fuses each of them into one
   eagerly, planned once per batch.
 - A compile that fails (no compiler, an unsupported construct) puts the layers back as they
   were, with one warning, when the run chose compilation itself (`--compile auto`); a compiled
-  forward that scores differently is caught by the start-up self-check, which does the same.
+  forward that scores differently is caught by the start-up self-check, which does the same
+  (its reference runs the layers eagerly, `paused`).
 
 Knows nothing about batches, kinds or files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 import warnings
 
@@ -79,6 +81,15 @@ class CompiledLayers:
 
         for layer in layers[:-1]:
             layer.forward = types.MethodType(forward, layer)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """The layers run eagerly inside (the self-check's reference: the model's own forward)."""
+        active, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = active
 
     def restore(self, why: str) -> None:
         """Run the layers eagerly from now on, saying `why` once."""
