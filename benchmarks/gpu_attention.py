@@ -7,7 +7,10 @@ packed as scorecli packs it (query + items, no delimiters), q/k/v are random bf1
 Qwen3-0.6B's heads (16 query heads, 8 KV heads, head size 128), and each plan runs `--layers`
 attention calls after its plan(), timed with CUDA events around all of them (one sync). Printed
 per plan: ms per attention call, the useful work's rate (4 x heads x head size x the keys each
-query may see, per call), and the largest difference from the `paged` plan's output.
+query may see, per call), and the largest difference from the `paged` plan's output. Then the
+norms a layer runs eagerly (scorecli/runtimes/fused_norms.py): transformers' Qwen3RMSNorm and
+`rms_norm` on the same activations (a layer norm over 1,024 and a per-head norm over 128), ms per
+call and the largest difference.
 
     python benchmarks/gpu_attention.py --out $OUT      # on the GPU machine (gpu_session.sh compare)
     python benchmarks/gpu_attention.py --dry           # CPU, flashinfer's stand-in (tests/), tiny
@@ -16,6 +19,7 @@ query may see, per call), and the largest difference from the `paged` plan's out
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -127,7 +131,42 @@ def main() -> int:
                 Path(args.out).mkdir(parents=True, exist_ok=True)
                 with (Path(args.out) / "attention.jsonl").open("a") as f:
                     f.write(json.dumps(rec) + "\n")
+    records += norms(args.tokens, device, args.out)
     return 0 if all("error" not in r for r in records) else 1
+
+
+@torch.inference_mode()
+def norms(tokens: int, device: torch.device, out: str | None) -> list[dict]:
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    records = []
+    for what, shape in (("layer norm", (tokens, 1024)), ("per-head norm", (tokens, HEADS, HEAD_DIM))):
+        x = torch.randn(*shape, device=device, dtype=torch.bfloat16)
+        norm = Qwen3RMSNorm(shape[-1], eps=1e-6).to(device, torch.bfloat16)
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+        rec: dict = {"norm": what, "shape": list(shape)}
+        own = functools.partial(norm, x)
+        fused = functools.partial(torch.nn.functional.rms_norm, x, (shape[-1],), norm.weight, 1e-6)
+        for name, fn in (("transformers", own), ("rms_norm", fused)):
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                y = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            rec[f"{name}_ms"] = round((time.perf_counter() - t0) * 1e3 / 20, 3)
+            rec.setdefault("outputs", []).append(y)
+        a, b = rec.pop("outputs")
+        rec["max_abs_diff"] = float((a.float() - b.float()).abs().max())
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        if out:
+            with (Path(out) / "attention.jsonl").open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+    return records
 
 
 if __name__ == "__main__":

@@ -150,12 +150,10 @@ class Scorer:
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
         except SelfCheckError as err:
-            compiled = getattr(self.family, "compiled", None)
-            if compiled is not None and compiled.active and not compiled.strict:
-                compiled.restore(f"the compiled layers failed the self-check ({err})")
-            elif self.fallback is None:
-                raise
-            else:
+            # a speed-up the run chose (compiled layers, fused norms) goes first; then `auto`'s backend
+            if not self.family.drop_speedup(str(err)):
+                if self.fallback is None:
+                    raise
                 self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
             return self._self_check()
         if self.self_check_error is None:

@@ -6,6 +6,9 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 import torch
 
@@ -18,6 +21,7 @@ from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.runtimes import compile_layers, runtime_info
+from scorecli.runtimes.fused_norms import fuse_norms
 
 
 class DecoderFamily(FamilyDefaults):
@@ -44,6 +48,8 @@ class DecoderFamily(FamilyDefaults):
         self.fallback = attention_backends.fallback(cfg.attention, backend.name)
         self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
         self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
+        # compiled layers fuse the norms themselves
+        self.fused_norms = fuse_norms(loaded.model, loaded.device) if self.compiled is None else None
         self.padded = backend.is_padded
         # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
         self.shares_prefix = (
@@ -54,6 +60,27 @@ class DecoderFamily(FamilyDefaults):
         # (transformers' `*ForSequenceClassification`): items are read there too (`_read_where_hf_does`)
         pad = getattr(text_config(loaded.config), "pad_token_id", None) if spec.kind == "seq-cls" else None
         self.pad_id = pad if isinstance(pad, int) else None
+
+    def own_forward(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        for speedup in (self.compiled, self.fused_norms):
+            if speedup is not None:
+                stack.enter_context(speedup.paused())
+        return stack
+
+    def drop_speedup(self, why: str) -> bool:
+        if self.compiled is not None and self.compiled.active and not self.compiled.strict:
+            self.compiled.restore(f"the compiled layers failed the self-check ({why})")
+            return True
+        if self.fused_norms is not None and self.fused_norms.active:
+            self.fused_norms.restore()
+            warnings.warn(
+                f"fused RMSNorm failed the self-check ({why}); running the model's own norms",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return True
+        return False
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec

@@ -8,8 +8,6 @@ Knows nothing about files or the CLI.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
@@ -186,10 +184,9 @@ def _references(scorer, sequences: list[list[int]]) -> list[tuple[np.ndarray, np
     from scorecli.attention import ATTN_NAME, set_implementation
 
     model = scorer.loaded.model
-    compiled = getattr(scorer.family, "compiled", None)  # the model's own layers, not compiled ones
     set_implementation(model, "eager")
     try:
-        with compiled.paused() if compiled is not None else contextlib.nullcontext():
+        with scorer.family.own_forward():  # its own layers and norms, not compiled or fused ones
             return [_reference(scorer, ids) for ids in sequences]
     finally:
         set_implementation(model, ATTN_NAME)

@@ -2,6 +2,7 @@
 
 - `compiled`: `torch.compile` around a decoder's layers (norms, projections, rotary and MLP
   fused), attention left to scorecli's backends; `compile_layers` below decides `--compile`;
+- `fused_norms`: a decoder's RMSNorms as one `rms_norm` kernel each when its layers run uncompiled;
 - `budget`: the default token budget of a batch (the device's free memory on CUDA);
 - `onnx`, `int8`: ONNX Runtime for BERT-family encoders on CPU, and its int8 copy (`--runtime`);
 - `fast_encoder`: BERT-family encoders with fused QKV and a last layer computed at the rows read.
