@@ -25,9 +25,9 @@ import torch
 from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.core.batching import collate, plan_batches
-from scorecli.core.encode import Fields, Row, parse_row
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate, top_k
+from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line

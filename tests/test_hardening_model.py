@@ -343,7 +343,7 @@ ROWS = [
 
 @pytest.mark.parametrize("data, message", ROWS, ids=range(len(ROWS)))
 def test_parse_row_names_the_field_and_what_is_wrong(data, message):
-    from scorecli.core.encode import Fields, parse_row
+    from scorecli.core.rows import Fields, parse_row
     from scorecli.errors import InputError
 
     with pytest.raises(InputError) as info:
@@ -353,7 +353,7 @@ def test_parse_row_names_the_field_and_what_is_wrong(data, message):
 
 def test_parse_row_takes_the_columns_that_are_given():
     """A Parquet file with text and token-id columns: each row uses the pair it fills."""
-    from scorecli.core.encode import Fields, parse_row
+    from scorecli.core.rows import Fields, parse_row
 
     row = parse_row({"query": None, "items": None, "query_ids": [1], "item_ids": [[2]]}, "r", Fields())
     assert row.pretokenized and row.query == [1] and row.items == [[2]]
@@ -381,7 +381,8 @@ class _Picky:
 def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cross_encoder):
     from transformers import AutoTokenizer
 
-    from scorecli.core.encode import DecoderEncoder, PairEncoder, Row
+    from scorecli.core.encode import DecoderEncoder, PairEncoder
+    from scorecli.core.rows import Row
     from scorecli.core.templates import load_template
 
     rows = [Row("q", ["fine"], None, None), Row("q", ["fine", "x BOOM"], None, None), Row("BOOM", ["a"], None, None)]

@@ -10,9 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from scorecli.core.encode import DecoderEncoder, PairEncoder, Row
+from scorecli.core.encode import DecoderEncoder, PairEncoder
 from scorecli.core.longtext import Bounder
 from scorecli.core.pack import truncate_items
+from scorecli.core.rows import Row
 from scorecli.core.templates import load_template
 from tests import models
 

@@ -287,7 +287,7 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done:
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
     """
-    from scorecli.core.encode import Fields, parse_row
+    from scorecli.core.rows import Fields, parse_row
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     refs, total = [], 0

@@ -48,7 +48,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
     unless `cfg.skip_bad_rows`.
     """
-    from scorecli.core.encode import Fields, parse_row
+    from scorecli.core.rows import Fields, parse_row
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
     firsts: list[RawRow] = []

@@ -17,9 +17,10 @@ import torch
 
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.core.batching import Batch
-from scorecli.core.encode import Row, tokenize
+from scorecli.core.encode import tokenize
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
+from scorecli.core.rows import Row
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS

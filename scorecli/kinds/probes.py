@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_ROWS, PROBE_TEXT, SelfCheckError, relative_error
-from scorecli.core.encode import Row
+from scorecli.core.rows import Row
 from scorecli.io.readers import RawRow
 from scorecli.kinds.heads import activate
 from scorecli.model.sentence import similarity

@@ -1,0 +1,125 @@
+"""Validate a raw row's fields into a `Row`: the query and items as text or as token ids.
+
+`parse_row` names the row and field a problem is in (`InputError`, one line); nothing here
+tokenizes (`core.encode` does) or knows about models, files or output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scorecli.core.templates import text_problem
+from scorecli.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A validated input row: text or pre-tokenized query and items."""
+
+    query: str | list[int]
+    items: list[str] | list[list[int]]
+    instruction: str | None
+    id: Any
+
+    @property
+    def pretokenized(self) -> bool:
+        return not isinstance(self.query, str)
+
+
+@dataclass(frozen=True)
+class Fields:
+    query: str = "query"
+    items: str = "items"
+    id: str = "id"
+
+
+def parse_row(data: dict, where: str, fields: Fields) -> Row:
+    """Check one record's fields and types; raise InputError naming `where` and the field.
+
+    Text fields must be valid Unicode (a lone surrogate such as JSON's "\\ud800" is not) and
+    token ids ints in 0 .. 2^63 - 1 (the vocabulary bound is checked by the encoder).
+    """
+    text_fields, id_fields = (fields.query, fields.items), ("query_ids", "item_ids")
+
+    def given(names: tuple[str, ...]) -> bool:
+        return any(data.get(n) is not None for n in names)
+
+    if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
+        query = _get(data, fields.query, where)
+        items = _get(data, fields.items, where)
+        if not isinstance(query, str):
+            raise InputError(f"{where}: field '{fields.query}': expected a string, got {_type(query)}")
+        _check_text(query, where, f"'{fields.query}'")
+        _check_list(items, where, fields.items, _text_error)
+    elif given(id_fields) or any(n in data for n in id_fields):
+        query = _get(data, "query_ids", where)
+        items = _get(data, "item_ids", where)
+        _check_list(query, where, "query_ids", _token_error)
+        _check_list(items, where, "item_ids", _ids_error)
+    else:
+        raise InputError(f"{where}: missing field '{fields.query}' (or 'query_ids')")
+    instruction = data.get("instruction")
+    if instruction is not None:
+        if not isinstance(instruction, str):
+            raise InputError(f"{where}: field 'instruction': expected a string, got {_type(instruction)}")
+        _check_text(instruction, where, "'instruction'")
+    return Row(query, items, instruction, data.get(fields.id))
+
+
+def _get(data: dict, name: str, where: str) -> Any:
+    if name not in data:
+        raise InputError(f"{where}: missing field '{name}'")
+    if data[name] is None:
+        raise InputError(f"{where}: field '{name}' is null")
+    return data[name]
+
+
+def _check_list(value: Any, where: str, name: str, error_of) -> None:
+    """`value` must be a list whose elements pass `error_of` (None: fine, else what is wrong)."""
+    if not isinstance(value, list):
+        raise InputError(f"{where}: field '{name}': expected a list, got {_type(value)}")
+    for k, x in enumerate(value):
+        problem = error_of(x)
+        if problem is not None:
+            raise InputError(f"{where}: field '{name}'[{k}]{problem}")
+
+
+MAX_TOKEN_ID = 2**63 - 1  # int64, what token ids are stored as
+
+
+def _check_text(value: str, where: str, field: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InputError(f"{where}: field {field}: {problem}")
+
+
+def _text_error(x: Any) -> str | None:
+    if not isinstance(x, str):
+        return f": expected a string, got {_type(x)}"
+    problem = text_problem(x)
+    return None if problem is None else f": {problem}"
+
+
+def _token_error(x: Any) -> str | None:
+    """None for a valid token id, else what is wrong with `x` (starting with ': ')."""
+    if type(x) is int and 0 <= x <= MAX_TOKEN_ID:  # not bool: True is no token id
+        return None
+    if type(x) is not int:
+        return f": expected a token id (an int >= 0), got {_type(x)}"
+    if x < 0:
+        return f": token id {x} is negative"
+    return f": token id {x} is outside the vocabulary"
+
+
+def _ids_error(x: Any) -> str | None:
+    if not isinstance(x, list):
+        return f": expected a list of token ids, got {_type(x)}"
+    if all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in x):  # the fast path
+        return None
+    j, problem = next((j, p) for j, t in enumerate(x) if (p := _token_error(t)) is not None)
+    return f"[{j}]{problem}"
+
+
+def _type(x: Any) -> str:
+    return "null" if x is None else type(x).__name__
