@@ -26,12 +26,12 @@ from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.core.batching import collate, plan_batches
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
-from scorecli.core.ranking import Chunking, aggregate, top_k
+from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback
 from scorecli.errors import InputError, UsageError, error_line
-from scorecli.io.ids import id_array
+from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
@@ -341,30 +341,19 @@ class Scorer:
     # ---- output -----------------------------------------------------------------------
 
     def _table(self, prepared: Prepared, scores: np.ndarray, hidden: np.ndarray) -> pa.Table:
-        null = pa.array([e is not None for e in prepared.errors], type=pa.bool_())
-        offsets = pa.array(prepared.item_offsets.astype(np.int32))
-        n_labels = scores.shape[1]
-        columns: dict[str, pa.Array] = {}
-        if prepared.has_id:
-            columns[self.fields.id] = id_array(prepared.ids, self.fields.id, prepared.id_type)
-        columns["scores"] = pa.ListArray.from_arrays(offsets, _rows_of(scores, n_labels), mask=null)
-        score = scores[:, self.spec.positive_index]
-        columns["score"] = pa.ListArray.from_arrays(offsets, pa.array(score, type=pa.float32()), mask=null)
-        if self.config.top_k is not None:
-            top_offsets, top = top_k(score, prepared.item_offsets, self.config.top_k)
-            columns["top_k"] = pa.ListArray.from_arrays(pa.array(top_offsets), pa.array(top), mask=null)
-        if self.chunking is not None:
-            chunks = np.ones(prepared.num_items, dtype=np.int32) if prepared.chunks is None else prepared.chunks
-            columns["num_chunks"] = pa.ListArray.from_arrays(offsets, pa.array(chunks.astype(np.int32)), mask=null)
-        if self.hidden_pooling:
-            values = hidden.astype(np.float16 if self.config.hidden_dtype == "float16" else np.float32)
-            columns["pooled_hidden_states"] = pa.ListArray.from_arrays(
-                offsets, _rows_of(values, values.shape[1]), mask=null
-            )
-        columns["num_tokens"] = pa.array(prepared.num_tokens, type=pa.int64())
-        if self.config.skip_bad_rows:
-            columns["error"] = pa.array(prepared.errors, type=pa.string())
-        return pa.table(columns).replace_schema_metadata(self.metadata)
+        cfg = self.config
+        hidden_dtype = (
+            (cfg.hidden_dtype if cfg.hidden_dtype == "float16" else "float32") if self.hidden_pooling else None
+        )
+        cols = Columns(
+            self.fields.id,
+            self.spec.positive_index,
+            cfg.top_k,
+            self.chunking is not None,
+            hidden_dtype,
+            cfg.skip_bad_rows,
+        )
+        return window_table(prepared, scores, hidden, cols, self.metadata)
 
     def empty_table(self) -> pa.Table:
         """The output table of zero rows (same columns and types as a scored window)."""
@@ -398,14 +387,3 @@ class Scorer:
 def _free_cache(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def _rows_of(values: np.ndarray, width: int) -> pa.Array:
-    """[n, width] -> an Arrow list array of n lists of `width` values."""
-    flat = pa.array(np.ascontiguousarray(values).reshape(-1))
-    offsets = pa.array(
-        np.arange(0, values.shape[0] * width + 1, width, dtype=np.int32)
-        if width
-        else np.zeros(values.shape[0] + 1, dtype=np.int32)
-    )
-    return pa.ListArray.from_arrays(offsets, flat)
