@@ -23,8 +23,8 @@ from torch.nn.attention.flex_attention import create_mask
 from scorecli.attention import blocks, dense, make_backend
 from scorecli.attention.blocks import BlockPlan, batch_groups, block_cost, dense_cost, item_groups
 from scorecli.attention.dense import SdpaBackend, mis_allowed
-from scorecli.attention.flashinfer import (
-    FlashInferBackend,
+from scorecli.attention.flashinfer import FlashInferBackend
+from scorecli.attention.flashinfer_args import (
     cascade_args,
     cascade_mask,
     custom_mask,

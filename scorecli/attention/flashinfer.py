@@ -31,38 +31,18 @@ import torch
 from scorecli.attention import ModelInputs, to_device
 from scorecli.attention.backends import FLASHINFER_HEAD_DIMS
 from scorecli.attention.flashinfer_args import (
-    CascadeArgs,
-    MisArgs,
     PagedKV,
     cascade_args,
-    cascade_mask,
     custom_mask,
-    custom_mask_indptr,
-    dense_mask_from_plan,
     is_single_item,
     mis_args,
     paged_kv_args,
-    position_in_item,
     prefix_first,
 )
 from scorecli.attention.shared import SharedKV
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError, notice
 
-__all__ = [  # the plan arguments, re-exported for the tests and benchmarks
-    "CascadeArgs",
-    "MisArgs",
-    "PagedKV",
-    "cascade_args",
-    "cascade_mask",
-    "custom_mask",
-    "custom_mask_indptr",
-    "dense_mask_from_plan",
-    "is_single_item",
-    "mis_args",
-    "paged_kv_args",
-    "position_in_item",
-]
 MIS_KERNELS = ("paged", "cascade", "custom")
 MIS_KERNEL_ENV = "SCORECLI_FLASHINFER_MIS"  # which of MIS_KERNELS a backend built by name uses
 

@@ -11,6 +11,7 @@ This package knows nothing about files, rows or the command line.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,21 @@ RUNTIMES: dict[str, RuntimeInfo] = {
     ),
 }
 NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
+
+
+class Speedup:
+    """A speed-up wrapped around a model's modules (`compiled`, `fused_norms`): in force while
+    `active`; `paused()` runs the model's own modules for a while (the self-check's reference)."""
+
+    active: bool = True
+
+    @contextlib.contextmanager
+    def paused(self):
+        active, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = active
 
 
 def runtime_info(name: str) -> RuntimeInfo:

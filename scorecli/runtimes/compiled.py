@@ -21,13 +21,13 @@ Knows nothing about batches, kinds or files.
 
 from __future__ import annotations
 
-import contextlib
 import types
 import warnings
 
 import torch
 
 from scorecli.errors import notice
+from scorecli.runtimes import Speedup
 
 COMPILE_NOTE = (
     "compiling the model's layers with torch.compile for this device (the first run on this machine "
@@ -49,8 +49,8 @@ def is_compiler_error(exc: BaseException) -> bool:
     return isinstance(exc, InductorError)
 
 
-class CompiledLayers:
-    """A decoder's layers (but the last) run compiled until `restore()`.
+class CompiledLayers(Speedup):
+    """A decoder's layers (but the last) run compiled until `restore()` (eagerly while `paused()`).
 
     Args:
         layers: the model's decoder layers (a `torch.nn.ModuleList` of one class).
@@ -81,15 +81,6 @@ class CompiledLayers:
 
         for layer in layers[:-1]:
             layer.forward = types.MethodType(forward, layer)
-
-    @contextlib.contextmanager
-    def paused(self):
-        """The layers run eagerly inside (the self-check's reference: the model's own forward)."""
-        active, self.active = self.active, False
-        try:
-            yield
-        finally:
-            self.active = active
 
     def restore(self, why: str) -> None:
         """Run the layers eagerly from now on, saying `why` once."""

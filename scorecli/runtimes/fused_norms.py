@@ -21,12 +21,13 @@ Knows nothing about batches, kinds or files.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import types
 
 import torch
 import torch.nn.functional as F
+
+from scorecli.runtimes import Speedup
 
 # devices where decoders run fused norms by default: on a CPU the norms are a small share of the
 # forward beside the matrix products
@@ -74,7 +75,7 @@ def computes_rms_norm(module: torch.nn.Module) -> bool:
     return bool(torch.allclose(own, fused, rtol=1e-5, atol=1e-6))
 
 
-class FusedNorms:
+class FusedNorms(Speedup):
     """A model's RMSNorm modules (those `computes_rms_norm` accepts) run `rms_norm` until
     `restore()`; `paused()` runs their own forward for a while."""
 
@@ -100,15 +101,6 @@ class FusedNorms:
 
         for module in self.modules:
             module.forward = types.MethodType(forward, module)
-
-    @contextlib.contextmanager
-    def paused(self):
-        """The modules run their own forward inside (the self-check's reference)."""
-        active, self.active = self.active, False
-        try:
-            yield
-        finally:
-            self.active = active
 
     def restore(self) -> None:
         """Every module runs its own forward again."""
