@@ -95,3 +95,36 @@ def test_a_wrong_fused_norm_fails_the_self_check_and_is_put_back(qwen3_seq_cls, 
         scorer = Scorer(qwen3_seq_cls, attention="sdpa", mode="mis")
     assert not scorer.family.fused_norms.active and scorer.self_check_note.startswith("passed")
     np.testing.assert_allclose(_scores(scorer.score_rows(_rows())), expected, rtol=0, atol=1e-6)
+
+
+def test_a_decoder_embedders_norms_fuse_and_embed_as_its_own(tmp_path, fused_on_cpu):
+    """A Qwen3-based embedding model (sentence-transformers folder): its norms fused, the same
+    scores and embeddings as with the model's own norms, the self-check passed against them."""
+    from tests.embedding_models import build_sentence_model
+
+    path = build_sentence_model(tmp_path / "st", base="qwen3", pooling="lasttoken", normalize=True)
+    rows = _rows(4, seed=9)
+    scorer = Scorer(path, pooled_hidden_states=True)
+    fused = scorer.family.fused_norms
+    assert fused is not None and fused.active and fused.modules
+    assert scorer.self_check_note.startswith("passed")
+    got = scorer.score_rows(rows)
+    fused.restore()
+    own = scorer.score_rows(rows)
+    np.testing.assert_allclose(_scores(got), _scores(own), rtol=0, atol=2e-6)
+    for a, b in zip(got["pooled_hidden_states"].to_pylist(), own["pooled_hidden_states"].to_pylist()):
+        np.testing.assert_allclose(np.array(a, dtype=np.float64), np.array(b, dtype=np.float64), rtol=0, atol=2e-6)
+
+
+def test_a_wrong_fused_norm_in_an_embedder_is_put_back(tmp_path, fused_on_cpu, monkeypatch):
+    from tests.embedding_models import build_sentence_model
+
+    path = build_sentence_model(tmp_path / "st", base="qwen3", pooling="mean")
+    expected = _scores(Scorer(path).score_rows(_rows(3)))
+    monkeypatch.setattr(fused_norms, "computes_rms_norm", lambda module: True)
+    real = torch.nn.functional.rms_norm
+    monkeypatch.setattr(fused_norms.F, "rms_norm", lambda x, shape, w, eps: real(x, shape, w, eps) * 1.05)
+    with pytest.warns(RuntimeWarning, match="fused RMSNorm failed the self-check"):
+        scorer = Scorer(path)
+    assert not scorer.family.fused_norms.active and scorer.self_check_note.startswith("passed")
+    np.testing.assert_allclose(_scores(scorer.score_rows(_rows(3))), expected, rtol=0, atol=1e-6)

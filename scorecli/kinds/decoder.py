@@ -7,7 +7,6 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 from __future__ import annotations
 
 import contextlib
-import warnings
 
 import numpy as np
 import torch
@@ -73,12 +72,7 @@ class DecoderFamily(FamilyDefaults):
             self.compiled.restore(f"the compiled layers failed the self-check ({why})")
             return True
         if self.fused_norms is not None and self.fused_norms.active:
-            self.fused_norms.restore()
-            warnings.warn(
-                f"fused RMSNorm failed the self-check ({why}); running the model's own norms",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            self.fused_norms.restore(why)
             return True
         return False
 

@@ -10,6 +10,7 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.model.messages import ChatTexts
 from scorecli.model.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
 from scorecli.runtimes import fast_encoder
+from scorecli.runtimes.fused_norms import fuse_norms
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +217,21 @@ class EmbeddingFamily(FamilyDefaults):
         self.fallback = attention_backends.fallback(cfg.attention, self.backend_name)
         self.padded = backend.is_padded if backend else True
         self.dimension = self.modules.dimension(loaded.config.hidden_size)
+        # a decoder embedder's norms as one kernel each (`runtimes.fused_norms`; on CUDA)
+        self.fused_norms = fuse_norms(loaded.model, loaded.device) if backend is not None else None
 
     @property
     def hidden_width(self) -> int:
         return self.dimension if self.pooling else 0
+
+    def own_forward(self) -> contextlib.AbstractContextManager:
+        return self.fused_norms.paused() if self.fused_norms is not None else contextlib.nullcontext()
+
+    def drop_speedup(self, why: str) -> bool:
+        if self.fused_norms is None or not self.fused_norms.active:
+            return False
+        self.fused_norms.restore(why)
+        return True
 
     @property
     def entry_width(self) -> int:

@@ -120,14 +120,15 @@ def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> 
     if decoder:
         set_implementation(model, "eager")
     try:
-        out = []
-        for ids, skip in zip(texts, skips):
-            x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
-            kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
-            hidden = model(input_ids=x, **kwargs).last_hidden_state[0].float()
-            pooled = torch.cat([_pool_one(hidden, min(skip, len(ids)), mode) for mode in modules.pooling])
-            out.append(modules.after_pooling(pooled[None])[0].cpu())
-        return torch.stack(out)
+        with scorer.family.own_forward():  # its own norms, not fused ones
+            out = []
+            for ids, skip in zip(texts, skips):
+                x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
+                kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
+                hidden = model(input_ids=x, **kwargs).last_hidden_state[0].float()
+                pooled = torch.cat([_pool_one(hidden, min(skip, len(ids)), mode) for mode in modules.pooling])
+                out.append(modules.after_pooling(pooled[None])[0].cpu())
+            return torch.stack(out)
     finally:
         if decoder:
             set_implementation(model, ATTN_NAME)

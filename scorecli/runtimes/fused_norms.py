@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import types
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -102,11 +103,17 @@ class FusedNorms(Speedup):
         for module in self.modules:
             module.forward = types.MethodType(forward, module)
 
-    def restore(self) -> None:
-        """Every module runs its own forward again."""
+    def restore(self, why: str | None = None) -> None:
+        """Every module runs its own forward again; `why`: said in one warning."""
         self.active = False
         for module in self.modules:
             module.__dict__.pop("forward", None)
+        if why is not None:
+            warnings.warn(
+                f"fused RMSNorm failed the self-check ({why}); running the model's own norms",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def fuse_norms(model: torch.nn.Module, device: torch.device) -> FusedNorms | None:
