@@ -128,3 +128,18 @@ def test_a_wrong_fused_norm_in_an_embedder_is_put_back(tmp_path, fused_on_cpu, m
         scorer = Scorer(path)
     assert not scorer.family.fused_norms.active and scorer.self_check_note.startswith("passed")
     np.testing.assert_allclose(_scores(scorer.score_rows(_rows(3))), expected, rtol=0, atol=1e-6)
+
+
+def test_a_failure_the_fused_norms_do_not_cause_is_not_blamed_on_them(qwen3_seq_cls, fused_on_cpu, monkeypatch):
+    """A self-check that fails with the norms paused too (here: a tolerance nothing meets) is the
+    backend's or the model's: the run stops as without fused norms, with no warning about them."""
+    import warnings
+
+    from scorecli.checks import selfcheck
+
+    monkeypatch.setattr(selfcheck, "TOLERANCE_FP32", -1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(selfcheck.SelfCheckError):
+            Scorer(qwen3_seq_cls, attention="sdpa")
+    assert not [w for w in caught if "fused RMSNorm" in str(w.message)]

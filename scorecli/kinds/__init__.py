@@ -14,9 +14,7 @@ This package knows nothing about files, progress or the command line.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +26,8 @@ from scorecli.core.ranking import Chunking, last_chunks
 
 if TYPE_CHECKING:
     import torch
+
+    from scorecli.runtimes import Speedup
 
 
 class Family(Protocol):
@@ -101,14 +101,10 @@ class Family(Protocol):
         approximate runtime (`drift`; kinds that run `--runtime onnx-int8` only)."""
         ...
 
-    def own_forward(self) -> AbstractContextManager:
-        """Inside, the model runs its own forward: speed-ups wrapped around its modules (compiled
-        layers, fused norms) are paused (the self-check's reference)."""
-        ...
-
-    def drop_speedup(self, why: str) -> bool:
-        """After a failed self-check: put back the speed-ups the run chose itself (not one the user
-        asked for), saying `why`; whether there was one (the check then runs again)."""
+    @property
+    def speedups(self) -> tuple[Speedup, ...]:
+        """Speed-ups wrapped around the model's modules (compiled layers, fused norms): the
+        self-check's reference pauses them, and one that fails the check is put back."""
         ...
 
 
@@ -132,11 +128,7 @@ class FamilyDefaults:
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         return None  # only a kind that runs an approximate runtime measures its drift
 
-    def own_forward(self) -> AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def drop_speedup(self, why: str) -> bool:
-        return False
+    speedups: tuple[Speedup, ...] = ()
 
     def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
         return out

@@ -6,8 +6,6 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
@@ -60,21 +58,9 @@ class DecoderFamily(FamilyDefaults):
         pad = getattr(text_config(loaded.config), "pad_token_id", None) if spec.kind == "seq-cls" else None
         self.pad_id = pad if isinstance(pad, int) else None
 
-    def own_forward(self) -> contextlib.ExitStack:
-        stack = contextlib.ExitStack()
-        for speedup in (self.compiled, self.fused_norms):
-            if speedup is not None:
-                stack.enter_context(speedup.paused())
-        return stack
-
-    def drop_speedup(self, why: str) -> bool:
-        if self.compiled is not None and self.compiled.active and not self.compiled.strict:
-            self.compiled.restore(f"the compiled layers failed the self-check ({why})")
-            return True
-        if self.fused_norms is not None and self.fused_norms.active:
-            self.fused_norms.restore(why)
-            return True
-        return False
+    @property
+    def speedups(self) -> tuple:
+        return tuple(x for x in (self.compiled, self.fused_norms) if x is not None)
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec

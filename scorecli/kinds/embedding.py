@@ -10,7 +10,6 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,14 +223,9 @@ class EmbeddingFamily(FamilyDefaults):
     def hidden_width(self) -> int:
         return self.dimension if self.pooling else 0
 
-    def own_forward(self) -> contextlib.AbstractContextManager:
-        return self.fused_norms.paused() if self.fused_norms is not None else contextlib.nullcontext()
-
-    def drop_speedup(self, why: str) -> bool:
-        if self.fused_norms is None or not self.fused_norms.active:
-            return False
-        self.fused_norms.restore(why)
-        return True
+    @property
+    def speedups(self) -> tuple:
+        return () if self.fused_norms is None else (self.fused_norms,)
 
     @property
     def entry_width(self) -> int:

@@ -16,6 +16,7 @@ from scorecli.core.rows import Row
 from scorecli.io.readers import RawRow
 from scorecli.kinds.heads import activate
 from scorecli.model.sentence import similarity
+from scorecli.runtimes import all_paused
 
 
 def probe_rows(tok, max_seq_len: int) -> list[tuple[list[int], list[list[int]]]]:
@@ -120,7 +121,7 @@ def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> 
     if decoder:
         set_implementation(model, "eager")
     try:
-        with scorer.family.own_forward():  # its own norms, not fused ones
+        with all_paused(scorer.family.speedups):  # its own norms, not fused ones
             out = []
             for ids, skip in zip(texts, skips):
                 x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
@@ -187,7 +188,7 @@ def _references(scorer, sequences: list[list[int]]) -> list[tuple[np.ndarray, np
     model = scorer.loaded.model
     set_implementation(model, "eager")
     try:
-        with scorer.family.own_forward():  # its own layers and norms, not compiled or fused ones
+        with all_paused(scorer.family.speedups):  # its own layers and norms, not compiled or fused ones
             return [_reference(scorer, ids) for ids in sequences]
     finally:
         set_implementation(model, ATTN_NAME)

@@ -59,9 +59,12 @@ NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
 
 class Speedup:
     """A speed-up wrapped around a model's modules (`compiled`, `fused_norms`): in force while
-    `active`; `paused()` runs the model's own modules for a while (the self-check's reference)."""
+    `active`; `paused()` runs the model's own modules for a while (the self-check's reference);
+    `restore(why)` puts them back for good, saying why, unless the user asked for it (`strict`)."""
 
+    name: str = "a speed-up"  # as a warning names it
     active: bool = True
+    strict: bool = False
 
     @contextlib.contextmanager
     def paused(self):
@@ -70,6 +73,17 @@ class Speedup:
             yield
         finally:
             self.active = active
+
+    def restore(self, why: str | None = None) -> None:
+        raise NotImplementedError
+
+
+def all_paused(speedups: tuple[Speedup, ...]) -> contextlib.ExitStack:
+    """Inside, every speed-up of `speedups` is paused: the model runs its own forward."""
+    stack = contextlib.ExitStack()
+    for speedup in speedups:
+        stack.enter_context(speedup.paused())
+    return stack
 
 
 def runtime_info(name: str) -> RuntimeInfo:

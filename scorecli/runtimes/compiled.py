@@ -57,6 +57,8 @@ class CompiledLayers(Speedup):
         strict: re-raise a compile failure instead of falling back (`--compile on`).
     """
 
+    name = "the compiled layers"
+
     def __init__(self, layers: torch.nn.ModuleList, strict: bool = False) -> None:
         self.layers, self.strict = layers, strict
         self.active = True
@@ -82,13 +84,14 @@ class CompiledLayers(Speedup):
         for layer in layers[:-1]:
             layer.forward = types.MethodType(forward, layer)
 
-    def restore(self, why: str) -> None:
-        """Run the layers eagerly from now on, saying `why` once."""
+    def restore(self, why: str | None = None) -> None:
+        """Run the layers eagerly from now on, saying `why` (if given) once."""
         if self.active:
             self.active = False
             for layer in self.layers[:-1]:
                 layer.__dict__.pop("forward", None)
-            warnings.warn(f"--compile: {why}; running the layers uncompiled", RuntimeWarning, stacklevel=2)
+            if why is not None:
+                warnings.warn(f"--compile: {why}; running the layers uncompiled", RuntimeWarning, stacklevel=2)
 
 
 def compilable(base: torch.nn.Module) -> bool:

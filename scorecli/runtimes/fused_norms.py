@@ -80,6 +80,8 @@ class FusedNorms(Speedup):
     """A model's RMSNorm modules (those `computes_rms_norm` accepts) run `rms_norm` until
     `restore()`; `paused()` runs their own forward for a while."""
 
+    name = "fused RMSNorm"
+
     def __init__(self, model: torch.nn.Module) -> None:
         verdicts: dict[type, bool] = {}
         self.modules: list[torch.nn.Module] = []
@@ -110,7 +112,7 @@ class FusedNorms(Speedup):
             module.__dict__.pop("forward", None)
         if why is not None:
             warnings.warn(
-                f"fused RMSNorm failed the self-check ({why}); running the model's own norms",
+                f"{why}; running the model's own norms",
                 RuntimeWarning,
                 stacklevel=3,
             )
