@@ -143,3 +143,20 @@ def test_a_failure_the_fused_norms_do_not_cause_is_not_blamed_on_them(qwen3_seq_
         with pytest.raises(selfcheck.SelfCheckError):
             Scorer(qwen3_seq_cls, attention="sdpa")
     assert not [w for w in caught if "fused RMSNorm" in str(w.message)]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused kernel is CUDA's")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_norms_on_cuda_score_as_the_models_own(qwen3_seq_cls, dtype):
+    """On CUDA (the default there): the same scores as the model's own norms, to float32 rounding
+    or within bf16 rounding."""
+    rows = _rows()
+    scorer = Scorer(qwen3_seq_cls, attention="sdpa", device="cuda", dtype=dtype, compile="off")
+    fused = scorer.family.fused_norms
+    assert fused is not None and fused.active and scorer.self_check_note.startswith("passed")
+    got = _scores(scorer.score_rows(rows))
+    with fused.paused():
+        own = _scores(scorer.score_rows(rows))
+    scale = max(1.0, float(np.abs(own).max()))
+    np.testing.assert_allclose(got, own, rtol=0, atol=(1e-5 if dtype == "float32" else 3e-2) * scale)
