@@ -47,7 +47,7 @@ if [[ $stage == compare ]]; then
   timeout 390 python3 benchmarks/gpu_compare.py --out "$out" --skip sdpa 2>&1 | tee "$out/compare.txt"
   rc=$((rc | PIPESTATUS[0]))
   # the CUDA tests that need no other flashinfer kernel build (head size 64 would be one)
-  timeout 45 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py \
+  timeout 45 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py \
     -k "(cuda or Cuda) and not flashinfer" 2>&1 | tail -15 | tee "$out/tests.txt"
 fi
 if [[ $stage == bench || $stage == all ]]; then
