@@ -37,7 +37,7 @@ except Exception as exc:  # the tests and the benchmark then skip or report it
 PY
 rc=0
 if [[ $stage == tests || $stage == all ]]; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py -m "not slow" 2>&1 | tee "$out/tests.txt"
+  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py -m "not slow" 2>&1 | tee "$out/tests.txt"
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == compare ]]; then
