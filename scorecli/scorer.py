@@ -36,7 +36,7 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.model.load import Loaded, load_model
-from scorecli.runtimes import all_paused, runtime_info
+from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
 
@@ -145,12 +145,12 @@ class Scorer:
 
             self.drift = measure_drift(self)
             return self.drift.note
-        from scorecli.checks.selfcheck import SelfCheckError, self_check
+        from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
 
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
         except SelfCheckError as err:
-            culprits = self._failing_speedups()
+            culprits = failing_speedups(self)
             if culprits and not any(x.strict for x in culprits):  # a speed-up the run chose: put back
                 for speedup in culprits:
                     speedup.restore(f"{speedup.name} failed the self-check ({err})")
@@ -162,21 +162,6 @@ class Scorer:
         if self.self_check_error is None:
             return "skipped (no room for the probe)"
         return f"passed (max relative difference {self.self_check_error:.2g})"
-
-    def _failing_speedups(self) -> tuple:
-        """The speed-ups around the model (compiled layers, fused norms) when the self-check passes
-        with them paused, i.e. they made it fail; else () (the backend or the model did)."""
-        from scorecli.checks.selfcheck import SelfCheckError, self_check
-
-        active = tuple(x for x in self.family.speedups if x.active)
-        if not active:
-            return ()
-        with all_paused(active):
-            try:
-                self_check(self)
-            except SelfCheckError:
-                return ()
-        return active
 
     # ---- CPU stages -------------------------------------------------------------------
 

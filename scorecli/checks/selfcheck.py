@@ -15,7 +15,9 @@ run scorecli's fused encoder (BERT family), against the loaded model's own forwa
 (query, item) pair; otherwise they run the model's own forward and need no check. Embedding
 models embed a probe row (items of very different lengths) in the run's own batches; every
 similarity and item embedding is compared with each text run alone through the model's own
-forward (eager attention for decoders), pooled text by text. Which probe a run gets is its
+forward (eager attention for decoders), pooled text by text; speed-ups around the model (compiled
+layers, fused norms) are paused for the reference, and blamed for a failure only when the check
+passes without them (`failing_speedups`). Which probe a run gets is its
 kind's choice (`kinds`, `probe_errors`), and the probes themselves are the kinds'
 (`kinds.probes`): this module holds the probe texts, the tolerances and the verdict. It knows
 nothing about files or the CLI.
@@ -76,6 +78,22 @@ def self_check(scorer) -> float | None:
             "reproduce; please report it. --no-self-check scores anyway"
         )
     return error
+
+
+def failing_speedups(scorer) -> tuple:
+    """After a failed check: the speed-ups around the model (compiled layers, fused norms) when the
+    check passes with them paused, i.e. they made it fail; else () (the backend or the model did)."""
+    from scorecli.runtimes import all_paused
+
+    active = tuple(x for x in scorer.family.speedups if x.active)
+    if not active:
+        return ()
+    with all_paused(active):
+        try:
+            self_check(scorer)
+        except SelfCheckError:
+            return ()
+    return active
 
 
 def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
