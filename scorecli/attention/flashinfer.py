@@ -84,7 +84,6 @@ class FlashInferBackend:
         self.mis_kernel = mis_kernel
         self.workspace_bytes = workspace_bytes
         self.mode: str | None = None  # "causal" | "paged" | "cascade" | "custom" for the current batch
-        self.plans: tuple[str, ...] = ()  # the wrappers this batch runs, each planned once per batch
         self._wrappers: dict | None = None
         self._merge = None  # flashinfer.merge_state_in_place
         self._plan_inputs: dict[str, tuple[tuple, dict]] = {}  # wrapper -> plan() arguments
@@ -93,6 +92,11 @@ class FlashInferBackend:
         self._plan_copied: torch.cuda.Event | None = None  # after the last plan's copy to the device
         self._on_cuda = False
         self._warned_fp32 = False
+
+    @property
+    def plans(self) -> tuple[str, ...]:
+        """The wrappers this batch runs, each planned once per batch."""
+        return tuple(self._plan_inputs)
 
     def plan(self, batch: Batch, device: torch.device, dtype: torch.dtype) -> ModelInputs:
         """Build this batch's kernel arguments; the wrappers' own plan() runs at the first
@@ -127,7 +131,6 @@ class FlashInferBackend:
                 self._cascade = (plan_arrays[0], plan_arrays[1])
         else:
             self._plan_inputs = {"causal": ((cu, cu), {"causal": True})}
-        self.plans = tuple(self._plan_inputs)
         self._planned_for = None
         return ModelInputs(ids[None], pos[None], pool, first)
 

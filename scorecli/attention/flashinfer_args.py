@@ -80,11 +80,16 @@ def position_in_item(batch: Batch) -> np.ndarray:
     Derived from segment runs (not from position ids), so it holds for any position scheme.
     """
     t = np.arange(batch.num_tokens, dtype=np.int64)
-    seq_start = np.zeros(batch.num_tokens, dtype=bool)
-    seq_start[batch.cu_seqlens[:-1][batch.seq_lens > 0]] = True
-    new_run = seq_start | np.concatenate([[True], batch.segment[1:] != batch.segment[:-1]])  # [T]
-    run_start = np.maximum.accumulate(np.where(new_run, t, 0))  # [T]
+    run_start = np.maximum.accumulate(np.where(_run_starts(batch), t, 0))  # [T]
     return np.where(batch.segment > 0, t - run_start + 1, 0)
+
+
+def _run_starts(batch: Batch) -> np.ndarray:
+    """[T] bool: the first token of every run of one segment (a prefix, an item) in one sequence."""
+    start = np.zeros(batch.num_tokens, dtype=bool)
+    start[batch.cu_seqlens[:-1][batch.seq_lens > 0]] = True
+    start[1:] |= batch.segment[1:] != batch.segment[:-1]
+    return start
 
 
 def mis_args(batch: Batch) -> MisArgs:
@@ -179,11 +184,7 @@ class CascadeArgs:
 
 def segment_runs(batch: Batch) -> np.ndarray:
     """[R+1] int32 bounds of every run of one segment within one sequence."""
-    t = batch.num_tokens
-    start = np.zeros(t, dtype=bool)
-    start[batch.cu_seqlens[:-1][batch.seq_lens > 0]] = True
-    start[1:] |= batch.segment[1:] != batch.segment[:-1]
-    return np.concatenate([np.flatnonzero(start), [t]]).astype(np.int32)
+    return np.concatenate([np.flatnonzero(_run_starts(batch)), [batch.num_tokens]]).astype(np.int32)
 
 
 def prefix_first(batch: Batch) -> bool:
@@ -201,16 +202,16 @@ def cascade_args(batch: Batch) -> CascadeArgs:
     has = np.flatnonzero((prefix > 0) & (batch.seq_lens > 0))  # [Q] sequences with a prefix
     seq = np.repeat(np.arange(batch.num_seqs), batch.seq_lens)  # [T]
     merge = (batch.segment > 0) & (prefix[seq] > 0)
-    prefix_rows = np.concatenate([np.arange(starts[s], starts[s] + prefix[s]) for s in has] or [np.zeros(0)])
+    prefix_rows = np.flatnonzero(batch.segment == 0).astype(np.int64)  # prefix-first: the prefixes, in order
     if len(has) == 0:
-        return CascadeArgs(segment_runs(batch), np.zeros(1, np.int32), None, prefix_rows.astype(np.int64), merge)
+        return CascadeArgs(segment_runs(batch), np.zeros(1, np.int32), None, prefix_rows, merge)
     bounds = starts[has].astype(np.int64)
     bounds[0] = 0  # rows before the first sequence with a prefix ride with its request
     return CascadeArgs(
         runs_indptr=segment_runs(batch),
         request_indptr=np.concatenate([bounds, [t]]).astype(np.int32),
         prefix_indptr=np.concatenate([[0], np.cumsum(prefix[has])]).astype(np.int32),
-        prefix_rows=prefix_rows.astype(np.int64),
+        prefix_rows=prefix_rows,
         merge=merge,
     )
 

@@ -94,16 +94,21 @@ class FusedNorms(Speedup):
             if verdicts[cls]:
                 self.modules.append(module)
         self.active = bool(self.modules)
-        own = {cls: cls.forward for cls in verdicts}
+        for module in self.modules:
+            module.forward = self._fused(module)
 
-        def forward(module, hidden_states, *args, **kwargs):
+    def _fused(self, module: torch.nn.Module):
+        """`module`'s forward as `rms_norm`, its own while paused or for another dtype or call."""
+        own = types.MethodType(type(module).forward, module)
+        shape, eps = (module.weight.shape[0],), _eps(module)
+
+        def forward(hidden_states, *args, **kwargs):
             weight = module.weight
             if not self.active or args or kwargs or hidden_states.dtype != weight.dtype:
-                return own[type(module)](module, hidden_states, *args, **kwargs)
-            return F.rms_norm(hidden_states, (weight.shape[0],), weight, _eps(module))
+                return own(hidden_states, *args, **kwargs)
+            return F.rms_norm(hidden_states, shape, weight, eps)
 
-        for module in self.modules:
-            module.forward = types.MethodType(forward, module)
+        return forward
 
     def restore(self, why: str | None = None) -> None:
         """Every module runs its own forward again; `why`: said in one warning."""
