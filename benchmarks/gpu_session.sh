@@ -42,9 +42,9 @@ if [[ $stage == tests || $stage == all ]]; then
 fi
 if [[ $stage == compare ]]; then
   # which MIS plan flashinfer should run (paged or cascade): attention alone, both shapes
-  timeout 150 python3 benchmarks/gpu_attention.py --out "$out" 2>&1 | tee "$out/attention.txt"
+  timeout 130 python3 benchmarks/gpu_attention.py --out "$out" 2>&1 | tee "$out/attention.txt"
   # sdpa left out (measured 2026-11-26 03:05: the slowest scorecli path): room for the steady job
-  timeout 390 python3 benchmarks/gpu_compare.py --out "$out" --skip sdpa 2>&1 | tee "$out/compare.txt"
+  timeout 410 python3 benchmarks/gpu_compare.py --out "$out" --skip sdpa 2>&1 | tee "$out/compare.txt"
   rc=$((rc | PIPESTATUS[0]))
   # the CUDA tests that need no other flashinfer kernel build (head size 64 would be one)
   timeout 45 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py \

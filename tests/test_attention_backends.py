@@ -530,9 +530,9 @@ def test_mis_kernel_from_the_environment(monkeypatch):
     from scorecli.attention.flashinfer import MIS_KERNEL_ENV
 
     monkeypatch.delenv(MIS_KERNEL_ENV, raising=False)
-    assert FlashInferBackend().mis_kernel == "paged"
-    monkeypatch.setenv(MIS_KERNEL_ENV, "cascade")
-    assert FlashInferBackend().mis_kernel == "cascade" and FlashInferBackend("custom").mis_kernel == "custom"
+    assert FlashInferBackend().mis_kernel == "cascade"
+    monkeypatch.setenv(MIS_KERNEL_ENV, "paged")
+    assert FlashInferBackend().mis_kernel == "paged" and FlashInferBackend("custom").mis_kernel == "custom"
     monkeypatch.setenv(MIS_KERNEL_ENV, "pages")
     with pytest.raises(UsageError, match="SCORECLI_FLASHINFER_MIS: expected one of paged, cascade, custom"):
         FlashInferBackend()

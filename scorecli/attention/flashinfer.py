@@ -3,15 +3,16 @@
 Four kernel plans, chosen per batch (the arguments of each: `flashinfer_args`, pure numpy):
 - `causal`: every sequence holds one item, so plain causal attention per sequence is the
   MIS rule; `BatchPrefillWithRaggedKVCacheWrapper(causal=True)`.
-- `paged` (default for MIS): `BatchPrefillWithPagedKVCacheWrapper` in its multi-item-scoring
+- `paged`: `BatchPrefillWithPagedKVCacheWrapper` in its multi-item-scoring
   mask mode, over the batch's own K/V seen as pages of one token
   (`paged_kv_indices = arange(T)`, every last page holding 1 token). The ragged wrapper takes
   the same MIS arguments but its run() never selects the MIS mask mode (flashinfer 0.7.2), so
   items would silently see each other; hence the paged wrapper.
 - `cascade`: the MIS rule as two ragged plans, every segment causal on itself and every item
   on its prefix (gathered), whose softmax states `merge_state_in_place` joins; only keys a query
-  may see are visited, in bulk loads. Chosen by `SCORECLI_FLASHINFER_MIS=cascade` until a GPU
-  measurement makes it the default (docs/ARCHITECTURE.md, "Keeping the device fed").
+  may see are visited, in bulk loads. The default for MIS: on an H200 its attention ran 1.64x
+  (sglang shape) and 1.41x (passage shape) the paged plan's (benchmarks/RESULTS.md, 2026-11-26
+  17:12); `SCORECLI_FLASHINFER_MIS=paged` picks the paged plan.
 - `custom`: a dense boolean mask per sequence (`[L, L]` row-major, True = attend) on the
   ragged wrapper (fa2). Costs O(L^2) bits per sequence; a fallback and a cross-check.
 
@@ -65,7 +66,7 @@ class FlashInferBackend:
         mis_kernel: for batches with several items per sequence, "paged" (the kernel's
             multi-item-scoring mask mode), "cascade" (two ragged plans merged) or "custom" (a
             dense per-sequence mask on the ragged wrapper); None: `SCORECLI_FLASHINFER_MIS`, else
-            "paged".
+            "cascade".
         workspace_bytes: size of the float workspace shared by the wrappers.
     """
 
@@ -76,7 +77,7 @@ class FlashInferBackend:
 
     def __init__(self, mis_kernel: str | None = None, workspace_bytes: int = 128 << 20) -> None:
         if mis_kernel is None:
-            mis_kernel = os.environ.get(MIS_KERNEL_ENV) or "paged"
+            mis_kernel = os.environ.get(MIS_KERNEL_ENV) or "cascade"
             if mis_kernel not in MIS_KERNELS:
                 raise UsageError(f"{MIS_KERNEL_ENV}: expected one of {', '.join(MIS_KERNELS)}, got {mis_kernel!r}")
         if mis_kernel not in MIS_KERNELS:
