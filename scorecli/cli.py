@@ -218,7 +218,7 @@ def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> No
 
 def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
-    model's short name), else the default model (README: Which models, by short name). A Hub id is asked
+    model's short name), else the default model (docs/models.md: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
     from scorecli.model.default_model import resolve
     from scorecli.model.hub import is_hub_id, reach
@@ -347,7 +347,7 @@ def _device_name(device: str) -> str:
 
 
 def main() -> None:
-    """Console entry point: run the app and map errors to exit codes (README: Exit codes)."""
+    """Console entry point: run the app and map errors to exit codes (docs/cli.md: Exit codes)."""
     _STARTED.append(time.perf_counter())
     if os.environ.get("SCORECLI_TIMINGS"):
         from scorecli import timings

@@ -66,12 +66,12 @@ class ScoreConfig:
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
     skip_bad_rows: bool = False
     compact: bool = False  # no `scores` column when there is one label (`score` holds the same values)
-    top_k: int | None = None  # README: Ranking and long documents: the `top_k` column
-    chunk_tokens: int | None = None  # README: Ranking and long documents: score items longer than this in chunks
+    top_k: int | None = None  # docs/ranking.md: the `top_k` column
+    chunk_tokens: int | None = None  # docs/ranking.md: score items longer than this in chunks
     chunk_overlap: int = 0
     chunk_aggregate: str = "max"
     similarity: str | None = (
-        None  # README: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
+        None  # docs/models.md: Which models, embedding models (embedding): None: the model's similarity_fn_name, else cosine
     )
     query_prompt: str | None = None  # a prompt name of the model, or literal text; None: the model's default
     item_prompt: str | None = None

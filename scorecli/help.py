@@ -1,5 +1,5 @@
 """`--help` that fits a terminal: options grouped in panels by topic, full flag names (never cut),
-no type column, examples after the options (README: Flags of `scorecli score`).
+no type column, examples after the options (docs/cli.md: Flags of `scorecli score`).
 
 typer's own rich help puts six columns side by side (flag, short flag, negative flag, type, range,
 help) and cuts long flag names at 80 columns. Here each option is one row of two columns: the flag

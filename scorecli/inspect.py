@@ -86,7 +86,7 @@ def bundled_lines() -> list[str]:
 
 def _embedding_lines(model: str, path: str, config) -> tuple[list[str], int | None]:
     """An embedding model's text (plain, or chat messages), pooling, modules after it, prompts and
-    similarity (README: Which models, embedding models), and its max_seq_length."""
+    similarity (docs/models.md: Which models, embedding models), and its max_seq_length."""
     from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
 
     modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)

@@ -13,7 +13,7 @@ import typer
 # Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
 # needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
 MAX_INT = 2**31 - 1
-# windows grow from one row until one takes this long, up to this many rows (README: Long jobs)
+# windows grow from one row until one takes this long, up to this many rows (docs/long-jobs.md)
 WINDOW_SECONDS, WINDOW_ROWS = 30.0, 2048
 
 # help panels (`scorecli.help` shows them in this order)

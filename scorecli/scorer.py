@@ -207,7 +207,7 @@ class Scorer:
             lengths = lengths - len(shared)
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in rows]
         id_type = id_type or self.id_type
-        # an input whose schema has the id column keeps it, with or without rows (README: Output)
+        # an input whose schema has the id column keeps it, with or without rows (docs/input-output.md: Output)
         has_id = id_type is not None or any(r.data is not None and self.fields.id in r.data for r in rows)
         batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])

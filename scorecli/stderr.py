@@ -1,4 +1,4 @@
-"""What `scorecli` says on stderr outside progress and the summary: one line each (README: Exit
+"""What `scorecli` says on stderr outside progress and the summary: one line each (docs/cli.md: Exit
 codes). Errors (`fail`), notes and warnings (`one_line_warnings`: Python warnings as one line each),
 and the one line of an interrupted run, said once (`say_interrupted`, `noting_interrupts`). Lines
 are printed as they are: no markup, no emoji codes, control bytes escaped. Knows nothing about

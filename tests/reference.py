@@ -1,4 +1,4 @@
-"""The Hugging Face reference of README: How items are scored, computed independently of scorecli's code paths.
+"""The Hugging Face reference of docs/models.md: How items are scored, computed independently of scorecli's code paths.
 
 Item k's reference is the model's own forward pass over the single sequence P + I_k
 (P with the tokenizer's special tokens, I_k without), read at its last token.

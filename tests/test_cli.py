@@ -3,7 +3,7 @@
 Every run pays ~3 s of imports, so the runs are declared up front and started together
 (a few at a time) by one module fixture; each test then checks one run's result. Input
 formats, output formats, input order across windows, scores against the Hugging Face
-reference, every bad input of README: Exit codes (exit 2, one line, nothing at --out), skipped bad
+reference, every bad input of docs/cli.md: Exit codes (exit 2, one line, nothing at --out), skipped bad
 rows, --quiet, the summary line, and SIGINT / SIGTERM mid-run.
 """
 

@@ -1,4 +1,4 @@
-"""The embedding kind (README: Which models, embedding models) against sentence-transformers' own `encode` + `similarity`.
+"""The embedding kind (docs/models.md: Which models, embedding models) against sentence-transformers' own `encode` + `similarity`.
 
 sentence-transformers is the reference here only (scorecli never imports it). Float32 on CPU:
 scores and item embeddings within 1e-5 of it, on the real all-MiniLM-L6-v2 and on tiny folders
@@ -121,7 +121,7 @@ def _st_model(path: str):
 
 def reference(path: str, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
     """(similarities [n], item embeddings [n, D], |query| max |item|) of each row by
-    sentence-transformers, with the prompts README: Which models, embedding models names (`query`; `document`, else `passage`)."""
+    sentence-transformers, with the prompts docs/models.md: Which models, embedding models names (`query`; `document`, else `passage`)."""
     model = _st_model(path)
     config = (
         Path(path) / "config_sentence_transformers.json"

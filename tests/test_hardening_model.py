@@ -41,7 +41,7 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
     out = {
         "notok": _copy(m["seq_cls"], tmp / "notok", tokenizer_files),
         "notok_ce": _copy(m["cross"], tmp / "notok_ce", tokenizer_files),
-        # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (README: Which models, embedding models)
+        # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (docs/models.md: Which models, embedding models)
         "minilm_plain": _copy(m["minilm_base"], tmp / "minilm_plain", ("modules.json",)),
     }
     corrupt = Path(_copy(m["seq_cls"], tmp / "corrupt"))

@@ -1,4 +1,4 @@
-"""`hf://datasets/...` inputs (README: Object stores and clusters) without a network: a local
+"""`hf://datasets/...` inputs (docs/object-stores.md) without a network: a local
 fsspec filesystem shaped like huggingface_hub's `HfFileSystem` (protocol `hf`, paths
 `datasets/ORG/NAME/...`, `info` with the file's git `blob_id`) stands in for the hub, registered
 where the real one is (`scorecli.io.stores.SCHEMES["hf"]`)."""

@@ -2,7 +2,7 @@
 
 Every kind, every CPU attention backend, batched and unbatched, text and pre-tokenized
 rows, rows of very different lengths, pooled hidden states. Float32, max abs error
-<= 1e-4 on scores and <= 1e-3 on pooled states (README: How items are scored).
+<= 1e-4 on scores and <= 1e-3 on pooled states (docs/models.md: How items are scored).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ BF16_CASES = [
 @pytest.mark.parametrize("device,attention", BF16_CASES)
 def test_bfloat16_matches_hf_bfloat16_reference(request, tmp_path, fixture, kind, extra, mode, device, attention):
     """In bfloat16, scorecli's scores stay as close to the float32 reference as the model's own
-    bfloat16 forward does (README: How items are scored within bf16 tolerance); heads run in float32."""
+    bfloat16 forward does (docs/models.md: How items are scored within bf16 tolerance); heads run in float32."""
     if attention == "flashinfer":
         pytest.importorskip("flashinfer")
         from tests import models  # the kernels take head sizes 64, 128, 256 (the tiny models' is 16)

@@ -1,4 +1,4 @@
-"""Inputs and outputs in an object store (README: Object stores and clusters), through the real
+"""Inputs and outputs in an object store (docs/object-stores.md), through the real
 console script against a real S3-protocol endpoint on 127.0.0.1 (`tests/s3_server.py`: moto's
 server behind a proxy that can deny a bucket or throttle requests). Outputs are read back with
 polars' own S3 reader and must equal a local run's.

@@ -1,4 +1,4 @@
-"""The part store of long runs (README: Long jobs), in-process: durable parts, the journal, recovery
+"""The part store of long runs (docs/long-jobs.md), in-process: durable parts, the journal, recovery
 after a kill at any point, fingerprint checks, and reading input from where a job stopped."""
 
 from __future__ import annotations

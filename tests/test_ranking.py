@@ -1,10 +1,10 @@
-"""Ranking (README: Ranking and long documents): `--top-k`, and long items scored in chunks (`--chunk-tokens`).
+"""Ranking (docs/ranking.md): `--top-k`, and long items scored in chunks (`--chunk-tokens`).
 
 The windows, the aggregates and the ranking are checked on their own (numpy), then end to end:
 every kind (seq-cls, reward, causal-lm with label tokens, cross-encoder), every aggregate, MIS
 and single mode, text and pre-tokenized rows: scores and pooled states equal the model's own
 Hugging Face forward over each chunk alone (P + chunk + suffix, or the pair (query, chunk)),
-aggregated as README: Ranking and long documents says (float32: <= 1e-4 on scores, <= 1e-3 on pooled states). The
+aggregated as docs/ranking.md says (float32: <= 1e-4 on scores, <= 1e-3 on pooled states). The
 reference cuts its windows with its own loop, not with scorecli's index math.
 """
 
@@ -29,7 +29,7 @@ from tests.test_invariance import WORDS
 
 
 def windows(n: int, size: int, overlap: int) -> list[tuple[int, int]]:
-    """README: Ranking and long documents read literally: windows of `size` starting at j * (size - overlap), until the
+    """docs/ranking.md read literally: windows of `size` starting at j * (size - overlap), until the
     first that reaches the end; one window when the item fits."""
     if n <= size:
         return [(0, n)]

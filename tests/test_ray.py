@@ -243,7 +243,7 @@ def test_ranked_chunked_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs,
 
 
 def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
-    """An embedding model (README: Which models, embedding models) on Ray workers: the local engine's rows, order and scores."""
+    """An embedding model (docs/models.md: Which models, embedding models) on Ray workers: the local engine's rows, order and scores."""
     from tests.embedding_models import build_sentence_model
 
     model = build_sentence_model(

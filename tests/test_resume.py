@@ -1,4 +1,4 @@
-"""Long runs survive (README: Long jobs), through the real console script: a run killed with SIGKILL at
+"""Long runs survive (docs/long-jobs.md), through the real console script: a run killed with SIGKILL at
 several points, or stopped by SIGINT/SIGTERM or a full disk, continues with `--resume` to the
 output an uninterrupted run writes; a changed input, flag or model is refused; directory
 outputs are Parquet datasets that pyarrow, DuckDB and polars read in input order."""
@@ -236,7 +236,7 @@ def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
         assert result.stdout == b""
     assert list(tmp_path.iterdir()) == []
     device = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", os.devnull, "--resume", "-q"]))
-    assert device.rc == 0, device.stderr  # a device keeps no parts: --resume just runs the job (README: Long jobs)
+    assert device.rc == 0, device.stderr  # a device keeps no parts: --resume just runs the job (docs/long-jobs.md)
 
 
 def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
@@ -413,7 +413,7 @@ def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_s
 
 
 def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
-    """An embedding model's job (README: Which models, embedding models) killed after its first part continues with --resume
+    """An embedding model's job (docs/models.md: Which models, embedding models) killed after its first part continues with --resume
     to what an uninterrupted run writes; its own flags are part of the job."""
     from tests.embedding_models import build_sentence_model
 

@@ -240,7 +240,7 @@ def _interrupted_after(rows, n: int):
 
 def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monkeypatch):
     """`--resume` of a `--runtime auto` job: the rest of the rows run what scored the kept ones,
-    whether onnxruntime was installed or removed in between (README: Long jobs: resumed == uninterrupted);
+    whether onnxruntime was installed or removed in between (docs/long-jobs.md: resumed == uninterrupted);
     kept ONNX rows with onnxruntime gone: refused, one line, the parts kept."""
     import json
 

@@ -1,4 +1,4 @@
-"""Templates: rendering, file templates, errors, and the tokenizer boundary property (README: How items are scored).
+"""Templates: rendering, file templates, errors, and the tokenizer boundary property (docs/models.md: How items are scored).
 
 The key property: tokenizing P (with special tokens) and I_k (without) separately gives the
 same ids as tokenizing P + I_k in one call. Checked on locally trained byte-level BPE

@@ -185,7 +185,7 @@ class PairEncoder:
         return PairLayout.of(self.tokenizer)
 
     def _encode_chunks(self, row: Row, where: str, chunking: Chunking) -> EncodedPairs:
-        """The pairs (query, chunk) of every chunk of every item, built from token ids (README: Ranking and long documents)."""
+        """The pairs (query, chunk) of every chunk of every item, built from token ids (docs/ranking.md)."""
         if not row.items:
             return EncodedPairs([], [], chunks=np.zeros(0, dtype=np.int64))
         room = self.max_seq_len - self.specials

@@ -78,7 +78,7 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
 
 def check_chunks_fit(row: EncodedRow, counts: np.ndarray, max_seq_len: int, where: str) -> None:
     """Raise InputError when a chunk (`row.items` are chunks, `counts` per item) cannot fit
-    beside the row's prefix: chunks are never cut (README: Ranking and long documents)."""
+    beside the row's prefix: chunks are never cut (docs/ranking.md)."""
     room = max_seq_len - len(row.prefix)
     if room < row.suffix_len + 1 or not row.items:
         return  # `truncate_items` names the prefix

@@ -1,4 +1,4 @@
-"""Ranking (README: Ranking and long documents): long items scored in chunks, chunk scores aggregated per item, top-k.
+"""Ranking (docs/ranking.md): long items scored in chunks, chunk scores aggregated per item, top-k.
 
 Numpy only, index math on whole rows and windows: it knows nothing about tokenizers, torch or
 attention. `chunk_windows` says where each item's chunks start and end (before packing; each

@@ -5,7 +5,7 @@ A template is two strings: `prefix` (placeholders `{query}`, `{instruction}`) an
 substituted in one pass, so user text containing "{item}" is never substituted again; any
 other brace is literal text.
 
-Boundary rule (README: How items are scored). P is tokenized with special tokens, I_k without, and that must give
+Boundary rule (docs/models.md: How items are scored). P is tokenized with special tokens, I_k without, and that must give
 the same ids as tokenizing P + I_k in one call. For byte-level BPE (GPT-2, Qwen2/3, Llama-3
 pre-tokenizer regexes) this holds when P ends with a non-whitespace character and I_k starts
 with a single space: a pre-token never runs from non-space into space, and the regexes start
@@ -99,7 +99,7 @@ def load_template(name_or_path: str, tokenizer=None) -> Template:
 
 
 def _plain() -> Template:
-    """P = query, I_k = item (README: How items are scored), tokenized separately and joined as token ids.
+    """P = query, I_k = item (docs/models.md: How items are scored), tokenized separately and joined as token ids.
 
     `plain` has no prompt text between query and item, so the reference sequence is
     tok(query) + tok(item) by definition; the one-call boundary property does not apply.

@@ -1,4 +1,4 @@
-"""Checkpointed output for long runs (README: Long jobs): finished windows are kept as durable parts.
+"""Checkpointed output for long runs (docs/long-jobs.md): finished windows are kept as durable parts.
 
 A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
 (`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
@@ -116,7 +116,7 @@ class Checkpoint:
     @contextmanager
     def keeping(self) -> Iterator[None]:
         """Around the whole run: on failure the parts stay and the error's message says how
-        many rows are kept and that `--resume` continues (README: Exit codes)."""
+        many rows are kept and that `--resume` continues (docs/cli.md: Exit codes)."""
         try:
             yield
         except BaseException as exc:
@@ -128,7 +128,7 @@ class Checkpoint:
                 raise
             if isinstance(exc, InputError) and not self.store.resumed:
                 # a bad row: going on needs another input, which is another job, so the rows
-                # this new job kept could never be resumed (README: Exit codes)
+                # this new job kept could never be resumed (docs/cli.md: Exit codes)
                 self.store.discard()
                 raise
             if isinstance(exc, KeyboardInterrupt):

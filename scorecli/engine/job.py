@@ -1,4 +1,4 @@
-"""What identifies a scoring job, for `--resume` (README: Long jobs): its fingerprint.
+"""What identifies a scoring job, for `--resume` (docs/long-jobs.md): its fingerprint.
 
 Two runs are the same job when they read the same input files (resolved paths, sizes,
 modification times; objects in a store by URL, size and ETag or generation), load the same model (its resolved path, and the names, sizes and

@@ -1,4 +1,4 @@
-"""What runs on Ray workers: one Scorer per actor, fed one block per call (README: Scaling out).
+"""What runs on Ray workers: one Scorer per actor, fed one block per call (docs/clusters.md).
 
 A block is one window of the job (`--window-rows` rows, or fewer for a small input), in one of
 two shapes the driver (`engine.ray`) chooses:

@@ -1,4 +1,4 @@
-"""How many rows each window holds (README: Long jobs): a fixed number, or windows that start at
+"""How many rows each window holds (docs/long-jobs.md): a fixed number, or windows that start at
 one row and double while one takes less than a time target, so that the first rows are scored,
 written and kept, and the first ETA shows, within seconds whatever the model and device.
 

@@ -1,6 +1,6 @@
 """A window's output table: per-item results as Arrow list columns, one row per input row.
 
-The columns are the README's output schema ("Output"): the id (when the input has one),
+The columns are the output schema of docs/input-output.md ("Output"): the id (when the input has one),
 `scores` (every label), `score` (the positive label), `top_k`, `num_chunks`,
 `pooled_hidden_states`, `num_tokens` and `error`, as the run asked for them; a row that failed
 validation is null in every list column. Knows nothing about models, batches or files: the

@@ -1,4 +1,4 @@
-"""JSON lines write float32 values with float32 digits (README: Output): `0.21064267`, the shortest
+"""JSON lines write float32 values with float32 digits (docs/input-output.md: Output): `0.21064267`, the shortest
 text that reads back as the same float32, not the float64 digits of its widening
 (`0.21064266562461853`), which claim a precision the score never had.
 

@@ -8,7 +8,7 @@
   (`io.folder_lock`); in a store, which has no locks, a lease object `_scorecli_lease.json`
   naming the run, renewed while it runs and checked before each commit: a second run on the
   same prefix stops at once while the lease is live, and a run that finds its lease taken
-  stops before it commits anything more (README: Object stores and clusters).
+  stops before it commits anything more (docs/object-stores.md).
 `folder_at(place)` picks one by whether `place` is a URL. Knows nothing about parts or jobs.
 """
 

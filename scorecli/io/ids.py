@@ -1,4 +1,4 @@
-"""The id column: copied unchanged (README: Input), with one type whatever the windows.
+"""The id column: copied unchanged (docs/input-output.md: Input), with one type whatever the windows.
 
 The rule, decided in input order and never by where windows happen to start:
 - Parquet inputs: the id column has the type of the files' own schema (all Parquet inputs
@@ -170,7 +170,7 @@ def id_array(ids: list[Any], name: str, t: pa.DataType | None = None) -> pa.Arra
 def with_id_column(table: pa.Table, name: str, t: pa.DataType | None) -> pa.Table:
     """`table`, the output of no rows, with the id column the inputs' schema declares (type `t`;
     None: no schema names one), first as in a scored window's output: a zero-row Parquet input
-    keeps its id column, so that outputs of a job's runs union (README: Output)."""
+    keeps its id column, so that outputs of a job's runs union (docs/input-output.md: Output)."""
     if t is None or name in table.column_names:
         return table
     return table.add_column(0, name, id_array([], name, t)).replace_schema_metadata(table.schema.metadata)

@@ -11,7 +11,7 @@
   kept in `<out>.partial/` meanwhile (`scorecli.engine.checkpoint`).
 No target a run writes (the file, the dataset folder, `<out>.partial/`, their parts and
 temporary files) may be, hold or lie inside an input, after globs, folders and symlinks are
-resolved (stdin by what it reads; README: Output): scorecli never overwrites or deletes one.
+resolved (stdin by what it reads; docs/input-output.md: Output): scorecli never overwrites or deletes one.
 The format comes from the name as given: `.parquet` or no suffix: Parquet; `.jsonl`,
 `.json`: JSON lines; `.jsonl.gz`: gzip-compressed JSON lines; any other suffix is refused.
 Knows nothing about tables or models.

@@ -1,6 +1,6 @@
 """Durable part files of a long run and the journal that says which input rows they hold.
 
-A `PartStore` is a folder (README: Long jobs; `<out>.partial/`, or the output directory itself for a
+A `PartStore` is a folder (docs/long-jobs.md; `<out>.partial/`, or the output directory itself for a
 Parquet dataset) holding:
 - `_scorecli_job.json`: the job's fingerprint and settings (what the job keeps but does not
   compare, e.g. its rows per part), written once (atomically) when the folder is made;
@@ -288,7 +288,7 @@ def _existing(folder: Folder, job: dict, resume: bool, dataset: bool) -> tuple[P
     """`open_store` on a folder that exists (held by this process)."""
     fmt, names = job["format"], folder.names()
     foreign = not_ours(folder, fmt)
-    if foreign:  # scorecli never deletes or overwrites a file it did not write (README: Output)
+    if foreign:  # scorecli never deletes or overwrites a file it did not write (docs/input-output.md: Output)
         more = ", ..." if len(foreign) > 1 else ""
         raise UsageError(
             f"cannot {'write a dataset into' if dataset else 'keep parts in'} {folder.where}: it holds "

@@ -37,7 +37,7 @@ class Source(Protocol):
         ...
 
     def stamp(self, path: str) -> list:
-        """What identifies the file's content for `--resume` (README: Long jobs)."""
+        """What identifies the file's content for `--resume` (docs/long-jobs.md)."""
         ...
 
     def size(self, path: str) -> int | None:

@@ -8,7 +8,7 @@ Adding a scheme is one entry there (docs/ARCHITECTURE.md: Add an input format or
 
 `Store` is what the rest of scorecli calls: every operation is retried with backoff on what is
 transient (throttling, 5xx, a dropped connection) and mapped to scorecli's errors on the rest,
-naming the URL (README: Object stores and clusters): a bad URL, a missing bucket or object, or
+naming the URL (docs/object-stores.md): a bad URL, a missing bucket or object, or
 denied access is a `UsageError` (exit 2); anything else, once retries are spent, a
 `ScorecliError` (exit 1). Credentials come from where each SDK looks (environment, profiles,
 instance roles, the HF token); a URL's own `user:secret@` part is never shown (`shown`).

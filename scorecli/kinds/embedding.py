@@ -1,4 +1,4 @@
-"""Embedding scoring (`embedding`, README: Which models, embedding models): a row's query and each item are embedded as their own
+"""Embedding scoring (`embedding`, docs/models.md: Which models, embedding models): a row's query and each item are embedded as their own
 sequences (prompted, tokenized and pooled as sentence-transformers does), and an item's score is
 the similarity of its embedding with its query's.
 

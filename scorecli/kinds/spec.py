@@ -81,7 +81,7 @@ def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: 
 
 
 def _embedding_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
-    """An embedding model's spec (README: Which models, embedding models): one label, `similarity`; flags that belong to other
+    """An embedding model's spec (docs/models.md: Which models, embedding models): one label, `similarity`; flags that belong to other
     kinds are refused rather than ignored."""
     refused = [
         (

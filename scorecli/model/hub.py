@@ -1,5 +1,5 @@
 """Where a model name points (a local folder or file, or a Hub id), and a Hub that cannot be
-reached failing in one line within seconds (README: Examples with real models).
+reached failing in one line within seconds (docs/models.md: Loading models).
 
 Without a network, huggingface_hub retries each request with back-off (about 25 s) and logs a
 line per try before transformers raises. `reach` asks the Hub once, with a short timeout, before

@@ -167,7 +167,7 @@ _HEAD_MODULES = ("pooler", "pre_classifier", "classifier")
 
 
 class Float32Head(torch.nn.Module):
-    """Runs a 16-bit model's head module in float32 on its upcast input (README, How items are scored: heads and
+    """Runs a 16-bit model's head module in float32 on its upcast input (docs/models.md, How items are scored: heads and
     activations stay float32)."""
 
     def __init__(self, head: torch.nn.Module):

@@ -1,5 +1,5 @@
 """Plain text as chat messages: how sentence-transformers 6.2 embeds text with a folder whose
-transformer declares a "message" input mode (README: Which models, embedding models).
+transformer declares a "message" input mode (docs/models.md: Which models, embedding models).
 
 Its `encode` turns each text into a conversation: a system message holding the prompt (when there
 is one), then a user message holding the text, their content plain strings ("flat") or typed parts
