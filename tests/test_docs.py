@@ -67,6 +67,7 @@ def _quickstart_commands() -> list[str]:
     """The README's `scorecli score sample_data/...` lines that need no network (bundled models)."""
     text = (ROOT / "README.md").read_text()
     lines = [m.strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S) for m in block.splitlines()]
+
     def offline(argv: list[str]) -> bool:  # no --model (the default), or a bundled model's short name
         return "--model" not in argv or "/" not in argv[argv.index("--model") + 1]
 
