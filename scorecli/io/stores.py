@@ -53,7 +53,8 @@ _DENIED = (
 )
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
 # a host that does not resolve (AWS_ENDPOINT_URL=garbage) stays so: no use retrying it for a minute
-_NO_HOST = re.compile(r"Could not resolve (?:host|hostname)(?:[;:] (?:Details: )?(?:Could not resolve host: )?(\S+))?")
+_NO_HOST = re.compile(r"Could not resolve host(?:name)?")
+_HOST = re.compile(r"Could not resolve host: ([^\s;,]+)")
 _STALLED = ("curlCode: 28", "Timeout was reached")
 _TRANSIENT = (
     "SLOW_DOWN",
@@ -281,10 +282,10 @@ def _refused(exc: OSError, what: str, url: str, scheme: str) -> None:
         raise UsageError(f"{what} {url}: the bucket or container does not exist") from exc
     if any(k in text for k in _DENIED):
         raise UsageError(f"{what} {url}: access denied ({_creds(scheme)})") from exc
-    host = _NO_HOST.search(text)
-    if host:
+    if _NO_HOST.search(text):
         where = "AWS_ENDPOINT_URL or the URL" if scheme == "s3" else "the URL and the store's endpoint settings"
-        named = f" {host.group(1)}" if host.group(1) else ""
+        host = _HOST.search(text)
+        named = f" {host.group(1)}" if host else ""
         raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {where})") from exc
 
 

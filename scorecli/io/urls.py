@@ -25,7 +25,9 @@ _OPTIONS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^&]*(&[A-Za-z_][A-Za-z0-9_]*=[^
 _SAME_STORE = {"gcs": "gs", "abfss": "abfs"}
 # option names that carry a credential (S3 keys and tokens, an Azure SAS signature, passwords)
 _CREDENTIAL = re.compile(r"key|secret|token|passw|sig|credential|sas", re.I)
-_CREDENTIAL_VALUE = re.compile(r"([?&][A-Za-z0-9_]*(?:key|secret|token|passw|sig|credential|sas)[A-Za-z0-9_]*=)[^&]*", re.I)
+_CREDENTIAL_VALUE = re.compile(
+    r"([?&][A-Za-z0-9_]*(?:key|secret|token|passw|sig|credential|sas)[A-Za-z0-9_]*=)[^&]*", re.I
+)
 
 
 @dataclass(frozen=True)
