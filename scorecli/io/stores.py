@@ -7,11 +7,13 @@ Adding a scheme is one entry there (docs/ARCHITECTURE.md: Add an input format or
 (`io.sources`) and outputs (`io.folders`, `io.writers`) then take its URLs.
 
 `Store` is what the rest of scorecli calls: every operation is retried with backoff on what is
-transient (throttling, 5xx, a dropped connection) and mapped to scorecli's errors on the rest,
-naming the URL (README: Object stores and clusters): a bad URL, a missing bucket or object, or
-denied access is a `UsageError` (exit 2); anything else, once retries are spent, a
-`ScorecliError` (exit 1). Credentials come from where each SDK looks (environment, profiles,
-instance roles, the HF token); a URL's own `user:secret@` part is never shown (`shown`).
+transient (throttling, 5xx, a dropped connection, a stalled request) within a deadline and
+mapped to scorecli's errors on the rest, naming the URL (README: Object stores and clusters): a
+bad URL, a missing bucket or object, denied access or a host that does not resolve is a
+`UsageError` (exit 2); anything else, once retries are spent, a `ScorecliError` (exit 1), after
+which the store is known to be down and every later call fails at once. What a URL names (its
+key, its options) is `io.urls`'. Credentials come from where each SDK looks (environment,
+profiles, instance roles, the HF token), never from a URL (`io.urls.parse` refuses them).
 Knows nothing about rows, tables or jobs.
 """
 
@@ -173,7 +175,7 @@ class Store:
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
                 transient = any(k in str(exc) for k in _TRANSIENT)
                 if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > DEADLINE:
-                    tries = f" (after {attempt + 1} attempts in {time.monotonic() - first:.0f} s)" if attempt else ""
+                    tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     reason = _reason(exc)
                     if transient:
                         self.down = f"the store stopped answering ({reason})"
