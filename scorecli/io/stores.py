@@ -114,10 +114,13 @@ def _fsspec(filesystem: Any, url: str) -> tuple[Any, str]:
     """An fsspec filesystem as a pyarrow one, and the path of `url` in it."""
     from pyarrow import fs
 
+    if "?" in url:
+        raise ValueError(f"{url.split('://')[0]}:// URLs take no options")
     return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), filesystem._strip_protocol(url)
 
 
-# scheme -> (URL -> (pyarrow FileSystem, path in it)); one entry per scheme (docs/ARCHITECTURE.md)
+# scheme -> (the store's root URL, `scheme://authority?options` -> (pyarrow FileSystem, the store's
+# path in it)); one entry per scheme (docs/ARCHITECTURE.md)
 SCHEMES: dict[str, Callable[[str], tuple[Any, str]]] = {
     "s3": _arrow,
     "gs": _arrow,
@@ -147,7 +150,8 @@ class Store:
         self.base = base  # the store's own path in the FileSystem ("bucket"; "": paths are whole)
         self.options = options  # the URL options it was made with (`?region=...`)
         self.writable = scheme in WRITABLE
-        self.down: str | None = None  # why the store stopped answering, once it has
+        # why the store stopped answering, and until when later calls fail at once without asking it
+        self.down: tuple[str, float] | None = None
 
     def url(self, path: str) -> str:
         path = path.lstrip("/")
@@ -158,10 +162,11 @@ class Store:
     def call(self, what: str, path: str, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)`, retried on transient failures until `RETRIES` attempts or `DEADLINE`
         seconds; other failures as scorecli's errors naming `path`'s URL (`what`: what was being
-        done, e.g. "cannot read"). Once the store has stopped answering, every later call fails
-        at once: a run that is ending (keeping its rows) does not wait for it all over again."""
-        if self.down is not None:
-            raise ScorecliError(f"{what} {self.url(path)}: {self.down}")
+        done, e.g. "cannot read"). Once the store has stopped answering, calls fail at once for
+        `DEADLINE` seconds: a run that is ending (keeping its rows) does not wait for it all over
+        again, and a later run in the same process (a library's caller) asks it afresh."""
+        if self.down is not None and time.monotonic() < self.down[1]:
+            raise ScorecliError(f"{what} {self.url(path)}: {self.down[0]}")
         first = time.monotonic()
         for attempt in range(RETRIES):
             try:
@@ -178,7 +183,7 @@ class Store:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     reason = _reason(exc)
                     if transient:
-                        self.down = f"the store stopped answering ({reason})"
+                        self.down = (f"the store stopped answering ({reason})", time.monotonic() + DEADLINE)
                     raise ScorecliError(f"{what} {self.url(path)}{tries}: {reason}") from exc
                 time.sleep(delay)
         raise AssertionError("unreachable")
