@@ -1,7 +1,8 @@
 """A real S3-protocol endpoint on 127.0.0.1 for the object-store tests: moto's standalone server
 (`python -m moto.server`, from the `dev` extra) in a subprocess, behind a small HTTP proxy in
 this process that can answer chosen requests itself (403 AccessDenied for a bucket, 503 SlowDown
-for the next N requests) to stand in for a denied bucket or a throttling store.
+for the next N requests) to stand in for a denied bucket or a throttling store, hold them without
+answering (a stalled store), or drop them and every request after (a store that dies mid-run).
 
 Child scorecli processes find it through AWS_ENDPOINT_URL (`Endpoint.env`), as any S3 client does.
 """
@@ -43,6 +44,7 @@ class Rule:
     body: bytes
     times: int | None = None
     hits: int = 0
+    action: str = "answer"  # "stall": answer nothing until cleared; "die": drop it and all after
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Endpoint:
     seen: list[str] = field(default_factory=list)  # requests answered by a rule
     track: bool = False  # record which process sent each request (`senders`)
     senders: list[tuple[str, int | None]] = field(default_factory=list)
+    down: bool = False  # a "die" rule was hit: every request is dropped until `clear`
+    stalled: threading.Event = field(default_factory=threading.Event)  # set: stalled requests end
 
     def env(self) -> dict[str, str]:
         return {
@@ -72,12 +76,24 @@ class Endpoint:
     def fail(self, pattern: str, status: int, body: bytes) -> Rule:
         return self._add(Rule(pattern, status, body))
 
+    def stall(self, pattern: str) -> Rule:
+        """Requests matching `pattern` get no answer (the connection stays open) until `clear`."""
+        self.stalled.clear()
+        return self._add(Rule(pattern, 0, b"", action="stall"))
+
+    def die(self, pattern: str) -> Rule:
+        """From the first request matching `pattern` on, every request's connection is closed
+        without an answer, as a store that went away mid-run, until `clear`."""
+        return self._add(Rule(pattern, 0, b"", action="die"))
+
     def _add(self, rule: Rule) -> Rule:
         self.rules.append(rule)
         return rule
 
     def clear(self) -> None:
         self.rules.clear()
+        self.down = False
+        self.stalled.set()
 
 
 def free_port() -> int:
@@ -127,10 +143,19 @@ def _handler(endpoint: Endpoint):
             line = f"{self.command} {self.path}"
             if endpoint.track:
                 endpoint.senders.append((line, _pid_of(self.client_address[1])))
+            if endpoint.down:
+                endpoint.seen.append(line)
+                return self._drop()
             for rule in endpoint.rules:
                 if (rule.times is None or rule.hits < rule.times) and re.search(rule.pattern, line):
                     rule.hits += 1
                     endpoint.seen.append(line)
+                    if rule.action == "stall":
+                        endpoint.stalled.wait(300)
+                        return self._drop()
+                    if rule.action == "die":
+                        endpoint.down = True
+                        return self._drop()
                     return self._answer(rule.status, {"Content-Type": "application/xml"}, rule.body)
             conn = http.client.HTTPConnection(endpoint.moto, timeout=60)
             headers = {
@@ -152,6 +177,10 @@ def _handler(endpoint: Endpoint):
                 length=resp.getheader("Content-Length"),
             )
             conn.close()
+
+        def _drop(self) -> None:
+            """Close the connection without an answer."""
+            self.close_connection = True
 
         def _chunked(self) -> bytes:
             out = b""

@@ -345,6 +345,9 @@ def test_store_calls_retry_what_is_transient_and_name_the_url(monkeypatch):
     with pytest.raises(ScorecliError, match=r"cannot read s3://b/k \(after 6 attempts\): AWS Error INTERNAL") as err:
         store.call("cannot read", "b/k", lambda: (_ for _ in ()).throw(always))
     assert err.value.exit_code == 1
+    with pytest.raises(ScorecliError, match=r"cannot read s3://b/j: the store stopped answering \(AWS Error INTERNAL"):
+        store.call("cannot read", "b/j", lambda: "never asked")  # a failing run's clean-up does not retry it all again
+    store = stores.Store("s3", None, "s3://")
     calls = []
 
     def denied() -> None:

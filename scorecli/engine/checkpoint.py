@@ -28,7 +28,7 @@ from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
-from scorecli.io.stores import is_url
+from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
@@ -124,12 +124,12 @@ class Checkpoint:
                 left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"
                 raise Interrupted(f"interrupted after {self.target.out} was written whole{left}") from exc
             if not self.store.durable_rows() and not self.store.parts:
-                self.store.discard()  # nothing kept: no folder to explain
+                self._discard()  # nothing kept: no folder to explain
                 raise
             if isinstance(exc, InputError) and not self.store.resumed:
                 # a bad row: going on needs another input, which is another job, so the rows
                 # this new job kept could never be resumed (docs/cli.md: Exit codes)
-                self.store.discard()
+                self._discard()
                 raise
             if isinstance(exc, KeyboardInterrupt):
                 raise Interrupted(f"interrupted: no output written; {self.kept()}") from exc
@@ -140,6 +140,14 @@ class Checkpoint:
             raise
         finally:
             self.store.release()  # another run may use the folder now
+
+    def _discard(self) -> None:
+        """Undo a store that holds no part, unless its folder cannot be reached (a store that
+        stopped answering): the run's own error says why it stopped, not the clean-up's."""
+        try:
+            self.store.discard()
+        except ScorecliError:
+            pass
 
     def kept(self) -> str:
         """What a failed run leaves, and how to go on."""

@@ -61,7 +61,7 @@ from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.parts import Part
 from scorecli.io.readers import STDIN, RawRow, count_rows, iter_rows
-from scorecli.io.stores import is_url
+from scorecli.io.urls import is_url
 
 __all__ = ["ROW_INDEX", "RayEngine", "ScorecliPredictor", "import_ray", "run_score_ray"]
 INSTALL_HINT = "pip install 'scorecli[ray]'"

@@ -27,9 +27,11 @@ from typing import Any, BinaryIO, Protocol
 
 import pyarrow.parquet as pq
 
+from scorecli.errors import UsageError
 from scorecli.io.folder_lock import Busy, hold, release
 from scorecli.io.output import fsync_dir
-from scorecli.io.stores import is_url, locate
+from scorecli.io.stores import locate
+from scorecli.io.urls import is_url
 
 LEASE = "_scorecli_lease.json"
 LEASE_SECONDS = 300  # a lease not renewed for this long is stale (its run is gone)
@@ -231,11 +233,22 @@ class StoreFolder:
     # ---- the lease ----------------------------------------------------------------------
 
     def _lease(self) -> dict | None:
+        """The lease under the prefix; None when there is none (or it is torn).
+
+        Raises:
+            UsageError: an object of the lease's name that is not a scorecli lease.
+        """
         data = self.read(LEASE)
         try:
-            return json.loads(data) if data else None
+            lease = json.loads(data) if data else None
         except ValueError:
             return None  # torn: a store never shows a half-written object, but someone else's file may be anything
+        if lease is not None and not _is_lease(lease):
+            raise UsageError(
+                f"{self.where}/{LEASE} is not a scorecli lease (a run id, host, process and renewal "
+                "time): remove it, or give another --out"
+            )
+        return lease
 
     def _write_lease(self) -> None:
         lease = {"run": self.run, "host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
@@ -305,6 +318,20 @@ class StoreFolder:
                 self.delete(LEASE)
         except Exception:  # noqa: BLE001 - the run is ending anyway; a stale lease expires
             pass
+
+
+def _is_lease(lease: Any) -> bool:
+    """Whether `lease` has a lease's shape (`_write_lease`): a run id, a renewal time, and the
+    host and process if given."""
+    if not isinstance(lease, dict) or not isinstance(lease.get("run"), str):
+        return False
+    renewed, pid, host = lease.get("renewed"), lease.get("pid"), lease.get("host")
+    return (
+        isinstance(renewed, (int, float))
+        and not isinstance(renewed, bool)
+        and (pid is None or (isinstance(pid, int) and not isinstance(pid, bool)))
+        and (host is None or isinstance(host, str))
+    )
 
 
 def _stale(lease: dict) -> bool:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import localize
-from scorecli.io.stores import is_url, locate
+from scorecli.io.stores import locate
+from scorecli.io.urls import is_url, place
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")
@@ -214,20 +215,22 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
 
 
 def _touches_input_url(target: Target, inputs, folders) -> str | None:
-    """`_touches_input` for an output in a store: URLs compared as names (objects have no links)."""
-    written = target.path
+    """`_touches_input` for an output in a store: objects compared by key (keys are taken as
+    written, without dot segments: `io.urls`; objects have no links), in the same store however
+    its scheme is spelled."""
+    written = place(target.path or "")
     zone, what = (
         (written, "it")
         if target.kind == "dataset"
         else (written + ".partial", f"its parts folder {target.out}.partial/")
     )
     for path in inputs:
-        if path == written:
+        if place(path) == written:
             return f"it is the input {path}"
-        if path.startswith(zone.rstrip("/") + "/"):
+        if place(path).startswith(zone.rstrip("/") + "/"):
             return f"{what} holds the input {path}"
     for folder in folders:
-        if is_url(folder) and written.startswith(locate_url(folder).rstrip("/") + "/"):
+        if is_url(folder) and written.startswith(place(locate_url(folder)).rstrip("/") + "/"):
             return f"it lies inside the input folder {folder} (a later run would read it as input)"
     return None
 

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import UsageError
+from scorecli.errors import ScorecliError, UsageError
 from scorecli.io.folders import LEASE, Folder, folder_at, read_schema, read_table
 
 JOB = "_scorecli_job.json"
@@ -124,8 +124,12 @@ class PartStore:
         part: the folder still holds an earlier run's journal, not this job's."""
         if self._job is not None:
             return 0
+        try:
+            lines = _journal_lines(self.dir)
+        except ScorecliError:  # the store stopped answering: this run knows what it journaled
+            return self.rows_done
         rows = 0
-        for line in _journal_lines(self.dir):
+        for line in lines:
             part = _parse_part(line)
             if part is None or part.first_row != rows:
                 break

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from scorecli.errors import InputError, UsageError
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
-from scorecli.io.stores import is_url
+from scorecli.io.urls import is_url
 
 STDIN = "-"
 STDIN_PATHS = (STDIN, "/dev/stdin")

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 from scorecli.errors import UsageError
-from scorecli.io.stores import Store, is_url, local_path, locate, scheme_of
+from scorecli.io.stores import Store, locate, plain
+from scorecli.io.urls import is_url, local_path, parse, scheme_of, shown
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -92,17 +93,17 @@ class StoreSource:
         store, path = locate(spec)
         if GLOB_CHARS & set(path):
             return self._glob(store, spec, path, keep, supported)
-        if not path.endswith("/"):
+        if not parse(spec).folder:
             info = store.info(path)
             if info.is_file:
-                return [spec]
+                return [store.url(path)]
         listed = sorted(i.path for i in store.listing(path) if i.is_file)
         found = [store.url(p) for p in listed if not os.path.basename(p).startswith(".") and keep(p)]
         if found:
             return found
         if listed:
-            raise UsageError(f"input not found: {spec} (no input files under it; {supported})")
-        raise UsageError(f"input not found: {spec} ({_nothing_at(store, path)})")
+            raise UsageError(f"input not found: {shown(spec)} (no input files under it; {supported})")
+        raise UsageError(f"input not found: {shown(spec)} ({_nothing_at(store, path)})")
 
     def _glob(self, store: Store, spec: str, path: str, keep: Callable[[str], bool], supported: str) -> list[str]:
         """Objects matching a glob: listed from the longest folder before the first wildcard
@@ -113,10 +114,10 @@ class StoreSource:
         names = sorted(i.path for i in store.listing(folder, recursive=deep) if i.is_file)
         matches = [p for p in names if fnmatch.fnmatchcase(p, path)]
         if not matches:
-            raise UsageError(f"input not found: {spec}")
+            raise UsageError(f"input not found: {shown(spec)}")
         found = [store.url(p) for p in matches if keep(p)]
         if not found:
-            raise UsageError(f"input not found: {spec} (no input files match; {supported})")
+            raise UsageError(f"input not found: {shown(spec)} (no input files match; {supported})")
         return found
 
     def open(self, path: str) -> BinaryIO:
@@ -136,7 +137,7 @@ class StoreSource:
         store, path = locate(spec)
         if GLOB_CHARS & set(path):
             return False
-        return path.endswith("/") or not store.info(path).is_file
+        return parse(spec).folder or not store.info(path).is_file
 
 
 def _nothing_at(store: Store, path: str) -> str:
@@ -158,5 +159,8 @@ def source_for(spec: str) -> Source:
 
 
 def localize(spec: str) -> str:
-    """A `file://` URL as the local path it names; anything else unchanged."""
-    return local_path(spec) if scheme_of(spec) == "file" else spec
+    """A `file://` URL as the local path it names; a store URL without its options (`?region=`:
+    they configure the store once it is made, `io.stores.plain`); anything else unchanged."""
+    if scheme_of(spec) == "file":
+        return local_path(spec)
+    return plain(spec) if is_url(spec) else spec

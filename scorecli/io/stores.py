@@ -7,11 +7,13 @@ Adding a scheme is one entry there (docs/ARCHITECTURE.md: Add an input format or
 (`io.sources`) and outputs (`io.folders`, `io.writers`) then take its URLs.
 
 `Store` is what the rest of scorecli calls: every operation is retried with backoff on what is
-transient (throttling, 5xx, a dropped connection) and mapped to scorecli's errors on the rest,
-naming the URL (docs/object-stores.md): a bad URL, a missing bucket or object, or
-denied access is a `UsageError` (exit 2); anything else, once retries are spent, a
-`ScorecliError` (exit 1). Credentials come from where each SDK looks (environment, profiles,
-instance roles, the HF token); a URL's own `user:secret@` part is never shown (`shown`).
+transient (throttling, 5xx, a dropped connection, a stalled request) within a deadline and
+mapped to scorecli's errors on the rest, naming the URL (docs/object-stores.md): a
+bad URL, a missing bucket or object, denied access or a host that does not resolve is a
+`UsageError` (exit 2); anything else, once retries are spent, a `ScorecliError` (exit 1), after
+which the store is known to be down and every later call fails at once. What a URL names (its
+key, its options) is `io.urls`'. Credentials come from where each SDK looks (environment,
+profiles, instance roles, the HF token), never from a URL (`io.urls.parse` refuses them).
 Knows nothing about rows, tables or jobs.
 """
 
@@ -20,16 +22,20 @@ from __future__ import annotations
 import io
 import re
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.io.urls import parse, scheme_of, shown
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.S)
-_SECRET = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*:[^/@]*@")
 RETRIES = 6  # attempts of one operation (the SDKs retry each request a few times underneath)
 BACKOFF = 0.25  # seconds before the second attempt, doubling each time (with jitter)
+# deadlines: a request that moves no byte for STALL_SECONDS fails (S3: the SDK's request timeout;
+# GCS and the hub have their own), and no operation starts another attempt DEADLINE seconds after
+# its first, so a store that stalls or stays down ends the run (exit 1, the rows kept) in minutes
+STALL_SECONDS = 30.0
+CONNECT_SECONDS = 10.0
+DEADLINE = 60.0
 _CHUNK = 8 << 20  # bytes per ranged read and per upload write
 
 # what each kind of failure looks like in the SDKs' messages (pyarrow passes them on as OSError)
@@ -48,6 +54,10 @@ _DENIED = (
     "403 ",
 )
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
+# a host that does not resolve (AWS_ENDPOINT_URL=garbage) stays so: no use retrying it for a minute
+_NO_HOST = re.compile(r"Could not resolve host(?:name)?")
+_HOST = re.compile(r"Could not resolve host: ([^\s;,]+)")
+_STALLED = ("curlCode: 28", "Timeout was reached")
 _TRANSIENT = (
     "SLOW_DOWN",
     "SlowDown",
@@ -70,39 +80,25 @@ _TRANSIENT = (
 )
 
 
-def is_url(spec: str) -> bool:
-    """Whether `spec` names a URL (`scheme://...`) rather than a local path."""
-    return bool(_URL.match(spec))
-
-
-def scheme_of(spec: str) -> str:
-    """The URL's scheme, lower case ("" for a local path)."""
-    m = _URL.match(spec)
-    return m.group(1).lower() if m else ""
-
-
-def shown(url: str) -> str:
-    """`url` as messages, metadata and fingerprints show it: without a `user:secret@` part."""
-    return _SECRET.sub(r"\1***@", url)
-
-
-def local_path(url: str) -> str:
-    """The local path a `file://` URL names."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.netloc not in ("", "localhost"):
-        raise UsageError(f"{url}: a file:// URL names a path on this machine (file:///path), not on {parsed.netloc}")
-    return urllib.parse.unquote(parsed.path) or "/"
-
-
 # ---- the schemes ------------------------------------------------------------------------
 
 
 def _arrow(url: str) -> tuple[Any, str]:
     """pyarrow's own filesystem for S3, GCS and Azure URLs (options in the URL's query, e.g.
-    `?region=eu-west-1`; the endpoint from AWS_ENDPOINT_URL and credentials as the SDK finds them)."""
+    `?region=eu-west-1`; the endpoint from AWS_ENDPOINT_URL and credentials as the SDK finds them),
+    with the deadlines above."""
     from pyarrow import fs
 
-    return fs.FileSystem.from_uri(url)
+    if scheme_of(url) in ("gs", "gcs") and "retry_limit_seconds=" not in url:
+        url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
+    filesystem, path = fs.FileSystem.from_uri(url)
+    if isinstance(filesystem, fs.S3FileSystem):
+        # from_uri resolves the endpoint (AWS_ENDPOINT_URL) and the bucket's region but takes no
+        # timeouts: the same options again (as pickling gives them back), with the timeouts
+        options = filesystem.__reduce__()[1][0]
+        options.update(connect_timeout=CONNECT_SECONDS, request_timeout=STALL_SECONDS)
+        filesystem = fs.S3FileSystem(**options)
+    return filesystem, path
 
 
 def _huggingface(url: str) -> tuple[Any, str]:
@@ -118,10 +114,13 @@ def _fsspec(filesystem: Any, url: str) -> tuple[Any, str]:
     """An fsspec filesystem as a pyarrow one, and the path of `url` in it."""
     from pyarrow import fs
 
+    if "?" in url:
+        raise ValueError(f"{url.split('://')[0]}:// URLs take no options")
     return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), filesystem._strip_protocol(url)
 
 
-# scheme -> (URL -> (pyarrow FileSystem, path in it)); one entry per scheme (docs/ARCHITECTURE.md)
+# scheme -> (the store's root URL, `scheme://authority?options` -> (pyarrow FileSystem, the store's
+# path in it)); one entry per scheme (docs/ARCHITECTURE.md)
 SCHEMES: dict[str, Callable[[str], tuple[Any, str]]] = {
     "s3": _arrow,
     "gs": _arrow,
@@ -144,18 +143,31 @@ class Store:
     Paths are the FileSystem's (`bucket/key`); `url(path)` is how messages name them.
     """
 
-    def __init__(self, scheme: str, filesystem: Any, prefix: str):
+    def __init__(self, scheme: str, filesystem: Any, prefix: str, base: str = "", options: str = ""):
         self.scheme = scheme
         self.fs = filesystem
-        self._prefix = prefix  # what goes before a path to make its URL ("s3://", "hf://")
+        self._prefix = prefix  # what goes before a path below `base` to make its URL ("s3://bucket")
+        self.base = base  # the store's own path in the FileSystem ("bucket"; "": paths are whole)
+        self.options = options  # the URL options it was made with (`?region=...`)
         self.writable = scheme in WRITABLE
+        # why the store stopped answering, and until when later calls fail at once without asking it
+        self.down: tuple[str, float] | None = None
 
     def url(self, path: str) -> str:
-        return shown(self._prefix + path.lstrip("/"))
+        path = path.lstrip("/")
+        if self.base and (path == self.base or path.startswith(self.base + "/")):
+            return shown(self._prefix + path[len(self.base) :])
+        return shown(f"{self.scheme}://{path}")
 
     def call(self, what: str, path: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)`, retried on transient failures; other failures as scorecli's errors naming
-        `path`'s URL (`what`: what was being done, e.g. "cannot read")."""
+        """`fn(*args)`, retried on transient failures until `RETRIES` attempts or `DEADLINE`
+        seconds; other failures as scorecli's errors naming `path`'s URL (`what`: what was being
+        done, e.g. "cannot read"). Once the store has stopped answering, calls fail at once for
+        `DEADLINE` seconds: a run that is ending (keeping its rows) does not wait for it all over
+        again, and a later run in the same process (a library's caller) asks it afresh."""
+        if self.down is not None and time.monotonic() < self.down[1]:
+            raise ScorecliError(f"{what} {self.url(path)}: {self.down[0]}")
+        first = time.monotonic()
         for attempt in range(RETRIES):
             try:
                 return fn(*args)
@@ -164,15 +176,16 @@ class Store:
             except PermissionError as exc:
                 raise UsageError(f"{what} {self.url(path)}: access denied ({_creds(self.scheme)})") from exc
             except OSError as exc:
-                text = str(exc)
-                if any(k in text for k in _NO_BUCKET):
-                    raise UsageError(f"{what} {self.url(path)}: the bucket or container does not exist") from exc
-                if any(k in text for k in _DENIED):
-                    raise UsageError(f"{what} {self.url(path)}: access denied ({_creds(self.scheme)})") from exc
-                if attempt + 1 == RETRIES or not any(k in text for k in _TRANSIENT):
-                    tries = f" (after {RETRIES} attempts)" if attempt else ""
-                    raise ScorecliError(f"{what} {self.url(path)}{tries}: {first_line(exc, 300)}") from exc
-                time.sleep(BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1)))
+                _refused(exc, what, self.url(path), self.scheme)
+                delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
+                transient = any(k in str(exc) for k in _TRANSIENT)
+                if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > DEADLINE:
+                    tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                    reason = _reason(exc)
+                    if transient:
+                        self.down = (f"the store stopped answering ({reason})", time.monotonic() + DEADLINE)
+                    raise ScorecliError(f"{what} {self.url(path)}{tries}: {reason}") from exc
+                time.sleep(delay)
         raise AssertionError("unreachable")
 
     # ---- reading --------------------------------------------------------------------
@@ -268,6 +281,28 @@ def _missing(exc: OSError) -> str:
     return "no such object" if "bucket" not in str(exc).lower() else "the bucket does not exist"
 
 
+def _refused(exc: OSError, what: str, url: str, scheme: str) -> None:
+    """Raise what no retry changes as a UsageError (exit 2): a missing bucket, denied access, a
+    store host that does not resolve."""
+    text = str(exc)
+    if any(k in text for k in _NO_BUCKET):
+        raise UsageError(f"{what} {url}: the bucket or container does not exist") from exc
+    if any(k in text for k in _DENIED):
+        raise UsageError(f"{what} {url}: access denied ({_creds(scheme)})") from exc
+    if _NO_HOST.search(text):
+        where = "AWS_ENDPOINT_URL or the URL" if scheme == "s3" else "the URL and the store's endpoint settings"
+        host = _HOST.search(text)
+        named = f" {host.group(1)}" if host else ""
+        raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {where})") from exc
+
+
+def _reason(exc: OSError) -> str:
+    """An SDK's failure in a few words: a stalled request as such, others as the SDK says them."""
+    if any(k in str(exc) for k in _STALLED):
+        return f"the store did not answer for {STALL_SECONDS:g} s"
+    return first_line(exc, 300)
+
+
 def _creds(scheme: str) -> str:
     if scheme == "s3":
         return "check AWS_ACCESS_KEY_ID / AWS_PROFILE / the instance role, and the bucket's policy"
@@ -339,32 +374,35 @@ _STORES: dict[tuple[str, str], Store] = {}
 
 
 def locate(url: str) -> tuple[Store, str]:
-    """The store a URL names and the object's path in it (stores are made once per bucket).
+    """The store a URL names and the object's path in it (stores are made once per bucket, with
+    the options of the first URL that names them, or of one that gives others).
 
     Raises:
-        UsageError: an unsupported scheme, or a URL the scheme's filesystem refuses.
+        UsageError: an unsupported scheme, credentials in the URL, a key with `.`, `..` or empty
+            segments (`io.urls.parse`), or a URL the scheme's filesystem refuses.
     """
     scheme = scheme_of(url)
-    if shown(url) != url:  # it would show in messages, logs and `ps`: never taken from there
-        raise UsageError(
-            f"{shown(url)}: credentials in a URL are not used (they would show in messages and "
-            "process lists): give them as the store's SDK expects (AWS_ACCESS_KEY_ID, a profile, ...)"
-        )
     make = SCHEMES.get(scheme)
     if make is None:
         raise UsageError(f"unsupported URL scheme {scheme}:// in {shown(url)} ({SUPPORTED})")
-    rest = _URL.match(url).group(2)  # type: ignore[union-attr]
-    authority = rest.split("/", 1)[0]
-    key = (scheme, authority)
-    try:
-        fs_, path = make(url)
-    except ScorecliError:
-        raise
-    except (ValueError, OSError, TypeError) as exc:
-        raise UsageError(f"{shown(url)}: not a URL scorecli can open: {first_line(exc, 200)}") from exc
-    if not path.strip("/") and scheme != "hf":
+    named = parse(url)
+    if not named.authority:
         raise UsageError(f"{shown(url)}: no bucket or container in the URL")
-    store = _STORES.get(key)
-    if store is None or type(store.fs) is not type(fs_):
-        store = _STORES[key] = Store(scheme, fs_, f"{scheme}://")
-    return store, path
+    store = _STORES.get((scheme, named.authority))
+    if store is None or (named.options and named.options != store.options):
+        try:
+            filesystem, base = make(named.root)
+        except ScorecliError:
+            raise
+        except (ValueError, OSError, TypeError) as exc:
+            raise UsageError(f"{shown(url)}: not a URL scorecli can open: {first_line(exc, 200)}") from exc
+        prefix = f"{scheme}://{named.authority}"
+        store = _STORES[(scheme, named.authority)] = Store(scheme, filesystem, prefix, base.strip("/"), named.options)
+    return store, "/".join(p for p in (store.base, named.key) if p)
+
+
+def plain(url: str) -> str:
+    """`url` as listings, messages and fingerprints name it: without its options, once the store
+    they configure is made (`locate`), so that an object has one name whichever way it was reached."""
+    locate(url)
+    return parse(url).plain

@@ -36,7 +36,8 @@ from scorecli.errors import OutputClosed, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
-from scorecli.io.stores import is_url, locate
+from scorecli.io.stores import locate
+from scorecli.io.urls import is_url
 
 __all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
 
