@@ -1,5 +1,5 @@
-"""A store that stalls, dies, cannot be found or holds a foreign lease (docs/object-stores.md:
-clusters), through the real console script against the local S3 server and its proxy
+"""A store that stalls, dies, cannot be found or holds a foreign lease (docs/object-stores.md),
+through the real console script against the local S3 server and its proxy
 (`tests/s3_server.py`): the run stops with one line, exit 1 with the rows kept and `--resume`
 suggested when the store fails mid-run, exit 2 when it can never work; it never hangs, and what
 it keeps resumes to the uninterrupted output.
