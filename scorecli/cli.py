@@ -6,7 +6,9 @@ stderr (`progress`), and maps errors to exit codes: 2 for bad usage or input, 1 
 130 / 143 after SIGINT / SIGTERM (`process`); each error is one line of plain text (no
 markup, no emoji codes, control bytes escaped). A closed pipe on the output ends the process
 quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only
-environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer). The
+environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer; the
+model's name then goes through `model.default_model.resolve_model`, the resolution the library's
+`Scorer` calls too, which reads $SCORECLI_MODEL itself when no name is given). The
 flags themselves (panels, help) are declared in `options`; `--help` is drawn by `help`.
 """
 
@@ -220,13 +222,12 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
     model's short name), else the default model (README: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
-    from scorecli.model.default_model import resolve
-    from scorecli.model.hub import is_hub_id, reach
+    from scorecli.model.default_model import resolve_model
 
-    path, template = resolve(model)
-    if is_hub_id(path) and (line := reach(path)) and not quiet:
-        say(f"note: {line}")
-    return path, template
+    choice = resolve_model(model)
+    if choice.note and not quiet:
+        say(f"note: {choice.note}")
+    return choice.path, choice.template
 
 
 @app.command(cls=Command, epilog=o.INSPECT_EXAMPLES)

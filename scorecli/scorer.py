@@ -12,6 +12,7 @@ Knows nothing about files, progress bars or the command line.
 from __future__ import annotations
 
 import queue
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
-from scorecli.model.load import Loaded, load_model
+from scorecli.model.default_model import config_for
+from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
@@ -71,18 +73,43 @@ class Prepared:
 
 
 class Scorer:
-    """Scores rows of one query and many items with a Hugging Face model.
+    """Scores rows of one query and many items with a Hugging Face model::
+
+        scorer = Scorer()  # the CLI's model: $SCORECLI_MODEL, else minilm
+        table = pa.table({"query": ["capital of France"], "items": [["Paris.", "Bananas."]]})
+        print(scorer.score_table(table).to_pylist())
 
     Args:
-        model: a model folder, .gguf file or Hub id, or an already `Loaded` model.
-        config: the run's configuration; keyword overrides build one when omitted.
+        model: a path, Hub id or short name (`minilm`), resolved as `scorecli score --model` is
+            (`model.default_model.resolve_model`; None: $SCORECLI_MODEL, else the default), or a
+            `Loaded` model.
+        config: a configuration whose model is resolved already (the CLI's, Ray workers'); else
+            keyword overrides (the CLI's flags: `template="qwen3-reranker"`, `top_k=3`) build one.
+        progress: transformers' loading bar, a Hub note and a progress line on stderr; False
+            (the default): print nothing.
+
+    Raises:
+        UsageError: one line: a model that cannot be resolved (not installed, no such path, a Hub
+            that does not answer) or flags that contradict each other.
     """
 
-    def __init__(self, model: str | Loaded, config: ScoreConfig | None = None, **overrides: Any):
-        name = model.path if isinstance(model, Loaded) else model
+    def __init__(
+        self,
+        model: str | Loaded | None = None,
+        config: ScoreConfig | None = None,
+        *,
+        progress: bool = False,
+        **overrides: Any,
+    ):
         mark("imports")
-        self.config = config or ScoreConfig(model=name, **overrides)
-        self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
+        self.progress = progress
+        if config is None:  # a library caller: the model as the CLI resolves it
+            config, note = config_for(model, overrides)
+            if note and progress:
+                print(f"note: {note}", file=sys.stderr)
+        self.config = config
+        with quiet_transformers(not progress):
+            self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
@@ -336,10 +363,20 @@ class Scorer:
 
     def score_table(self, table: pa.Table) -> pa.Table:
         """Score an Arrow table of input rows; returns the output columns, in row order
-        (the id column keeps its type in `table`)."""
+        (the id column keeps its type in `table`). With `progress`, a progress line on stderr."""
         rows = [RawRow(data, f"row {k + 1}", typed=True) for k, data in enumerate(table.to_pylist())]
         name = self.fields.id
-        return self.score_rows(rows, table.schema.field(name).type if name in table.column_names else None)
+        id_type = table.schema.field(name).type if name in table.column_names else None
+        if not self.progress:
+            return self.score_rows(rows, id_type)
+        from scorecli.engine.progress import tracked
+
+        with tracked(len(rows)) as tracker:
+            prepared = self.prepare(rows, id_type)
+            tracker.window(prepared)
+            table = self.run(prepared, tracker.work)
+            tracker.rows(len(rows))
+        return table
 
     # ---- output -----------------------------------------------------------------------
 

@@ -135,6 +135,13 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
 
 
 @contextmanager
+def tracked(total: int) -> Iterator[Tracker]:
+    """A progress line on stderr over `total` rows, for a library caller who asked for one."""
+    with Tracker(Console(stderr=True), total) as tracker:
+        yield tracker
+
+
+@contextmanager
 def loading(console: Console | None, name: str) -> Iterator[None]:
     """`loading NAME ...` on a terminal while the model loads and checks itself, before the
     progress line (transient, like it; nothing in a log, where one line per error is the rule)."""
