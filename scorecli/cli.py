@@ -87,6 +87,8 @@ def score(
     query_field: Annotated[str, opt("--query-field")] = "query",
     items_field: Annotated[str, opt("--items-field")] = "items",
     id_field: Annotated[str, opt("--id-field")] = "id",
+    labels_field: Annotated[str, opt("--labels-field")] = "labels",
+    group_by: Annotated[str | None, opt("--group-by")] = None,
     device: o.Device = "auto",
     dtype: o.DType = "auto",
     attention: Annotated[str, opt("--attention")] = "auto",
@@ -124,7 +126,7 @@ def score(
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.output import resolve_output
-    from scorecli.io.readers import count_rows, estimate_tokens, input_folders, resolve_inputs
+    from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
@@ -156,7 +158,7 @@ def score(
     one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.engine.run import open_rows, preflight, run_score
+    from scorecli.engine.run import open_rows, preflight, run_score, total_rows
 
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
@@ -182,7 +184,7 @@ def score(
             cfg,
             paths,
             target,
-            total_rows=count_rows(paths),
+            total_rows=total_rows(cfg, paths),
             console=console,
             stdin=None,
             rows=rows,
@@ -273,6 +275,31 @@ def inspect(
             typer.echo(line)
         if not ok:
             raise typer.Exit(1)
+
+
+@app.command(name="eval", cls=Command, epilog=o.EVAL_EXAMPLES)
+def eval_(
+    scores: Annotated[
+        list[str], typer.Argument(metavar="SCORES", show_default=False, rich_help_panel=o.INPUT, help=o.SCORES)
+    ],
+    labels: Annotated[list[str] | None, opt("--labels")] = None,
+    labels_field: Annotated[str, opt("--labels-field")] = "labels",
+    id_field: Annotated[str, opt("--id-field")] = "id",
+    query_field: Annotated[str, opt("--query-field")] = "query",
+    items_field: Annotated[str, opt("--items-field")] = "items",
+    group_by: Annotated[str | None, opt("--group-by")] = None,
+    top_k: Annotated[int | None, opt("--top-k", min=1, max=o.MAX_INT, help=o.EVAL_K)] = None,
+) -> None:
+    """Ranking metrics of scores against relevance labels: MRR@k, nDCG@k, accuracy@1.
+
+    The labels the output kept, or those of the input it was scored from (--labels)."""
+    from scorecli.evaluate import evaluate
+    from scorecli.io.groups import grouping
+
+    ranking = evaluate(
+        scores, labels, labels_field, id_field, grouping(group_by, query_field, items_field, labels_field), top_k
+    )
+    typer.echo(ranking.line())
 
 
 @app.command(cls=Command, epilog=o.BENCH_EXAMPLES)

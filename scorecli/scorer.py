@@ -62,6 +62,7 @@ class Prepared:
     id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
     chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
     num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
+    labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
 
     @property
     def num_rows(self) -> int:
@@ -117,7 +118,7 @@ class Scorer:
 
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
-        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
@@ -239,7 +240,11 @@ class Scorer:
         batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first)
+        labels = [None if r is None else r.labels for r in parsed]
+        labelled = labels if any(g is not None for g in labels) else None
+        return Prepared(
+            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, labelled
+        )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -387,6 +392,7 @@ class Scorer:
         )
         cols = Columns(
             self.fields.id,
+            self.fields.labels,
             self.spec.positive_index,
             cfg.top_k,
             self.chunking is not None,
