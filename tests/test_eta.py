@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scorecli.engine.progress import Eta
-from tests.test_cli import WORDS, Case, jsonl, write
+from tests.test_cli import WORDS, jsonl, write
 from tests.test_firstrun import read_events, slow_run
 from tests.test_resume import stop_after
 
@@ -22,7 +22,9 @@ def rows(n: int, seed: int = 3) -> list[dict]:
     """Rows of 1 to 4 items of 2 to 14 words: their tokens vary threefold from row to row."""
     rng = random.Random(seed)
     words = lambda lo, hi: " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
-    return [{"id": i, "query": words(2, 6), "items": [words(2, 14) for _ in range(rng.randint(1, 4))]} for i in range(n)]
+    return [
+        {"id": i, "query": words(2, 6), "items": [words(2, 14) for _ in range(rng.randint(1, 4))]} for i in range(n)
+    ]
 
 
 def predictions(events: list[dict]) -> tuple[list[tuple[float, float | None]], float, float]:
