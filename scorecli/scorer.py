@@ -104,12 +104,13 @@ class Scorer:
     ):
         mark("imports")
         self.progress = progress
-        if config is None:  # a library caller: the model as the CLI resolves it
+        library = config is None  # a library caller: the model as the CLI resolves it, nothing printed
+        if config is None:
             config, note = config_for(model, overrides)
             if note and progress:
                 print(f"note: {note}", file=sys.stderr)
         self.config = config
-        with quiet_transformers(not progress):
+        with quiet_transformers(library and not progress):
             self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         mark("model loaded")

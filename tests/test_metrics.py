@@ -137,3 +137,28 @@ def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
     skipped = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--skip-bad-rows"]))
     assert skipped.rc == 0, skipped.stderr
     assert "over 1 labelled rows" in skipped.lines()[-1] and json.loads(json.dumps(pq.read_table(out).num_rows)) == 3
+
+
+def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
+    """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
+    rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""
+    from tests.test_firstrun import slow_run
+    from tests.test_resume import stop_after
+
+    inp = write(tmp_path / "in.jsonl", jsonl(labelled_rows(12)))
+    model = ["--model", qwen3_seq_cls, "--window-rows", "2"]
+    whole = tmp_path / "whole.parquet"
+    uninterrupted = run_cli(Case(["score", inp, "--out", str(whole), *model]))
+    assert uninterrupted.rc == 0, uninterrupted.stderr
+    out = tmp_path / "ds"
+    args = ["score", inp, "--out", f"{out}/", *model]
+    stop_after(slow_run(tmp_path / "events.jsonl", "0.3", args), out, 2)
+    resumed = run_cli(Case([*args, "--resume"]))
+    assert resumed.rc == 0, resumed.stderr
+    names = ("MRR@10", "nDCG@10", "accuracy@1", "labelled_rows", "labelled_rows_without_relevant")
+    expected = {k: v for k, v in pq.read_schema(whole).metadata.items() if k.decode() in names}
+    assert len(expected) == len(names)
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) == 7 and all({k: pq.read_schema(p).metadata[k] for k in expected} == expected for p in parts)
+    line = uninterrupted.lines()[-1].split("; ", 1)[1]
+    assert line.startswith("MRR@10") and resumed.lines()[-1].endswith(line), (line, resumed.lines()[-1])
