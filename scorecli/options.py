@@ -177,6 +177,7 @@ APP_EXAMPLES = """Start here (README: Quickstart):
   scorecli score rows.jsonl --out scores.parquet   minilm, offline
   scorecli inspect                                 the bundled models
   scorecli inspect MODEL                           what scorecli sees in it
+  scorecli eval scores.parquet                     MRR@10, nDCG@10 from labels
   scorecli bench --model minilm                    items/s on this machine"""
 INSPECT_EXAMPLES = """Examples:
   scorecli inspect                      the bundled models, by short name
