@@ -117,7 +117,7 @@ class Eta:
     """When this run's rows will be done, counted in tokens: a row's tokens are known once its
     window is read (`start`), the rate is this run's own tokens per second (a resumed run's from
     its first batch on), and the rows not read yet cost the mean tokens of the rows read so far.
-    Once the windows after the first have done as much work as the first, the first (which pays
+    Once the batches after the first have done as much work as the first, the first (which pays
     the warm-up) is left out of the rate. Blocks whose tokens are known only when done (Ray)
     count then. Knows nothing about how rows are scored.
 
@@ -132,7 +132,7 @@ class Eta:
         self.finished = [0, 0]  # rows, tokens of the windows finished
         self.running = (0, 0)  # the window now running: rows, tokens
         self.counted = 0  # `Counts.tokens` when the last window finished
-        self.warm: tuple[float, float] | None = None  # (when, tokens done) as the first window finished
+        self.warm: tuple[float, float] | None = None  # (when, tokens done) after the first batch (block)
         self.worked_tokens = 0  # forward tokens of the running window's batches done
 
     def start(self, rows: int, tokens: int) -> None:
@@ -148,7 +148,10 @@ class Eta:
     def worked(self, tokens: int) -> float:
         """The running window's share done after a batch of `tokens` (its forward tokens)."""
         self.worked_tokens += tokens
-        return min(self.worked_tokens / self.running[1], 1.0) if self.running[1] else 0.0
+        fraction = min(self.worked_tokens / self.running[1], 1.0) if self.running[1] else 0.0
+        if self.warm is None:  # the run's first batch: it pays the warm-up
+            self.warm = (time.perf_counter(), self.finished[1] + self.running[1] * fraction)
+        return fraction
 
     def finish(self, rows: int, counted_tokens: int) -> None:
         """`rows` are done; `counted_tokens`: all tokens done so far (a block's, if not started)."""
