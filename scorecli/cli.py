@@ -6,7 +6,9 @@ stderr (`progress`), and maps errors to exit codes: 2 for bad usage or input, 1 
 130 / 143 after SIGINT / SIGTERM (`process`); each error is one line of plain text (no
 markup, no emoji codes, control bytes escaped). A closed pipe on the output ends the process
 quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only
-environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer). The
+environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer; the
+model's name then goes through `model.default_model.resolve_model`, the resolution the library's
+`Scorer` calls too, which reads $SCORECLI_MODEL itself when no name is given). The
 flags themselves (panels, help) are declared in `options`; `--help` is drawn by `help`.
 """
 
@@ -85,6 +87,8 @@ def score(
     query_field: Annotated[str, opt("--query-field")] = "query",
     items_field: Annotated[str, opt("--items-field")] = "items",
     id_field: Annotated[str, opt("--id-field")] = "id",
+    labels_field: Annotated[str, opt("--labels-field")] = "labels",
+    group_by: Annotated[str | None, opt("--group-by")] = None,
     device: o.Device = "auto",
     dtype: o.DType = "auto",
     attention: Annotated[str, opt("--attention")] = "auto",
@@ -122,7 +126,7 @@ def score(
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
     from scorecli.io.output import resolve_output
-    from scorecli.io.readers import count_rows, estimate_tokens, input_folders, resolve_inputs
+    from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
@@ -154,7 +158,7 @@ def score(
     one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.engine.run import open_rows, preflight, run_score
+    from scorecli.engine.run import open_rows, preflight, run_score, total_rows
 
     checkpoint = Checkpoint.open(target, cfg, paths, resume)
     if checkpoint is not None and checkpoint.note and not quiet:
@@ -180,7 +184,7 @@ def score(
             cfg,
             paths,
             target,
-            total_rows=count_rows(paths),
+            total_rows=total_rows(cfg, paths),
             console=console,
             stdin=None,
             rows=rows,
@@ -220,13 +224,12 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
     model's short name), else the default model (docs/models.md: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
-    from scorecli.model.default_model import resolve
-    from scorecli.model.hub import is_hub_id, reach
+    from scorecli.model.default_model import resolve_model
 
-    path, template = resolve(model)
-    if is_hub_id(path) and (line := reach(path)) and not quiet:
-        say(f"note: {line}")
-    return path, template
+    choice = resolve_model(model)
+    if choice.note and not quiet:
+        say(f"note: {choice.note}")
+    return choice.path, choice.template
 
 
 @app.command(cls=Command, epilog=o.INSPECT_EXAMPLES)
@@ -272,6 +275,31 @@ def inspect(
             typer.echo(line)
         if not ok:
             raise typer.Exit(1)
+
+
+@app.command(name="eval", cls=Command, epilog=o.EVAL_EXAMPLES)
+def eval_(
+    scores: Annotated[
+        list[str], typer.Argument(metavar="SCORES", show_default=False, rich_help_panel=o.INPUT, help=o.SCORES)
+    ],
+    labels: Annotated[list[str] | None, opt("--labels")] = None,
+    labels_field: Annotated[str, opt("--labels-field")] = "labels",
+    id_field: Annotated[str, opt("--id-field")] = "id",
+    query_field: Annotated[str, opt("--query-field")] = "query",
+    items_field: Annotated[str, opt("--items-field")] = "items",
+    group_by: Annotated[str | None, opt("--group-by")] = None,
+    top_k: Annotated[int | None, opt("--top-k", min=1, max=o.MAX_INT, help=o.EVAL_K)] = None,
+) -> None:
+    """Ranking metrics of scores against relevance labels: MRR@k, nDCG@k, accuracy@1.
+
+    The labels the output kept, or those of the input it was scored from (--labels)."""
+    from scorecli.evaluate import evaluate
+    from scorecli.io.groups import grouping
+
+    ranking = evaluate(
+        scores, labels, labels_field, id_field, grouping(group_by, query_field, items_field, labels_field), top_k
+    )
+    typer.echo(ranking.line())
 
 
 @app.command(cls=Command, epilog=o.BENCH_EXAMPLES)

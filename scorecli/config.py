@@ -51,6 +51,8 @@ class ScoreConfig:
     query_field: str = "query"
     items_field: str = "items"
     id_field: str = "id"
+    labels_field: str = "labels"  # relevance labels: kept in the output, ranking metrics (`core.metrics`)
+    group_by: str | None = None  # records of one (query, item) each, grouped into rows by this column (`io.groups`)
     device: str = "auto"
     dtype: str = "auto"
     attention: str = "auto"

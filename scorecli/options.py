@@ -43,6 +43,18 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--query-field": (INPUT, "NAME", "Input field holding the query."),
     "--items-field": (INPUT, "NAME", "Input field holding the items."),
     "--id-field": (INPUT, "NAME", "Input field copied to the output as the row id."),
+    "--labels-field": (
+        INPUT,
+        "NAME",
+        "Input field of relevance labels (a number per item, or the relevant items' indices): kept in "
+        "the output, and MRR@k, nDCG@k, accuracy@1 reported.",
+    ),
+    "--labels": (INPUT, "INPUT", "The input SCORES was scored from, whose rows hold relevance labels."),
+    "--group-by": (
+        INPUT,
+        "COLUMN",
+        "Input records hold one (query, item) each: consecutive records with the same COLUMN are one row.",
+    ),
     "--attention": (PERF, "NAME", "auto | flashinfer | flex | sdpa | eager."),
     "--runtime": (
         PERF,
@@ -165,6 +177,7 @@ APP_EXAMPLES = """Start here (README: Quickstart):
   scorecli score rows.jsonl --out scores.parquet   minilm, offline
   scorecli inspect                                 the bundled models
   scorecli inspect MODEL                           what scorecli sees in it
+  scorecli eval scores.parquet                     MRR@10, nDCG@10 from labels
   scorecli bench --model minilm                    items/s on this machine"""
 INSPECT_EXAMPLES = """Examples:
   scorecli inspect                      the bundled models, by short name
@@ -175,5 +188,11 @@ BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
   scorecli bench --model ./reranker --attention sdpa,flex --json out.json"""
-INPUTS = "JSONL/Parquet files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
+EVAL_EXAMPLES = """Examples (labels: a grade per item, or the relevant items' indices):
+  scorecli eval scores.parquet                     the labels the output kept
+  scorecli eval scores.parquet --labels rows.jsonl the input's labels
+  scorecli eval scores/ --labels pairs.csv --group-by qid --id-field qid"""
+INPUTS = "JSONL/Parquet/CSV/TSV files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
+SCORES = "An output of scorecli score: a Parquet or JSON lines file, or a dataset folder."
+EVAL_K = "k of MRR@k and nDCG@k (default: 10)."
 INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

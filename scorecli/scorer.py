@@ -12,6 +12,7 @@ Knows nothing about files, progress bars or the command line.
 from __future__ import annotations
 
 import queue
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
-from scorecli.model.load import Loaded, load_model
+from scorecli.model.default_model import config_for
+from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
@@ -60,6 +62,7 @@ class Prepared:
     id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
     chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
     num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
+    labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
 
     @property
     def num_rows(self) -> int:
@@ -71,18 +74,44 @@ class Prepared:
 
 
 class Scorer:
-    """Scores rows of one query and many items with a Hugging Face model.
+    """Scores rows of one query and many items with a Hugging Face model::
+
+        scorer = Scorer()  # the CLI's model: $SCORECLI_MODEL, else minilm
+        table = pa.table({"query": ["capital of France"], "items": [["Paris.", "Bananas."]]})
+        print(scorer.score_table(table).to_pylist())
 
     Args:
-        model: a model folder, .gguf file or Hub id, or an already `Loaded` model.
-        config: the run's configuration; keyword overrides build one when omitted.
+        model: a path, Hub id or short name (`minilm`), resolved as `scorecli score --model` is
+            (`model.default_model.resolve_model`; None: $SCORECLI_MODEL, else the default), or a
+            `Loaded` model.
+        config: a configuration whose model is resolved already (the CLI's, Ray workers'); else
+            keyword overrides (the CLI's flags: `template="qwen3-reranker"`, `top_k=3`) build one.
+        progress: transformers' loading bar, a Hub note and a progress line on stderr; False
+            (the default): print nothing.
+
+    Raises:
+        UsageError: one line: a model that cannot be resolved (not installed, no such path, a Hub
+            that does not answer) or flags that contradict each other.
     """
 
-    def __init__(self, model: str | Loaded, config: ScoreConfig | None = None, **overrides: Any):
-        name = model.path if isinstance(model, Loaded) else model
+    def __init__(
+        self,
+        model: str | Loaded | None = None,
+        config: ScoreConfig | None = None,
+        *,
+        progress: bool = False,
+        **overrides: Any,
+    ):
         mark("imports")
-        self.config = config or ScoreConfig(model=name, **overrides)
-        self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
+        self.progress = progress
+        library = config is None  # a library caller: the model as the CLI resolves it, nothing printed
+        if config is None:
+            config, note = config_for(model, overrides)
+            if note and progress:
+                print(f"note: {note}", file=sys.stderr)
+        self.config = config
+        with quiet_transformers(library and not progress):
+            self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
@@ -90,7 +119,7 @@ class Scorer:
 
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
-        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None
@@ -212,7 +241,11 @@ class Scorer:
         batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first)
+        labels = [None if r is None else r.labels for r in parsed]
+        labelled = labels if any(g is not None for g in labels) else None
+        return Prepared(
+            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, labelled
+        )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -336,10 +369,20 @@ class Scorer:
 
     def score_table(self, table: pa.Table) -> pa.Table:
         """Score an Arrow table of input rows; returns the output columns, in row order
-        (the id column keeps its type in `table`)."""
+        (the id column keeps its type in `table`). With `progress`, a progress line on stderr."""
         rows = [RawRow(data, f"row {k + 1}", typed=True) for k, data in enumerate(table.to_pylist())]
         name = self.fields.id
-        return self.score_rows(rows, table.schema.field(name).type if name in table.column_names else None)
+        id_type = table.schema.field(name).type if name in table.column_names else None
+        if not self.progress:
+            return self.score_rows(rows, id_type)
+        from scorecli.engine.progress import tracked
+
+        with tracked(len(rows)) as tracker:
+            prepared = self.prepare(rows, id_type)
+            tracker.window(prepared)
+            table = self.run(prepared, tracker.work)
+            tracker.rows(len(rows))
+        return table
 
     # ---- output -----------------------------------------------------------------------
 
@@ -350,6 +393,7 @@ class Scorer:
         )
         cols = Columns(
             self.fields.id,
+            self.fields.labels,
             self.spec.positive_index,
             cfg.top_k,
             self.chunking is not None,

@@ -2,8 +2,10 @@
 progress and checkpoints on a slow model (tests/test_firstrun.py):
 
     python -m tests.slow_cli EVENTS SECONDS_PER_BATCH score ...
+    python -m tests.slow_cli EVENTS SECONDS_PER_TOKENt score ...   (e.g. 0.002t)
 
-Every batch scored after the start-up self-check first sleeps SECONDS_PER_BATCH. EVENTS gets one
+Every batch scored after the start-up self-check first sleeps SECONDS_PER_BATCH, or SECONDS_PER_TOKEN
+times its tokens (a model whose time goes with the tokens, as a real one's does). EVENTS gets one
 JSON line per event, `t` in seconds since the process started:
 - `start`: the progress line starts (the model is loaded and checked);
 - `batch`: a batch is done; `completed` is the rows the progress line shows done, `eta` the
@@ -30,7 +32,7 @@ def record(path: str, event: str, **fields) -> None:
         f.write(json.dumps({"event": event, "t": time.perf_counter() - STARTED, **fields}) + "\n")
 
 
-def patch(events: str, delay: float) -> None:
+def patch(events: str, delay: str) -> None:
     score_batch, enter, work, add = (
         scorer.Scorer._score_batch,
         progress.Tracker.__enter__,
@@ -40,7 +42,7 @@ def patch(events: str, delay: float) -> None:
 
     def slow_batch(self, batch, forward=None):
         if hasattr(self, "self_check_note"):  # a batch of the run, not the self-check's probe
-            time.sleep(delay)
+            time.sleep(float(delay[:-1]) * batch.num_tokens if delay.endswith("t") else float(delay))
         return score_batch(self, batch, forward)
 
     def entered(self):
@@ -50,7 +52,7 @@ def patch(events: str, delay: float) -> None:
     def worked(self, items, tokens):
         work(self, items, tokens)
         task = self.progress.tasks[0]
-        record(events, "batch", completed=task.completed, eta=task.time_remaining)
+        record(events, "batch", completed=task.completed, eta=self.seconds_left())
 
     def added(self, table):
         part = add(self, table)
@@ -64,6 +66,6 @@ def patch(events: str, delay: float) -> None:
 
 
 if __name__ == "__main__":
-    patch(sys.argv[1], float(sys.argv[2]))
+    patch(sys.argv[1], sys.argv[2])
     sys.argv = ["scorecli", *sys.argv[3:]]
     main()

@@ -176,7 +176,7 @@ def _flag_names(command: str | None) -> list[str]:
     return [o for p in cmd.params for o in [*p.opts, *p.secondary_opts] if o.startswith("-")]
 
 
-@pytest.mark.parametrize("command", [None, "score", "inspect", "bench"])
+@pytest.mark.parametrize("command", [None, "score", "inspect", "bench", "eval"])
 def test_help_fits_80_columns_with_whole_flag_names(command):
     argv = [*SCORECLI, *([command] if command else []), "--help"]
     for columns in (80, 160):

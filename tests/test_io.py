@@ -159,9 +159,9 @@ def test_empty_directory(tmp_path):
 
 
 def test_unknown_extension(tmp_path):
-    p = tmp_path / "a.csv"
+    p = tmp_path / "a.xlsx"
     p.write_text("id\n1\n")
-    with pytest.raises(UsageError, match=r"unsupported input format: .*a\.csv.*\.jsonl.*\.parquet"):
+    with pytest.raises(UsageError, match=r"unsupported input format: .*a\.xlsx.*\.jsonl.*\.parquet.*\.csv"):
         resolve_inputs([str(p)])
 
 

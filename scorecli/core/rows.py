@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from scorecli.core.metrics import parse_labels
 from scorecli.core.templates import text_problem
 from scorecli.errors import InputError
 
@@ -21,6 +24,7 @@ class Row:
     items: list[str] | list[list[int]]
     instruction: str | None
     id: Any
+    labels: np.ndarray | None = None  # [items] float64 relevance grades (`core.metrics`), when given
 
     @property
     def pretokenized(self) -> bool:
@@ -32,6 +36,7 @@ class Fields:
     query: str = "query"
     items: str = "items"
     id: str = "id"
+    labels: str = "labels"
 
 
 def parse_row(data: dict, where: str, fields: Fields) -> Row:
@@ -64,7 +69,9 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
         if not isinstance(instruction, str):
             raise InputError(f"{where}: field 'instruction': expected a string, got {_type(instruction)}")
         _check_text(instruction, where, "'instruction'")
-    return Row(query, items, instruction, data.get(fields.id))
+    labels = data.get(fields.labels)
+    grades = None if labels is None else parse_labels(labels, len(items), where, fields.labels)
+    return Row(query, items, instruction, data.get(fields.id), grades)
 
 
 def _get(data: dict, name: str, where: str) -> Any:

@@ -20,8 +20,10 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
+from scorecli.core.metrics import DEFAULT_K, Ranking
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.progress import Counts, Tracker, note, summary
+from scorecli.io.columns import add_ranking
 from scorecli.io.output import Target
 from scorecli.io.parts import Part
 from scorecli.io.sinks import Sink, open_sink
@@ -86,17 +88,39 @@ def run_job(
         pin = checkpoint.part_rows if checkpoint else (lambda rows: rows)
         with engine.start(cfg, pin) as scoring:
             total = scoring.total()
+            ranking = _kept_ranking(cfg, checkpoint)
             with Tracker(console, None if total is None else done + total, scoring.label, done) as tracker:
-                _drive(scoring, checkpoint, target, tracker, console)
+                _drive(scoring, checkpoint, target, tracker, console, (ranking, cfg.labels_field))
     tracker.counts.resumed = done
     if console is not None:
-        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note)
+        line = ranking.line()
+        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note, line)
 
 
-def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, tracker: Tracker, console) -> None:
+def _kept_ranking(cfg: ScoreConfig, checkpoint: Checkpoint | None) -> Ranking:
+    """Ranking metrics over the rows an earlier run of the job kept (their parts hold the scores
+    and labels), to go on from."""
+    ranking = Ranking(cfg.top_k or DEFAULT_K)
+    names = checkpoint.store.names() if checkpoint is not None and checkpoint.rows_done else []
+    if names and cfg.labels_field in checkpoint.store.schema(names[0]).names:
+        for table in checkpoint.store.tables():
+            add_ranking(ranking, table, cfg.labels_field)
+    return ranking
+
+
+def _drive(
+    scoring: Scoring,
+    checkpoint: Checkpoint | None,
+    target: Target,
+    tracker: Tracker,
+    console,
+    ranked: tuple[Ranking, str],
+) -> None:
     """Windows into the sink, opened with the first window's metadata; closed at the end (the
-    output appears), aborted on failure."""
+    output appears, with the ranking metrics of `ranked`'s labels field in its metadata),
+    aborted on failure."""
     sink: Sink | None = None
+    ranking, labels_field = ranked
 
     def opened(metadata: dict[str, str]) -> Sink:
         from scorecli.checks.drift import stderr_line
@@ -109,11 +133,14 @@ def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, trac
             sink = sink or opened(window.metadata)
             if window.part is not None:
                 sink.record(window.part, window.nulled)  # type: ignore[attr-defined]  # parts only
+                if checkpoint is not None and labels_field in checkpoint.store.schema(window.part.file).names:
+                    add_ranking(ranking, checkpoint.store.table(window.part.file), labels_field)
                 tracker.counts.rows += window.counts.rows
                 tracker.counts.skipped += window.counts.skipped
                 tracker.counts.add_work(window.counts.items, window.counts.tokens)
             else:
                 tracker.counts.add_rows(window.table) if window.counted else tracker.counts.add_table(window.table)
+                add_ranking(ranking, window.table, labels_field)
                 sink.write(window.table)
             tracker.rows(window.rows)
         if sink is None:
@@ -121,7 +148,7 @@ def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, trac
             sink = opened(metadata)
             if table is not None:
                 sink.write(table)
-        sink.close()
+        sink.close(ranking.metadata())
     except BaseException:
         if sink is not None:
             sink.abort()

@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 
 @dataclass
@@ -56,35 +57,40 @@ class Tracker:
     """A progress line over `total` rows (None: unknown) that starts at `done`, fed by `Counts`.
 
     Within a window (`window`) the rows advance with the items scored (`work`), so the bar moves
-    and the ETA shows after the first batches, however many rows a window holds."""
+    after the first batches, however many rows a window holds. The time left is `Eta`'s."""
 
     def __init__(self, console: Console | None, total: int | None, label: str = "scoring", done: int = 0):
         self.progress = progress_bar(console, total)
         self.counts = Counts(resumed=done)
-        self.task = self.progress.add_task(label, total=total, completed=done, items=0, tps=0.0)
+        self.eta = Eta(None if total is None else total - done)
+        self.task = self.progress.add_task(label, total=total, completed=done, items=0, tps=0.0, eta_at=None)
         self.done = done  # rows of the windows finished
         self.running = (0, 0, 0)  # the window now running: rows, items, items scored
 
     def __enter__(self) -> Tracker:
         self.progress.__enter__()
-        self.counts.started = time.perf_counter()
+        self.counts.started = self.eta.started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
     def window(self, window: Any) -> None:
-        """A window of `num_rows` rows holding `num_items` items starts (`scorer.Prepared`)."""
+        """A window of `num_rows` rows holding `num_items` items and costing `num_tokens` starts
+        (`scorer.Prepared`)."""
         self.running = (window.num_rows, window.num_items, 0)
+        self.eta.start(window.num_rows, int(window.num_tokens.sum()))
 
     def work(self, items: int, tokens: int) -> None:
         """Items and tokens done (after a batch)."""
         self.counts.add_work(items, tokens)
         rows, total, done = self.running
         self.running = (rows, total, done + items)
-        fields = {"items": self.counts.items, "tps": self.counts.tokens_per_second}
+        fraction = min((done + items) / total, 1.0) if total else 0.0
+        eta = self.eta.at(self.eta.worked(tokens))
+        fields = {"items": self.counts.items, "tps": self.counts.tokens_per_second, "eta_at": eta}
         if total:
-            self.progress.update(self.task, completed=self.done + rows * min((done + items) / total, 1.0), **fields)
+            self.progress.update(self.task, completed=self.done + rows * fraction, **fields)
         else:
             self.progress.update(self.task, **fields)
 
@@ -92,7 +98,87 @@ class Tracker:
         """`n` more rows are finished (a window, a block)."""
         self.done += n
         self.running = (0, 0, 0)
-        self.progress.update(self.task, completed=self.done, items=self.counts.items, tps=self.counts.tokens_per_second)
+        self.eta.finish(n, self.counts.tokens)
+        self.progress.update(
+            self.task,
+            completed=self.done,
+            items=self.counts.items,
+            tps=self.counts.tokens_per_second,
+            eta_at=self.eta.at(0.0),
+        )
+
+    def seconds_left(self) -> float | None:
+        """The time left the progress line shows now (None: no ETA yet)."""
+        at = self.progress.tasks[0].fields["eta_at"]
+        return None if at is None else max(at - time.perf_counter(), 0.0)
+
+
+class Eta:
+    """When this run's rows will be done, counted in tokens: a row's tokens are known once its
+    window is read (`start`), the rate is this run's own tokens per second (a resumed run's from
+    its first batch on), and the rows not read yet cost the mean tokens of the rows read so far.
+    Once the batches after the first have done as much work as the first, the first (which pays
+    the warm-up) is left out of the rate. Blocks whose tokens are known only when done (Ray)
+    count then. Knows nothing about how rows are scored.
+
+    Args:
+        rows: the rows this run scores (None: unknown, and no ETA).
+    """
+
+    def __init__(self, rows: int | None):
+        self.rows = rows
+        self.started = time.perf_counter()
+        self.read = [0, 0]  # rows, tokens of the windows started
+        self.finished = [0, 0]  # rows, tokens of the windows finished
+        self.running = (0, 0)  # the window now running: rows, tokens
+        self.counted = 0  # `Counts.tokens` when the last window finished
+        self.warm: tuple[float, float] | None = None  # (when, tokens done) after the first batch (block)
+        self.worked_tokens = 0  # forward tokens of the running window's batches done
+
+    def start(self, rows: int, tokens: int) -> None:
+        """A window of `rows` rows costing `tokens` starts (the first: the clock starts, so that
+        reading the first rows and loading them is not taken for scoring)."""
+        if not self.read[0]:
+            self.started = time.perf_counter()
+        self.running = (rows, tokens)
+        self.read[0] += rows
+        self.read[1] += tokens
+        self.worked_tokens = 0
+
+    def worked(self, tokens: int) -> float:
+        """The running window's share done after a batch of `tokens` (its forward tokens)."""
+        self.worked_tokens += tokens
+        fraction = min(self.worked_tokens / self.running[1], 1.0) if self.running[1] else 0.0
+        if self.warm is None:  # the run's first batch: it pays the warm-up
+            self.warm = (time.perf_counter(), self.finished[1] + self.running[1] * fraction)
+        return fraction
+
+    def finish(self, rows: int, counted_tokens: int) -> None:
+        """`rows` are done; `counted_tokens`: all tokens done so far (a block's, if not started)."""
+        tokens = self.running[1] if self.running[0] else counted_tokens - self.counted
+        if not self.running[0]:
+            self.read[0] += rows
+            self.read[1] += tokens
+        self.finished[0] += rows
+        self.finished[1] += tokens
+        self.counted, self.running = counted_tokens, (0, 0)
+        if self.warm is None:
+            self.warm = (time.perf_counter(), float(self.finished[1]))
+
+    def at(self, fraction: float) -> float | None:
+        """When the run will be done (`time.perf_counter`), with `fraction` of the running
+        window's items scored; None while nothing is measured or the rows are unknown."""
+        now = time.perf_counter()
+        done = self.finished[1] + self.running[1] * fraction
+        if self.rows is None or not self.read[0] or done <= 0:
+            return None
+        since, base = self.started, 0.0
+        if self.warm is not None and done - self.warm[1] >= self.warm[1] > 0:
+            since, base = self.warm
+        rate = (done - base) / max(now - since, 1e-9)
+        left_rows = max(self.rows - self.finished[0] - self.running[0], 0)
+        left = left_rows * self.read[1] / self.read[0] + self.running[1] * (1 - fraction)
+        return now + left / rate if rate > 0 else None
 
 
 def progress_bar(console: Console | None, total: int | None) -> Progress:
@@ -105,16 +191,28 @@ def progress_bar(console: Console | None, total: int | None) -> Progress:
         TimeElapsedColumn(),
     ]
     if total:
-        columns.append(TimeRemainingColumn())
+        columns.append(EtaColumn())
     # a live bar only on a terminal: in a log it would leave a blank line
     live = console is not None and console.is_terminal
     return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
 
 
-def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "") -> None:
+class EtaColumn(ProgressColumn):
+    """The time left as `Eta` last estimated it, counting down between estimates."""
+
+    def render(self, task) -> Text:
+        at = task.fields.get("eta_at")
+        if at is None:
+            return Text("-:--:--", style="progress.remaining")
+        left = int(max(at - time.perf_counter(), 0.0))
+        return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="progress.remaining")
+
+
+def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "", metrics: str = "") -> None:
     """One line: rows scored (and skipped), items, tokens, time (start-up and scoring apart),
     items/s of the scoring, NaN scores; `note`: how the run's mode was chosen, when it was not
-    the default. `seconds`: since the process started; scoring counts from `counts.started`."""
+    the default; `metrics`: the ranking metrics of labelled rows (`core.metrics.Ranking.line`).
+    `seconds`: since the process started; scoring counts from `counts.started`."""
     scoring = max(time.perf_counter() - counts.started, 0.0)
     startup = max(seconds - scoring, 0.0)
     items_s = counts.items / scoring if scoring > 0 else 0.0
@@ -131,7 +229,16 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
         line += f"; skipped {counts.skipped:,} bad rows"
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
+    if metrics:
+        line += f"; {metrics}"
     console.print(line, markup=False, emoji=False, soft_wrap=True)
+
+
+@contextmanager
+def tracked(total: int) -> Iterator[Tracker]:
+    """A progress line on stderr over `total` rows, for a library caller who asked for one."""
+    with Tracker(Console(stderr=True), total) as tracker:
+        yield tracker
 
 
 @contextmanager

@@ -265,6 +265,8 @@ def run_score_ray(
     """
     if STDIN in paths:
         raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
+    if cfg.group_by is not None:  # workers read ranges of records, which may cut a group
+        raise UsageError("--group-by needs --engine local: Ray workers read ranges of records, not of groups")
     target = out if isinstance(out, Target) else resolve_output(out, paths)
     run_job(cfg, target, checkpoint, RayEngine(paths, address, num_workers, checkpoint), console, started)
 
@@ -289,7 +291,7 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done:
     """
     from scorecli.core.rows import Fields, parse_row
 
-    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     refs, total = [], 0
     while window := list(islice(rows, block_rows)):
         if not cfg.skip_bad_rows:

@@ -21,9 +21,10 @@ from scorecli.engine.lifecycle import Window, run_job
 from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
+from scorecli.io.groups import grouped_rows, grouping
 from scorecli.io.ids import IdCheck, schema_id_type, with_id_column
 from scorecli.io.output import Target, resolve_output
-from scorecli.io.readers import STDIN, RawRow, iter_rows
+from scorecli.io.readers import STDIN, RawRow, count_rows
 from scorecli.io.sources import source_for
 from scorecli.model.default_model import short_name
 
@@ -37,8 +38,23 @@ def open_rows(
     skip = 0
     if checkpoint is not None and checkpoint.rows_done:
         skip = checkpoint.rows_done
-        check.seen(checkpoint.id_type(cfg.id_field), iter_rows(paths))  # generator: read only if needed
-    return check(iter_rows(paths, stdin=stdin, skip=skip))
+        check.seen(checkpoint.id_type(cfg.id_field), read_rows(cfg, paths))  # generator: read only if needed
+    return check(read_rows(cfg, paths, stdin, skip))
+
+
+def read_rows(cfg: ScoreConfig, paths: list[str], stdin: BinaryIO | None = None, skip: int = 0) -> Iterator[RawRow]:
+    """The input's rows after the first `skip`: its records, or with `--group-by` the rows they
+    form (`io.groups`)."""
+    return grouped_rows(paths, grouping(cfg.group_by, cfg.query_field, cfg.items_field, cfg.labels_field), stdin, skip)
+
+
+def total_rows(cfg: ScoreConfig, paths: list[str]) -> int | None:
+    """The input's rows when cheap to know (`readers.count_rows`); grouped rows are counted by
+    reading the records once (None where records are not counted either)."""
+    records = count_rows(paths)
+    if records is None or cfg.group_by is None:
+        return records
+    return sum(1 for _ in read_rows(cfg, paths))
 
 
 def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Iterator[RawRow]:
@@ -50,7 +66,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     """
     from scorecli.core.rows import Fields, parse_row
 
-    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     firsts: list[RawRow] = []
     peeked = next(rows, None) if paths and _is_stream(paths[0]) else None
     if peeked is not None:
@@ -58,7 +74,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
         rows = chain([peeked], rows)
     for path in paths:
         if not _is_stream(path):
-            reader = IdCheck(cfg.id_field, schema_id_type([path], cfg.id_field))(iter_rows([path]))
+            reader = IdCheck(cfg.id_field, schema_id_type([path], cfg.id_field))(read_rows(cfg, [path]))
             firsts.extend(r for r in [next(reader, None)] if r is not None)
             reader.close()
     for raw in firsts if not cfg.skip_bad_rows else ():

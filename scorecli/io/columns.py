@@ -15,8 +15,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from scorecli.core.metrics import Ranking
 from scorecli.core.ranking import top_k
 from scorecli.io.ids import id_array
+
+LABELS = pa.list_(pa.float64())  # each item's relevance grade (`core.metrics`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,7 @@ class Columns:
     """Which columns a run writes beyond scores and token counts."""
 
     id_field: str
+    labels_field: str  # relevance labels, kept as each item's grade when the input has them
     positive_index: int  # the label `score` holds
     top_k: int | None
     chunked: bool  # `num_chunks`
@@ -51,6 +55,8 @@ def window_table(window: Any, scores: np.ndarray, hidden: np.ndarray, cols: Colu
     if cols.hidden_dtype is not None:
         values = hidden.astype(np.float16 if cols.hidden_dtype == "float16" else np.float32)
         columns["pooled_hidden_states"] = pa.ListArray.from_arrays(offsets, rows_of(values, values.shape[1]), mask=null)
+    if window.labels is not None:
+        columns[cols.labels_field] = pa.array([None if g is None else g.tolist() for g in window.labels], LABELS)
     columns["num_tokens"] = pa.array(window.num_tokens, type=pa.int64())
     if cols.errors:
         columns["error"] = pa.array(window.errors, type=pa.string())
@@ -66,3 +72,14 @@ def rows_of(values: np.ndarray, width: int) -> pa.Array:
         else np.zeros(values.shape[0] + 1, dtype=np.int32)
     )
     return pa.ListArray.from_arrays(offsets, flat)
+
+
+def add_ranking(ranking: Ranking, table: pa.Table, labels_field: str) -> None:
+    """Count an output table's labelled rows into `ranking` (its `score` and labels columns;
+    rows whose scores are null, bad rows, do not count)."""
+    if labels_field not in table.column_names or "score" not in table.column_names:
+        return
+    for scores, grades in zip(table["score"].to_pylist(), table[labels_field].to_pylist()):
+        if scores is not None and grades is not None and len(scores) == len(grades):
+            values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
+            ranking.add(values, np.array(grades, dtype=np.float64))

@@ -1,75 +1,38 @@
-"""Read input rows from JSONL, gzip JSONL, Parquet files, directories, globs and stdin.
+"""Read input rows from files of every input format, directories, globs and stdin (JSON lines).
 
-Readers stream (never a whole file in memory) and never raise for a bad row: they yield a
-`RawRow` whose `error` says what is wrong and whose `where` says where (`path:LINE` or
-`path: row N`, both 1-based); the consumer decides whether to stop or skip. Only problems
-with a whole input (missing, unreadable, corrupt) raise. This module knows nothing about
-fields, tokenizers or models.
+A format is one class registered once in `FORMATS` (`io.formats.InputFormat`): JSON lines here
+(`JsonLines`, also stdin's), Parquet (`io.parquet_input`), CSV and TSV (`io.csv_input`); this
+module picks one by the file name's suffix and reads files in order. Readers stream (never a
+whole file in memory) and never raise for a bad row: they yield a `RawRow` whose `error` says
+what is wrong and whose `where` says where (`path:LINE` or `path: row N`, both 1-based); the
+consumer decides whether to stop or skip. Only problems with a whole input (missing,
+unreadable, corrupt) raise. This module knows nothing about fields, tokenizers or models.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from scorecli.errors import InputError, UsageError
+from scorecli.io.csv_input import CsvInput
+from scorecli.io.formats import InputFormat, RawRow, is_gzip, open_bytes
+from scorecli.io.parquet_input import ParquetInput, parquet_file
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
-from scorecli.io.urls import is_url
+
+__all__ = ["RawRow", "parquet_file"]  # where the rest of scorecli imports them from
 
 STDIN = "-"
 STDIN_PATHS = (STDIN, "/dev/stdin")
-JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
-PARQUET_SUFFIXES = (".parquet",)
-SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, or - for JSONL on stdin"
+SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, .csv, .tsv, .csv.gz, .tsv.gz, or - for JSONL on stdin"
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
-_BATCH = 1024  # Parquet rows decoded at a time
 # what `surrogateescape` decodes undecodable bytes to
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-@dataclass(frozen=True, slots=True)
-class RawRow:
-    """One input record, or the reason it could not be parsed.
-
-    Attributes:
-        data: the parsed record; None when `error` is set.
-        where: `path:LINE` (JSONL), `<stdin>:LINE`, or `path: row N` (Parquet), 1-based.
-        error: what is wrong with the record, or None.
-        typed: True for Parquet rows, whose values have the types of the file's schema.
-    """
-
-    data: dict | None
-    where: str
-    error: str | None = None
-    typed: bool = False  # values typed by the file's schema (Parquet), not parsed JSON
-
-
-def _is_supported(path: str) -> bool:
-    return path.lower().endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES)
-
-
-def is_parquet(path: str) -> bool:
-    """Whether `path` is read as Parquet (by its suffix)."""
-    return path.lower().endswith(PARQUET_SUFFIXES)
-
-
-def _is_regular(path: str) -> bool:
-    return path != STDIN and source_for(path).size(path) is not None
-
-
-def _is_gzip(path: str) -> bool:
-    return path.lower().endswith(".gz")
 
 
 def resolve_inputs(specs: list[str]) -> list[str]:
@@ -100,7 +63,7 @@ def resolve_inputs(specs: list[str]) -> list[str]:
             regular = source.size(spec) is not None
             if regular and not _is_supported(spec):
                 raise UsageError(f"unsupported input format: {spec} ({SUPPORTED})")
-            if not regular and is_parquet(spec):
+            if not regular and _reader(spec).needs_regular_file:
                 raise UsageError(f"{spec}: Parquet input must be a regular file, not a pipe or device")
         out.extend(found)
     return out
@@ -192,71 +155,56 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
         yield _parse_line(line, f"{label}:{lineno}")
 
 
-def _iter_jsonl(path: str, skip: int = 0) -> Iterator[RawRow]:
-    stream = _open(path)
-    with stream:
-        try:
-            yield from _iter_lines(stream, path, skip)
-        except (OSError, EOFError, zlib.error) as e:
-            # gzip.BadGzipFile is an OSError; a truncated gzip stream raises EOFError.
-            raise InputError(f"{path}: cannot read: {e}") from e
+class JsonLines:
+    """`io.formats.InputFormat` for JSON lines (`.jsonl`, `.json`, `.jsonl.gz`; stdin too): one
+    object per line, `path:LINE` locations; a resumed run passes over lines unparsed."""
 
+    suffixes = (".jsonl", ".json", ".jsonl.gz")
+    needs_regular_file = False
 
-def _open(path: str) -> BinaryIO:
-    """The bytes of an input file (gzip undone), from its source."""
-    try:
-        raw = source_for(path).open(path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
-    if not _is_gzip(path):
-        return raw
-    unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
-    unzipped.myfileobj = raw  # closed with it, as gzip.open(path) closes its own file
-    return unzipped
-
-
-def parquet_file(path: str) -> pq.ParquetFile:
-    """A Parquet input opened for reading its footer and row groups (ranged reads in a store)."""
-    try:
-        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else path)
-    except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: cannot read Parquet: {_printable(e)}") from e
-
-
-def _iter_parquet(path: str, skip: int = 0) -> Iterator[RawRow]:
-    """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
-    pf = parquet_file(path)
-    with pf:
-        groups, row = [], 0
-        for g in range(pf.metadata.num_row_groups):
-            n = pf.metadata.row_group(g).num_rows
-            if not groups and row + n <= skip:
-                row += n
-            else:
-                groups.append(g)
-        skip -= row
-        batches = pf.iter_batches(batch_size=_BATCH, row_groups=groups)
-        total = pf.metadata.num_rows
-        while True:
+    def rows(self, path: str, skip: int = 0) -> Iterator[RawRow]:
+        stream = open_bytes(path)
+        with stream:
             try:
-                batch = next(batches, None)
-            except (pa.ArrowException, OSError) as e:
-                rows = f"rows {row + 1}-{min(row + _BATCH, total)}"
-                raise InputError(f"{path}: {rows}: cannot read Parquet: {_printable(e)}") from e
-            if batch is None:
-                return
-            if skip:
-                cut = min(skip, batch.num_rows)
-                batch, skip, row = batch.slice(cut), skip - cut, row + cut
-            for record in batch.to_pylist():
-                row += 1
-                yield RawRow(record, f"{path}: row {row}", typed=True)
+                yield from _iter_lines(stream, path, skip)
+            except (OSError, EOFError, zlib.error) as e:
+                # gzip.BadGzipFile is an OSError; a truncated gzip stream raises EOFError.
+                raise InputError(f"{path}: cannot read: {e}") from e
+
+    def count(self, path: str) -> int:
+        return _count_lines(path)
+
+    def text_bytes(self, path: str) -> int:
+        return (source_for(path).size(path) or 0) * (3 if is_gzip(path) else 1)
 
 
-def _printable(e: BaseException) -> str:
-    """An exception's text on one line, control bytes escaped (a corrupt page's bytes)."""
-    text = " ".join(str(e).split())
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+# every input format, one entry each (docs/ARCHITECTURE.md: Add an input format or source)
+FORMATS: tuple[InputFormat, ...] = (JsonLines(), ParquetInput(), CsvInput(","), CsvInput("\t"))
+_JSONL = FORMATS[0]  # stdin's, and a pipe's without a known suffix
+
+
+def format_of(path: str) -> InputFormat | None:
+    """The format that reads `path`, by its name's suffix (None: no format does)."""
+    name = path.lower()
+    return next((f for f in FORMATS if name.endswith(f.suffixes)), None)
+
+
+def _is_supported(path: str) -> bool:
+    return format_of(path) is not None
+
+
+def is_parquet(path: str) -> bool:
+    """Whether `path` is read as Parquet (by its suffix)."""
+    return isinstance(format_of(path), ParquetInput)
+
+
+def _is_regular(path: str) -> bool:
+    return path != STDIN and source_for(path).size(path) is not None
+
+
+def _reader(path: str) -> InputFormat:
+    """A file's format; a pipe without a known suffix is read as JSON lines."""
+    return format_of(path) or _JSONL
 
 
 def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) -> Iterator[RawRow]:
@@ -283,10 +231,8 @@ def iter_rows(specs: list[str], stdin: BinaryIO | None = None, skip: int = 0) ->
                 continue
         if path == STDIN:
             yield from _iter_lines(stdin if stdin is not None else _stdin(), "<stdin>", skip)
-        elif is_parquet(path):
-            yield from _iter_parquet(path, skip)
         else:
-            yield from _iter_jsonl(path, skip)
+            yield from _reader(path).rows(path, skip)
         skip = 0
 
 
@@ -298,10 +244,10 @@ def index_file(path: str) -> tuple[int, list[tuple[int, int, int]]]:
     """An input file's row count and, for plain JSON lines, marks `(row, byte offset, line)` of
     every `MARK_ROWS`-th row, so that a reader of a later range seeks instead of reading from the
     start (`iter_range`; Ray workers read their own blocks this way)."""
-    if is_parquet(path) or _is_gzip(path):
+    if _reader(path) is not _JSONL or is_gzip(path):
         return _count_file(path), []
     count, offset, marks = 0, 0, []
-    with _open(path) as f:
+    with open_bytes(path) as f:
         for lineno, line in enumerate(f, start=1):
             if line.strip() and not (lineno == 1 and line.strip() == _BOM):
                 if count % MARK_ROWS == 0 and lineno > 1:
@@ -315,10 +261,10 @@ def iter_range(path: str, skip: int, count: int, marks: list[tuple[int, int, int
     """`count` rows of one input file after its first `skip` (the last mark at or before `skip`
     saves reading what comes before it), as `iter_rows` reads them: the same rows and locations."""
     mark = max((m for m in marks if m[0] <= skip), default=None)
-    if mark is None or is_parquet(path):
-        rows = _iter_parquet(path, skip) if is_parquet(path) else _iter_jsonl(path, skip)
+    if mark is None or _reader(path) is not _JSONL:
+        rows = _reader(path).rows(path, skip)
     else:
-        stream = _open(path)
+        stream = open_bytes(path)
         stream.seek(mark[1])
         rows = _iter_lines(stream, path, skip - mark[0], start=mark[2])
     for n, row in enumerate(rows):
@@ -328,7 +274,7 @@ def iter_range(path: str, skip: int, count: int, marks: list[tuple[int, int, int
 
 
 def _count_file(path: str) -> int:
-    return _count_parquet(path) if is_parquet(path) else _count_lines(path)
+    return _reader(path).count(path)
 
 
 def _stdin() -> BinaryIO:
@@ -341,7 +287,7 @@ def _count_lines(path: str) -> int:
     """Non-blank lines of a (possibly gzipped) file, read in 1 MiB chunks."""
     count, carry = 0, b""
     try:
-        with _open(path) as f:
+        with open_bytes(path) as f:
             carry = f.read(len(_BOM)).removeprefix(_BOM)  # as `_iter_lines` drops it
             while chunk := f.read(_CHUNK):
                 lines = (carry + chunk).split(b"\n")
@@ -350,11 +296,6 @@ def _count_lines(path: str) -> int:
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     return count + bool(carry.strip())
-
-
-def _count_parquet(path: str) -> int:
-    with parquet_file(path) as pf:
-        return pf.metadata.num_rows
 
 
 # bytes of input text per token, roughly, for English text in JSON (gzip: about 3x smaller on disk)
@@ -367,15 +308,7 @@ def estimate_tokens(specs: list[str]) -> int | None:
     paths = resolve_inputs(specs)
     if any(not _is_regular(p) for p in paths):
         return None
-    total = 0
-    for p in paths:
-        if is_parquet(p):
-            with parquet_file(p) as pf:
-                meta = pf.metadata
-                total += sum(meta.row_group(k).total_byte_size for k in range(meta.num_row_groups))
-        else:
-            total += (source_for(p).size(p) or 0) * (3 if _is_gzip(p) else 1)
-    return total // BYTES_PER_TOKEN
+    return sum(_reader(p).text_bytes(p) for p in paths) // BYTES_PER_TOKEN
 
 
 def count_rows(specs: list[str]) -> int | None:
@@ -385,10 +318,11 @@ def count_rows(specs: list[str]) -> int | None:
         specs: input specs as accepted by `resolve_inputs`.
 
     Returns:
-        Parquet row counts plus non-blank JSONL lines; None if any input is stdin, gzip,
-        or not a regular file (a FIFO can be read only once).
+        The rows every file's format counts (Parquet's metadata, non-blank JSONL lines, CSV
+        records); None if any input is stdin, gzip, or not a regular file (a FIFO can be read
+        only once).
     """
     paths = resolve_inputs(specs)
-    if any(not _is_regular(p) or _is_gzip(p) for p in paths):
+    if any(not _is_regular(p) or is_gzip(p) for p in paths):
         return None
-    return sum(_count_parquet(p) if is_parquet(p) else _count_lines(p) for p in paths)
+    return sum(_count_file(p) for p in paths)

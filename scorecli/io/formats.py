@@ -1,0 +1,87 @@
+"""What every input format shares: the `RawRow` a reader yields, the `InputFormat` protocol a
+format implements (one class per format, registered once in `io.readers.FORMATS`), and opening
+an input's bytes (gzip undone) from its source.
+
+A format streams rows (never a whole file in memory) and never raises for a bad row: it yields a
+`RawRow` whose `error` says what is wrong and whose `where` says where (`path:LINE` or
+`path: row N`, 1-based). Only problems with a whole input (missing, unreadable, corrupt) raise.
+Knows nothing about fields, tokenizers or models.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+from scorecli.errors import InputError
+from scorecli.io.sources import source_for
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    """One input record, or the reason it could not be parsed.
+
+    Attributes:
+        data: the parsed record; None when `error` is set.
+        where: `path:LINE` (JSONL, CSV), `<stdin>:LINE`, or `path: row N` (Parquet), 1-based.
+        error: what is wrong with the record, or None.
+        typed: True for Parquet rows, whose values have the types of the file's schema.
+    """
+
+    data: dict | None
+    where: str
+    error: str | None = None
+    typed: bool = False  # values typed by the file's schema (Parquet), not parsed JSON
+
+
+class InputFormat(Protocol):
+    """One input format, chosen by the file name's suffix.
+
+    Attributes:
+        suffixes: lower-case name endings it reads (`.csv.gz` before `.gz` matters not: the
+            formats' suffixes do not overlap).
+        needs_regular_file: it seeks (Parquet's footer): a pipe or device is refused.
+    """
+
+    suffixes: tuple[str, ...]
+    needs_regular_file: bool
+
+    def rows(self, path: str, skip: int = 0) -> Iterator[RawRow]:
+        """The file's rows in order, after its first `skip` rows (passed over as cheaply as it can)."""
+        ...
+
+    def count(self, path: str) -> int:
+        """How many rows `rows` yields."""
+        ...
+
+    def text_bytes(self, path: str) -> int:
+        """About how many bytes of text the file holds (`readers.estimate_tokens`)."""
+        ...
+
+
+def is_gzip(path: str) -> bool:
+    return path.lower().endswith(".gz")
+
+
+def open_bytes(path: str) -> BinaryIO:
+    """The bytes of an input file (gzip undone), from its source."""
+    try:
+        raw = source_for(path).open(path)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    if not is_gzip(path):
+        return raw
+    unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
+    unzipped.myfileobj = raw  # closed with it, as gzip.open(path) closes its own file
+    return unzipped
+
+
+def printable(e: BaseException) -> str:
+    """An exception's text on one line, control bytes escaped (a corrupt page's bytes)."""
+    text = " ".join(str(e).split())
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)

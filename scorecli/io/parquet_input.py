@@ -1,0 +1,72 @@
+"""Parquet inputs (`.parquet`): one row per record, values typed by the file's schema.
+
+Reads row groups in batches (ranged reads in a store); a resumed run passes over whole row groups
+before its first row unread. Registered in `io.readers.FORMATS`. Knows nothing about fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scorecli.errors import InputError
+from scorecli.io.formats import RawRow, printable
+from scorecli.io.sources import source_for
+from scorecli.io.urls import is_url
+
+_BATCH = 1024  # rows decoded at a time
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A Parquet input opened for reading its footer and row groups (ranged reads in a store)."""
+    try:
+        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"{path}: cannot read Parquet: {printable(e)}") from e
+
+
+class ParquetInput:
+    """`io.formats.InputFormat` for Parquet files (`path: row N` locations)."""
+
+    suffixes = (".parquet",)
+    needs_regular_file = True  # the footer comes first
+
+    def rows(self, path: str, skip: int = 0) -> Iterator[RawRow]:
+        """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
+        pf = parquet_file(path)
+        with pf:
+            groups, row = [], 0
+            for g in range(pf.metadata.num_row_groups):
+                n = pf.metadata.row_group(g).num_rows
+                if not groups and row + n <= skip:
+                    row += n
+                else:
+                    groups.append(g)
+            skip -= row
+            batches = pf.iter_batches(batch_size=_BATCH, row_groups=groups)
+            total = pf.metadata.num_rows
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (pa.ArrowException, OSError) as e:
+                    rows = f"rows {row + 1}-{min(row + _BATCH, total)}"
+                    raise InputError(f"{path}: {rows}: cannot read Parquet: {printable(e)}") from e
+                if batch is None:
+                    return
+                if skip:
+                    cut = min(skip, batch.num_rows)
+                    batch, skip, row = batch.slice(cut), skip - cut, row + cut
+                for record in batch.to_pylist():
+                    row += 1
+                    yield RawRow(record, f"{path}: row {row}", typed=True)
+
+    def count(self, path: str) -> int:
+        with parquet_file(path) as pf:
+            return pf.metadata.num_rows
+
+    def text_bytes(self, path: str) -> int:
+        with parquet_file(path) as pf:
+            meta = pf.metadata
+            return sum(meta.row_group(k).total_byte_size for k in range(meta.num_row_groups))

@@ -1,0 +1,105 @@
+"""CSV and TSV inputs (issue 41): pyarrow's reader behind the one `InputFormat` protocol; items as
+a cell holding a JSON array, or one record per (query, item) grouped with `--group-by`; bad records
+named by FILE:LINE as JSON lines' are; the output equals the JSON lines input's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from scorecli.io.groups import group_rows, grouping
+from scorecli.io.readers import count_rows, iter_rows
+from tests.test_cli import Case, jsonl, run_cli, write
+
+# line 1: header; record 2 spans lines 3-4; line 5 is blank; line 6 has a cell too many; line 7
+# a malformed JSON array; line 8 bytes that are not UTF-8; line 9 a good record after them
+LAYOUT_A = (
+    b'id,query,items\n1,a fox,"[""the quick fox"", ""a lazy dog""]"\n2,"two\nlines","[""x""]"\n\n'
+    b'3,q,y,extra\n4,q,"[""a"", ]"\n5,caf\xe9,"[""z""]"\n6,last,"[""the end""]"\n'
+)
+
+
+def test_csv_rows_and_their_lines(tmp_path):
+    path = write(tmp_path / "a.csv", LAYOUT_A)
+    rows = list(iter_rows([path]))
+    where = [r.where.rsplit(":", 1)[1] for r in rows]
+    assert where == ["2", "3", "6", "7", "8", "9"]
+    assert rows[0].data == {"id": "1", "query": "a fox", "items": ["the quick fox", "a lazy dog"]}
+    assert rows[1].data == {"id": "2", "query": "two\nlines", "items": ["x"]}
+    assert rows[2].error == "expected 3 cells (the header's), got 4"
+    assert rows[3].error.startswith("field 'items': malformed JSON array: ")
+    assert rows[4].error == "field 'query': invalid UTF-8 (byte offset 3)"
+    assert rows[5].data["items"] == ["the end"] and not rows[5].typed
+    assert count_rows([path]) == 6
+    assert [r.where for r in iter_rows([path], skip=4)] == [r.where for r in rows[4:]]  # a resumed run
+    tsv = write(tmp_path / "a.tsv", b'id\tquery\titems\n1\ta fox\t"[""the quick fox"", ""a lazy dog""]"\n')
+    zipped = write(tmp_path / "a.csv.gz", gzip.compress(LAYOUT_A))
+    assert [(r.data, r.where[-2:]) for r in iter_rows([zipped])] == [(r.data, r.where[-2:]) for r in rows]
+    assert [r.data for r in iter_rows([tsv])] == [rows[0].data]
+
+
+def test_records_grouped_into_rows(tmp_path):
+    path = write(
+        tmp_path / "pairs.csv",
+        b"qid,query,items,labels\n"
+        b"a,fox,the quick fox,1\na,fox,a lazy dog,0\n"  # one row of two items
+        b"b,dog,a dog,2\nb,cat,a cat,0\n"  # another query within the group: a bad row
+        b"c,x,y,0\na,fox,again,1\n"  # a's records after another group's: a bad row
+        b",no id,z,0\n",
+    )
+    rows = list(group_rows(iter_rows([path]), grouping("qid", "query", "items", "labels")))
+    assert rows[0].data == {"qid": "a", "query": "fox", "items": ["the quick fox", "a lazy dog"], "labels": ["1", "0"]}
+    assert rows[0].where.endswith("pairs.csv:2")
+    assert rows[1].where.endswith(":4") and "field 'query': " in rows[1].error and "pairs.csv:5" in rows[1].error
+    assert rows[2].data["items"] == ["y"]
+    assert (
+        rows[3].where.endswith(":7")
+        and "began a group at" in rows[3].error
+        and "sort the input by qid" in rows[3].error
+    )
+    assert rows[4].where.endswith(":8") and rows[4].error == "missing field 'qid': --group-by qid needs it in every row"
+    assert len(rows) == 5
+
+
+def scores_of(path) -> list:
+    table = pq.read_table(path)
+    return [(r.get("id"), r.get("qid"), r["score"], r.get("labels")) for r in table.to_pylist()]
+
+
+def test_csv_and_grouped_csv_score_as_json_lines_do(tmp_path, qwen3_seq_cls):
+    """The same rows as JSON lines, as CSV (items in a JSON array cell), and as grouped pairs give
+    the same output; a bad record stops the run in one line naming FILE:LINE."""
+    rows = [
+        {"id": "1", "query": "a fox", "items": ["the quick fox", "a lazy dog", "yes"], "labels": [1, 0, 0]},
+        {"id": "2", "query": "two words", "items": ["relevant passage"], "labels": [0]},
+    ]
+    as_jsonl = write(tmp_path / "rows.jsonl", jsonl(rows))
+    cells = "".join(
+        f'{r["id"]},{r["query"]},"{json.dumps(r["items"]).replace(chr(34), 2 * chr(34))}","{r["labels"]}"\n'
+        for r in rows
+    )
+    as_csv = write(tmp_path / "rows.csv", ("id,query,items,labels\n" + cells).encode())
+    pairs = "".join(f"{r['id']},{r['query']},{item},{g}\n" for r in rows for item, g in zip(r["items"], r["labels"]))
+    as_pairs = write(tmp_path / "pairs.tsv", ("id\tquery\titems\tlabels\n" + pairs.replace(",", "\t")).encode())
+    model = ["--model", qwen3_seq_cls]
+    outs = [tmp_path / f"{name}.parquet" for name in ("jsonl", "csv", "pairs")]
+    for inp, out, extra in zip((as_jsonl, as_csv, as_pairs), outs, ([], [], ["--group-by", "id"])):
+        result = run_cli(Case(["score", inp, "--out", str(out), *model, *extra]))
+        assert result.rc == 0, result.stderr
+        assert "over 2 labelled rows" in result.lines()[-1], result.stderr
+    assert scores_of(outs[0]) == scores_of(outs[1]) == scores_of(outs[2])
+    bad = write(tmp_path / "bad.csv", b'id,query,items\n1,q,"[""a""]"\n2,q,"[""b""]",extra\n')
+    result = run_cli(Case(["score", bad, "--out", str(tmp_path / "bad.parquet"), *model, "--window-rows", "1"]))
+    assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+    assert result.lines()[0] == f"error: {bad}:3: expected 3 cells (the header's), got 4"
+    assert not (tmp_path / "bad.parquet").exists()
+
+
+@pytest.mark.parametrize("flag", [["--group-by", "id", "--engine", "ray"]])
+def test_group_by_needs_the_local_engine(tmp_path, flag):
+    inp = write(tmp_path / "rows.csv", b"id,query,items\n1,q,a\n")
+    result = run_cli(Case(["score", inp, "--out", str(tmp_path / "o.parquet"), *flag]))
+    assert result.rc == 2 and "--group-by needs --engine local" in result.stderr, result.stderr

