@@ -12,11 +12,14 @@ named as strings. It knows nothing about models or batches.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
 from scorecli.runtimes import installed
+from scorecli.runtimes.prefetch import prefetch
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,19 @@ def choose(requested: str, device: str, half: bool, packed: bool) -> Choice:
     if why:
         raise UsageError(f"--attention {requested}: {'; '.join(why)}; use --attention sdpa or auto")
     return Choice(requested)
+
+
+def prefetch_for(requested: str, device: str, half: bool) -> None:
+    """Start importing, in the background, the package the backend `--attention requested` would
+    need on `device` (a device type), so that its import overlaps the model's loading
+    (`runtimes.prefetch`); `auto` runs a backend that needs one only in 16-bit (`reasons`)."""
+    names = [n for n in AUTO_ORDER if half] if requested == "auto" else [requested] if requested in BACKENDS else []
+    for name in names:
+        needs = BACKENDS[name].capabilities.needs
+        if not needs or device not in BACKENDS[name].capabilities.devices or needs in sys.modules:
+            continue  # nothing to import, or imported (or blocked) already
+        if importlib.util.find_spec(needs) is not None:
+            prefetch(needs)
 
 
 def fallback(requested: str, chosen: str) -> str | None:

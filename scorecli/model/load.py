@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scorecli.attention.backends import capabilities
+from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS
@@ -123,13 +123,15 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
+    encoder = hf_config.model_type in ENCODER_TYPES
+    if declared.scorecli_attention and not encoder:  # a kernel package imports while the weights load
+        prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
     tokenizer = load_tokenizer(path, cfg)
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
         if sentence.do_lower_case:
             apply_lower_case(tokenizer)
-    encoder = hf_config.model_type in ENCODER_TYPES
     if declared.scorecli_attention and not encoder:
         from scorecli.attention import ATTN_NAME, register, set_implementation
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
+from scorecli.runtimes.prefetch import imported
 
 if TYPE_CHECKING:
     import torch
@@ -92,9 +93,12 @@ def runtime_info(name: str) -> RuntimeInfo:
 
 
 def installed(package: str) -> bool:
-    """Whether `package` imports here (a package blocked in `sys.modules` does not)."""
+    """Whether `package` imports here (a package blocked in `sys.modules` does not); a package
+    whose import was prefetched (`runtimes.prefetch`) is waited for, not imported again."""
     import importlib
 
+    if (done := imported(package)) is not None:
+        return done
     try:
         importlib.import_module(package)
     except ImportError:

@@ -1,0 +1,65 @@
+"""Optional packages imported in the background while a model loads (`runtimes.prefetch`):
+`installed` then waits for that import instead of importing again, and says what it would
+have said; only a backend that a run on that device and dtype could choose is prefetched."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from scorecli.attention import backends
+from scorecli.runtimes import installed, prefetch
+
+
+@pytest.fixture
+def packages(tmp_path, monkeypatch):
+    """A folder of stand-in packages on sys.path, and a fresh record of prefetched imports."""
+    (tmp_path / "slowpkg.py").write_text(
+        "import threading, time\ntime.sleep(0.3)\nTHREAD = threading.current_thread().name\n"
+    )
+    (tmp_path / "brokenpkg.py").write_text("raise RuntimeError('a CUDA library is missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(prefetch, "_STARTED", {})
+    names = ("slowpkg", "brokenpkg", "flashinfer")
+    before = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    yield tmp_path
+    for name in names:  # the stand-ins imported here leave with the test
+        sys.modules.pop(name, None)
+    sys.modules.update(before)
+
+
+def test_a_prefetched_import_runs_in_its_own_thread_and_installed_waits_for_it(packages):
+    prefetch.prefetch("slowpkg")
+    assert "slowpkg" in prefetch._STARTED
+    assert installed("slowpkg") is True
+    assert sys.modules["slowpkg"].THREAD == "import slowpkg"  # not the caller's thread
+    assert threading.current_thread().name != "import slowpkg"
+
+
+def test_a_missing_package_is_not_installed_and_other_errors_surface(packages):
+    prefetch.prefetch("nosuchpkg_scorecli")
+    assert installed("nosuchpkg_scorecli") is False
+    prefetch.prefetch("brokenpkg")
+    with pytest.raises(RuntimeError, match="CUDA library"):
+        installed("brokenpkg")
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "half", "started"),
+    [
+        ("auto", "cuda", True, True),  # auto runs flashinfer there
+        ("flashinfer", "cuda", False, True),  # asked for: it runs in float16
+        ("auto", "cuda", False, False),  # auto keeps float32 on sdpa
+        ("auto", "cpu", True, False),  # no CUDA: flashinfer never runs
+        ("sdpa", "cuda", True, False),
+    ],
+)
+def test_only_a_backend_the_run_could_choose_is_prefetched(packages, requested, device, half, started):
+    (packages / "flashinfer").mkdir()
+    (packages / "flashinfer" / "__init__.py").write_text("")
+    backends.prefetch_for(requested, device, half)
+    assert ("flashinfer" in prefetch._STARTED) is started
+    if started:
+        assert installed("flashinfer") is True
