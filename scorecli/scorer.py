@@ -24,7 +24,7 @@ import torch
 
 from scorecli import __version__
 from scorecli.config import ScoreConfig
-from scorecli.core.batching import collate, plan_batches
+from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.rows import Fields, Row, parse_row
@@ -60,6 +60,7 @@ class Prepared:
     id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
     chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
     num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
+    planned: Any = None  # what the family's `plan` hands back to it when the window runs (`begin`)
 
     @property
     def num_rows(self) -> int:
@@ -209,10 +210,12 @@ class Scorer:
         id_type = id_type or self.id_type
         # an input whose schema has the id column keeps it, with or without rows (README: Output)
         has_id = id_type is not None or any(r.data is not None and self.fields.id in r.data for r in rows)
-        batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
-        return Prepared(ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first)
+        batches, planned = self.family.plan(seqs, lengths, self.max_batch_tokens, offsets, chunked)
+        return Prepared(
+            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, planned
+        )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
         """The prefix tokens the window's rows all start with, when worth computing once
@@ -248,6 +251,7 @@ class Scorer:
         readback = Readback(self.loaded.device, on_batch, done)
         if self.shares_prefix:
             self.forward.share(prepared.shared)
+        self.family.begin(prepared.planned)
         streams = len(self.streams)
         concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
         checked = hasattr(self, "self_check_note")  # not the self-check's own probe
@@ -258,7 +262,7 @@ class Scorer:
         out = readback.gather(prepared.num_entries, self.family.entry_width)
         if checked:
             mark("first window scored")
-        out = self.family.finish(out, prepared.item_offsets)
+        out = self.family.finish(out, prepared.item_offsets, chunks)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         table = self._table(prepared, out[:, :n_labels], out[:, n_labels:])
