@@ -249,6 +249,28 @@ HEADS = {
 # every kind, in the order they are detected (the first whose family claims a checkpoint, `detect`):
 # adding one is its module here and one entry (docs/ARCHITECTURE.md)
 KINDS: dict[str, KindInfo] = {
+    "multi-vector": KindInfo(
+        "scorecli.kinds.multi_vector:MultiVectorFamily",
+        "AutoModel",
+        "tokens",
+        "maxsim",
+        "late interaction: ColBERT-style MultiVectorEncoder",
+        scorecli_attention=False,
+        sentence_modules=True,
+        encoder=True,
+        similarity=True,
+    ),
+    "sparse": KindInfo(
+        "scorecli.kinds.sparse:SparseFamily",
+        "AutoModelForMaskedLM",
+        "splade",
+        "sparse-dot",
+        "SPLADE-style SparseEncoder",
+        scorecli_attention=False,
+        sentence_modules=True,
+        encoder=True,
+        similarity=True,
+    ),
     "embedding": KindInfo(
         "scorecli.kinds.embedding:EmbeddingFamily",
         "AutoModel",
