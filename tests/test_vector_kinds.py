@@ -132,6 +132,27 @@ def test_the_query_is_encoded_once_per_row_and_every_item_once(folders, name):
         assert kinds.count(True) == with_items
 
 
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
+def test_two_cpu_streams_equal_sentence_transformers(folders, name):
+    """On a CPU, batches run two at a time (item batches wait for their window's queries): the
+    same scores, over many small batches and several windows' worth of rows."""
+    import torch
+
+    from scorecli import Scorer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # streams need a thread each (also on a 1-core machine)
+    try:
+        scorer = Scorer(folders[name], device="cpu", max_batch_tokens=40)
+        used, run_streams = [], scorer._run_streams
+        scorer._run_streams = lambda prepared: used.append(prepared) or run_streams(prepared)
+        out = scorer.score_table(pa.Table.from_pylist(ROWS * 3))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(scorer.streams) == 2 and used
+    assert_close(out["score"].to_pylist(), reference(folders[name], ROWS * 3, FOLDERS[name][0]))
+
+
 class _Calls:
     """A forward whose calls go through `call` (its other attributes are the forward's)."""
 

@@ -13,17 +13,22 @@ progress or output (`scorecli.scorer` holds those).
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 import torch
 
 from scorecli.attention import pad_ragged, to_device
+from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_TEXT
 from scorecli.core.batching import Batch, plan_batches
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking, chunk_items, last_chunks
+from scorecli.core.rows import Row
 from scorecli.errors import InputError, UsageError
+from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.forward import with_encoder
+from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts
 from scorecli.runtimes import runtime_info
@@ -117,14 +122,20 @@ class PaddedForward:
     the ids [S, L] and which positions hold a token [S, L]. BERT-family encoders run the fused
     encoder stack (`fast_encoder`), every row computed."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, output: str, fast: bool):
+    def __init__(self, model: torch.nn.Module, device: torch.device, output: str, fast: bool, fused=None):
         from scorecli.runtimes import fast_encoder
 
-        self.model, self.device, self.output = model, device, output
+        self.source, self.model, self.device, self.output = model, model, device, output
+        self.fast = None
         if fast:
-            encoder = fast_encoder.FastEncoder(model.base_model)
-            encoder.cls_only = False  # every token is read
-            self.model = with_encoder(model, encoder)
+            self.fast = fast_encoder.FastEncoder(model.base_model, fused)
+            self.fast.cls_only = False  # every token is read
+            self.model = with_encoder(model, self.fast)
+
+    def twin(self) -> PaddedForward:
+        """Another forward over the same weights (fused ones included) with its own state."""
+        fused = None if self.fast is None else self.fast.fused
+        return PaddedForward(self.source, self.device, self.output, self.fast is not None, fused)
 
     def inputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """([S, L] ids, [S, L] bool: which positions hold a token, [S, L] key mask) on the device,
@@ -157,6 +168,15 @@ class ApartFamily(FamilyDefaults):
         self.held: list[tuple[np.ndarray, tuple[torch.Tensor, ...]]] = []  # query batches of the window
         self.reps: tuple[torch.Tensor, ...] | None = None
         self.slot = np.zeros(0, dtype=np.int64)
+        # CPU streams (`Scorer._run_streams`) run a window's batches two at a time, in plan order:
+        # an item batch waits until every query batch of its window is held
+        self.lock, self.queries_held, self.queries = threading.Lock(), threading.Event(), 0
+        self.held_queries = 0
+
+    def use_streams(self) -> None:
+        """Run batches two at a time on a CPU, as cross-encoders do (`pairs.CPU_STREAMS`)."""
+        if self.loaded.device.type == "cpu":
+            self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
 
     @property
     def hidden_width(self) -> int:
@@ -194,24 +214,33 @@ class ApartFamily(FamilyDefaults):
         """The window's queries first, then its items, each longest first under the budget."""
         is_query, query_of = entries(item_offsets, chunks)
         which = np.array([is_query[s.item_index[0]] for s in seqs], dtype=bool)
-        batches = []
-        for part in (np.flatnonzero(which), np.flatnonzero(~which)):
-            batches += [part[b] for b in plan_batches(lengths[part], max_batch_tokens, self.padded)]
-        return batches, (is_query, query_of)
+        queries = [np.flatnonzero(which)[b] for b in plan_batches(lengths[which], max_batch_tokens, self.padded)]
+        items = [np.flatnonzero(~which)[b] for b in plan_batches(lengths[~which], max_batch_tokens, self.padded)]
+        return queries + items, (is_query, query_of, int(is_query.sum()))
 
     def begin(self, planned) -> None:
-        self.is_query, self.query_of = planned
-        self.held, self.reps = [], None
+        self.is_query, self.query_of, self.queries = planned
+        self.held, self.reps, self.held_queries = [], None, 0
+        self.queries_held.clear()
+        if not self.queries:
+            self.queries_held.set()
 
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
-        entry = batch.item_index
+        forward, entry = forward or self.forward, batch.item_index
         if self.is_query[entry[0]]:
-            self.held.append((entry, self.query_reps(batch)))
+            reps = self.query_reps(batch, forward)
+            with self.lock:
+                self.held.append((entry, reps))
+                self.held_queries += len(entry)
+                if self.held_queries == self.queries:  # (a query batch halved after running out of memory counts whole)
+                    self.queries_held.set()
             return torch.zeros(len(entry), 1, device=self.loaded.device)
-        if self.reps is None:
-            self._gather_queries()
+        self.queries_held.wait()
+        with self.lock:
+            if self.reps is None:
+                self._gather_queries()
         (at,) = to_device([self.slot[self.query_of[entry]]], self.loaded.device)
-        return self.item_scores(batch, tuple(r[at] for r in self.reps))[:, None]  # type: ignore[index]
+        return self.item_scores(batch, tuple(r[at] for r in self.reps), forward)[:, None]  # type: ignore[union-attr]
 
     def _gather_queries(self) -> None:
         """The window's query batches as one tensor each (padded along their second axis), and
@@ -240,13 +269,28 @@ class ApartFamily(FamilyDefaults):
     def use_backend(self, name: str) -> None:
         raise RuntimeError("this kind runs its encoder's own attention: no backend to switch")
 
-    def query_reps(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        """What the kind keeps of each query of a query batch: tensors [S, width, ...] on the device,
-        zero-padded along `width`."""
+    def probe_row(self, scorer) -> tuple[np.ndarray, EncodedTexts]:
+        """(the run's scores [items], the encoded texts) of the self-check's probe row: the probe
+        query and items of very different lengths, scored whole (cut to fit) in one window."""
+        items, encoder = [*PROBE_ITEMS, PROBE_TEXT], self.encoder
+        row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
+        kept = scorer.chunking, encoder.truncate, encoder.whole_items
+        scorer.chunking, encoder.truncate, encoder.whole_items = None, "item", False
+        try:
+            table = scorer.score_rows([RawRow(row, "self-check probe")])
+            enc = encoder.encode([Row(PROBE_QUERY, items, None, None)], ["self-check probe"])[0]
+        finally:
+            scorer.chunking, encoder.truncate, encoder.whole_items = kept
+        return np.array(table["score"].to_pylist()[0], dtype=np.float64), enc
+
+    def query_reps(self, batch: Batch, forward: PaddedForward) -> tuple[torch.Tensor, ...]:
+        """What the kind keeps of each query of a query batch (run by `forward`): tensors
+        [S, width, ...] on the device, zero-padded along `width`."""
         raise NotImplementedError
 
-    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """[S] float32: each item of an item batch against its query's `reps` (row-aligned)."""
+    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...], forward: PaddedForward) -> torch.Tensor:
+        """[S] float32: each item of an item batch (run by `forward`) against its query's `reps`
+        (row-aligned)."""
         raise NotImplementedError
 
 

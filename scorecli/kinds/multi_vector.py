@@ -20,12 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_TEXT, relative_error
+from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
-from scorecli.core.rows import Row
 from scorecli.errors import UsageError
-from scorecli.io.readers import RawRow
 from scorecli.kinds import Checkpoint, Setup
 from scorecli.kinds.apart import (
     ApartFamily,
@@ -146,6 +144,7 @@ class MultiVectorFamily(ApartFamily):
         self.keep = None if keep is None else torch.tensor(keep, dtype=torch.long, device=device)
         self.expand_id = self._expansion_id(tok)
         self.mean = setup.spec.similarity == "meanmaxsim"
+        self.use_streams()
 
     def _expansion_id(self, tok) -> int:
         x = self.folder.expansion
@@ -167,9 +166,9 @@ class MultiVectorFamily(ApartFamily):
         attended = len(full) if x.attend else len(ids)
         return Seq(seq.input_ids, seq.position_ids, attended, np.array([len(full) - attended]), seq.item_index)
 
-    def vectors(self, batch: Batch, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def vectors(self, batch: Batch, task: str, forward: PaddedForward) -> tuple[torch.Tensor, torch.Tensor]:
         """([S, L, D] float32 token vectors, [S, L] bool: which count) of a batch's texts."""
-        states, ids, present = self.forward(batch)
+        states, ids, present = forward(batch)
         vectors = states.float()
         for dense in self.folder.dense:
             vectors = dense(vectors)
@@ -182,26 +181,17 @@ class MultiVectorFamily(ApartFamily):
             counts = counts & torch.isin(ids, self.keep)
         return vectors, counts
 
-    def query_reps(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        return self.vectors(batch, "query")
+    def query_reps(self, batch: Batch, forward: PaddedForward) -> tuple[torch.Tensor, ...]:
+        return self.vectors(batch, "query", forward)
 
-    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        vectors, counts = self.vectors(batch, "document")
+    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...], forward: PaddedForward) -> torch.Tensor:
+        vectors, counts = self.vectors(batch, "document", forward)
         return maxsim(reps[0], reps[1], vectors, counts, self.mean)
 
     def probe_errors(self, scorer) -> dict[str, float]:
         """Relative difference of the probe's scores (the run's own batches, one window) from each
         text alone through the model's own forward, compared token by token."""
-        items = [*PROBE_ITEMS, PROBE_TEXT]
-        row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
-        chunking, truncate = scorer.chunking, self.encoder.truncate
-        scorer.chunking, self.encoder.truncate = None, "item"  # the probe's items are scored whole, cut to fit
-        try:
-            table = scorer.score_rows([RawRow(row, "self-check probe")])
-            enc = self.encoder.encode([Row(PROBE_QUERY, items, None, None)], ["self-check probe"])[0]
-        finally:
-            scorer.chunking, self.encoder.truncate = chunking, truncate
-        ours = np.array(table["score"].to_pylist()[0], dtype=np.float64)
+        ours, enc = self.probe_row(scorer)
         query = self._reference(self.query_seq(enc.query), "query")
         theirs = np.array(
             [

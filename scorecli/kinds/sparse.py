@@ -18,11 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_TEXT, relative_error
+from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
-from scorecli.core.rows import Row
 from scorecli.errors import UsageError
-from scorecli.io.readers import RawRow
 from scorecli.kinds import Checkpoint, Setup
 from scorecli.kinds.apart import (
     ApartFamily,
@@ -137,35 +135,36 @@ class SparseFamily(ApartFamily):
             self.static = static_weights(self.folder.static_query).to(loaded.device)
         # an item's logits at its query's entries suffice for a dot product of uncut vectors
         self.whole = setup.spec.similarity != "dot" or self.folder.max_active_dims is not None
+        self.use_streams()
 
-    def query_vectors(self, batch: Batch) -> torch.Tensor:
+    def query_vectors(self, batch: Batch, forward: PaddedForward) -> torch.Tensor:
         """[S, V] float32 query vectors: the static weights of the tokens each query holds, or SPLADE
         pooling of its MLM logits; cut to `max_active_dims`."""
         if self.static is not None:
-            ids, present, _ = self.forward.inputs(batch)
+            ids, present, _ = forward.inputs(batch)
             vocab = self.static.shape[0]
             where = torch.where(present, ids, vocab)  # padding lands in a column dropped below
             out = torch.zeros(ids.shape[0], vocab + 1, device=ids.device)
             out.scatter_(1, where, F.pad(self.static, (0, 1))[where])
             vectors = out[:, :vocab]
         else:
-            states, _, present = self.forward(batch)
+            states, _, present = forward(batch)
             vectors = self._pool(F.linear(states.float(), self.weight.float(), _float(self.bias)), present)
         return top_dims(vectors, self.folder.max_active_dims)
 
     def _pool(self, logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         return splade(logits, present, self.folder.pooling, self.folder.activation)
 
-    def query_reps(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+    def query_reps(self, batch: Batch, forward: PaddedForward) -> tuple[torch.Tensor, ...]:
         """(entries [S, K], values [S, K], L2 norm [S, 1]) of each query's non-zero entries."""
-        vectors = self.query_vectors(batch)
+        vectors = self.query_vectors(batch, forward)
         k = int((vectors != 0).sum(dim=-1).max()) if vectors.numel() else 0  # one read per query batch
         index = torch.topk(vectors.abs(), k=k, dim=-1).indices
         return index, vectors.gather(1, index), vectors.norm(dim=-1, keepdim=True)
 
-    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def item_scores(self, batch: Batch, reps: tuple[torch.Tensor, ...], forward: PaddedForward) -> torch.Tensor:
         index, values, query_norm = reps
-        states, _, present = self.forward(batch)
+        states, _, present = forward(batch)
         states = states.float()
         if not self.whole:  # the vocabulary projection at the query's entries only
             rows = self.weight.float()[index]  # [S, K, H]
@@ -182,16 +181,7 @@ class SparseFamily(ApartFamily):
     def probe_errors(self, scorer) -> dict[str, float]:
         """Relative difference of the probe's scores (the run's own batches, one window) from each
         text alone through the model's own full forward (its head over the whole vocabulary)."""
-        items = [*PROBE_ITEMS, PROBE_TEXT]
-        row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
-        chunking, truncate = scorer.chunking, self.encoder.truncate
-        scorer.chunking, self.encoder.truncate = None, "item"  # the probe's items are scored whole, cut to fit
-        try:
-            table = scorer.score_rows([RawRow(row, "self-check probe")])
-            enc = self.encoder.encode([Row(PROBE_QUERY, items, None, None)], ["self-check probe"])[0]
-        finally:
-            scorer.chunking, self.encoder.truncate = chunking, truncate
-        ours = np.array(table["score"].to_pylist()[0], dtype=np.float64)
+        ours, enc = self.probe_row(scorer)
         query = self._reference(enc.query, self.static is None)
         theirs = [self._compare(query, self._reference(x, True)) for x in enc.items]
         return {"scores": relative_error(ours, np.array(theirs))}
