@@ -19,6 +19,7 @@ import pytest
 from tests.test_cli import WORDS, Case, jsonl, run_cli, write
 from tests.vector_models import (
     build_multi_vector,
+    build_pylate,
     build_sparse,
     build_stanford_colbert,
     reference,
@@ -44,6 +45,7 @@ FOLDERS = {
         ),
     ),
     "stanford": ("multi-vector", lambda d: build_stanford_colbert(d)),
+    "pylate": ("multi-vector", lambda d: build_pylate(d)),
     "sparse": ("sparse", lambda d: build_sparse(d)),
     # Router: a SparseStaticEmbedding for queries; sum pooling, cosine, max_active_dims
     "sparse-router": ("sparse", lambda d: build_sparse(d, router=True, pooling="sum")),

@@ -94,6 +94,34 @@ def build_multi_vector(
     return str(out / "mv")
 
 
+def build_pylate(out_dir) -> str:
+    """A PyLate 3 save (`model_type` ColBERT): modules Transformer and a PyLate Dense (no module IO
+    names), the prefixes, lengths and query expansion in the top-level config, no mask module."""
+    path = Path(build_multi_vector(out_dir, query_length=None, document_length=None))
+    entries = json.loads((path / "modules.json").read_text())
+    dense = next(e for e in entries if e["type"].endswith("Dense"))
+    dense["type"] = "pylate.models.Dense.Dense"
+    (path / "modules.json").write_text(json.dumps([entries[0], dense]))
+    config = json.loads((path / dense["path"] / "config.json").read_text())
+    for key in ("module_input_name", "module_output_name"):
+        config.pop(key)
+    (path / dense["path"] / "config.json").write_text(json.dumps(config))
+    bert = json.loads((path / "sentence_bert_config.json").read_text())
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": bert.get("max_seq_length", 60)}))
+    st = json.loads((path / "config_sentence_transformers.json").read_text())
+    st.update(
+        model_type="ColBERT",
+        prompts={},
+        query_prefix="[Q] ",
+        document_prefix="[D] ",
+        query_length=10,
+        document_length=30,
+        attend_to_expansion_tokens=False,
+    )
+    (path / "config_sentence_transformers.json").write_text(json.dumps(st))
+    return str(path)
+
+
 def build_stanford_colbert(out_dir, query_maxlen: int = 12, doc_maxlen: int = 30, dim: int = 16) -> str:
     """A Stanford-format ColBERT checkpoint (`HF_ColBERT`): the encoder's weights under `bert.` and the
     projection `linear.weight` in one model.safetensors, settings in artifact.metadata."""

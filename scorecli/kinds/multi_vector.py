@@ -66,13 +66,6 @@ class MultiVectorFamily(ApartFamily):
 
     @classmethod
     def read_folder(cls, kind: str, path: str) -> MultiVectorFolder:
-        from scorecli.model.sentence import sentence_folder_type
-
-        if sentence_folder_type(path) == "ColBERT":
-            raise UsageError(
-                f"cannot load model {path}: a PyLate 3 folder (model_type ColBERT) is not one scorecli reads; "
-                "load it with sentence-transformers 6 (MultiVectorEncoder) and save it again"
-            )
         return read_multi_vector(path, stanford=_stanford(path))
 
     @classmethod

@@ -185,8 +185,49 @@ def _expansion(config: dict | None) -> Expansion | None:
     )
 
 
+# the top-level settings of a PyLate save that mark it as one (sentence-transformers' `_LegacyStash`)
+_PYLATE_MARKERS = (
+    "query_length",
+    "document_length",
+    "query_expansion",
+    "do_query_expansion",
+    "attend_to_expansion_tokens",
+    "attend_to_mask_tokens",
+    "query_prefix",
+    "document_prefix",
+    "skiplist_words",
+)
+
+
+def _pylate(st: dict, bert: dict) -> dict:
+    """What a PyLate save's top-level config says, as sentence-transformers 6 reads it: its query and
+    document prefixes composed onto the prompts (and registered as special tokens), and its lengths
+    and query expansion, unless the Transformer's own saved config names them."""
+    prompts, register = {str(k): str(v) for k, v in (st.get("prompts") or {}).items() if v is not None}, []
+    for key, role in (("query_prefix", "query"), ("document_prefix", "document")):
+        if key in st:
+            prefix = st[key] or ""
+            register.append(prefix)
+            prompts[role] = prefix + (prompts.get(role) or "").removeprefix(prefix)
+    knobs = {k: st[k] for k in ("query_length", "document_length", "query_expansion") if k in st}
+    knobs = {k: v for k, v in knobs.items() if v is not None or k == "query_expansion"}
+    if "query_expansion" not in knobs and any(k in st for k in _PYLATE_MARKERS):
+        if st.get("do_query_expansion") is False:
+            knobs["query_expansion"] = None
+        else:
+            attend = st.get("attend_to_expansion_tokens", st.get("attend_to_mask_tokens"))
+            length = knobs.pop("query_length", None) or st.get("query_length") or 32
+            knobs["query_expansion"] = {"strategy": "fixed", "attend": bool(attend), "length": length}
+    out = {k: bert[k] if k in bert else knobs.get(k) for k in ("query_length", "document_length")}
+    out["expansion"] = _expansion(
+        bert["query_expansion"] if "query_expansion" in bert else knobs.get("query_expansion")
+    )
+    return {**out, "prompts": prompts, "register": tuple(register)}
+
+
 def read_multi_vector(path: str, stanford: bool) -> MultiVectorFolder:
-    """A MultiVectorEncoder folder (`stanford`: a Stanford `HF_ColBERT` checkpoint instead)."""
+    """A MultiVectorEncoder folder (`stanford`: a Stanford `HF_ColBERT` checkpoint instead); a PyLate
+    save (`model_type` ColBERT, modules Transformer and Dense) as sentence-transformers 6 completes it."""
     if stanford:
         return _read_stanford(path)
     entries, kinds = _entries(path)
@@ -208,12 +249,16 @@ def read_multi_vector(path: str, stanford: bool) -> MultiVectorFolder:
                 f"cannot load model {path}: its module {entry.get('type')} is not one scorecli reproduces "
                 "(it applies token-level Dense, MultiVectorMask and Normalize)"
             )
+    st = json_file(os.path.join(path, "config_sentence_transformers.json"), path, missing_ok=True)
+    assert isinstance(st, dict)
+    if st.get("model_type") == "ColBERT":  # PyLate 3: the mask and the token-level Normalize were inline
+        words = st.get("skiplist_words")
+        mask, normalize = {"skiplist_words": list(string.punctuation) if words is None else words}, True
     mask = mask if isinstance(mask, dict) else {}
     tasks = mask.get("skiplist_tasks") or ["document"]
     keep = mask.get("keep_only_token_ids")
     return MultiVectorFolder(
-        **_common(path, transformer_dir, bert),
-        expansion=_expansion(bert.get("query_expansion")),
+        **{**_common(path, transformer_dir, bert), **_pylate(st, bert)},
         dense=tuple(dense),
         normalize=normalize,
         skiplist=tuple(mask.get("skiplist_words") or ()),
