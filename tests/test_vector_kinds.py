@@ -121,6 +121,7 @@ def test_the_query_is_encoded_once_per_row_and_every_item_once(folders, name):
         return forward(batch)
 
     family.forward = _Calls(family.forward, counting)
+    scorer.streams = [family.forward]  # one at a time here (two CPU streams: their own test)
     out = scorer.score_table(pa.Table.from_pylist(ROWS))
     assert_close(out["score"].to_pylist(), reference(folders[name], ROWS, FOLDERS[name][0]))
     kinds = [q for flags, _ in seen for q in flags]
