@@ -333,3 +333,18 @@ def test_console_stdin_and_detection_without_flags(folders):
     assert result.rc == 0, result.stderr
     got = [json.loads(line)["score"] for line in result.stdout.decode().splitlines()]
     assert_close(got, reference(folders["stanford"], ROWS[:2], "multi-vector"))
+
+
+def test_given_token_ids_are_chunked_as_they_are(folders):
+    """`item_ids` under --chunk-tokens: windows of the ids themselves (nothing around them), each
+    scored as the item of its own row would be, the item's score their max."""
+    from scorecli import Scorer
+
+    path = folders["sparse"]
+    query, item = [2, 40, 41, 42, 3], list(range(50, 80))
+    windows = [item[s : s + 8] for s in range(0, 24, 6)] + [item[24:]]
+    chunked = Scorer(path, device="cpu", chunk_tokens=8, chunk_overlap=2)
+    got = chunked.score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": [item]}]))
+    whole = Scorer(path, device="cpu").score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": windows}]))
+    assert got["num_chunks"].to_pylist() == [[len(windows)]]
+    np.testing.assert_allclose(got["score"].to_pylist()[0][0], max(whole["score"].to_pylist()[0]), rtol=1e-6)

@@ -199,8 +199,9 @@ class ApartFamily(FamilyDefaults):
             return [], np.zeros(0, dtype=np.int64)
         items, counts = enc.items, np.ones(len(enc.items), dtype=np.int64)
         if chunking is not None:
-            lead = self.encoder.lead
-            body, counts = chunk_items([x[lead:] for x in items], self.encoder.trail, chunking)
+            # a chunk keeps the item's special tokens and prompt around its window (given ids: none)
+            lead, trail = (0, 0) if enc.bare else (self.encoder.lead, self.encoder.trail)
+            body, counts = chunk_items([x[lead:] for x in items], trail, chunking)
             prefix = [x[:lead] for x in items]
             items = [np.concatenate([prefix[k], b]) for k, b in zip(np.repeat(np.arange(len(items)), counts), body)]
             too_long = [k for k, x in enumerate(items) if len(x) > self.encoder.lengths[1]]

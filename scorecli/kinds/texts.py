@@ -7,6 +7,7 @@ Knows nothing about models, batches or scores.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ class EncodedTexts:
     query: np.ndarray  # [L_q] int64
     items: list[np.ndarray]  # each [L_k] int64
     skips: tuple[int, int] = (0, 0)  # leading tokens pooling skips: (query, items)
+    bare: bool = False  # token ids as given (no prompt, no special tokens around an item)
     error: str | None = None
 
 
@@ -137,4 +139,4 @@ class TextEncoder:
         if self.truncate == "item":
             cuts = [self.lengths[0]] + [None if self.whole_items else self.lengths[1]] * (len(texts) - 1)
             texts = [x[:cut] for x, cut in zip(texts, cuts)]
-        return self._checked(texts, names, [None] * len(texts))
+        return dataclasses.replace(self._checked(texts, names, [None] * len(texts)), bare=True)
