@@ -166,12 +166,11 @@ class SparseFamily(ApartFamily):
         index, values, query_norm = reps
         states, _, present = forward(batch)
         states = states.float()
-        if not self.whole:  # the vocabulary projection at the query's entries only
-            rows = self.weight.float()[index]  # [S, K, H]
-            logits = torch.bmm(states, rows.transpose(1, 2))  # [S, L, K]
-            if self.bias is not None:
-                logits = logits + self.bias.float()[index][:, None, :]
-            return sparse_dot(self._pool(logits, present), values)
+        if not self.whole:  # the vocabulary projection at the entries the batch's queries hold only
+            cols = torch.unique(index)  # [U] sorted
+            logits = F.linear(states, self.weight[cols].float(), None if self.bias is None else self.bias[cols].float())
+            pooled = self._pool(logits, present)  # [S, U]
+            return sparse_dot(pooled.gather(1, torch.searchsorted(cols, index)), values)
         item = top_dims(
             self._pool(F.linear(states, self.weight.float(), _float(self.bias)), present), self.folder.max_active_dims
         )
