@@ -19,40 +19,35 @@ def describe(
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
     `name`: how the user named it (a bundled model's short name), when not its path."""
     from scorecli.config import ScoreConfig
-    from scorecli.kinds.spec import class_names, sequence_limit
-    from scorecli.model.load import load_tokenizer, open_checkpoint
-    from scorecli.model.sentence import is_sentence_folder, transformer_folder
+    from scorecli.kinds import HEADS, POOLINGS, family_class
+    from scorecli.kinds.spec import sequence_limit
+    from scorecli.model.load import load_tokenizer, open_checkpoint, read_checkpoint
+    from scorecli.model.sentence import transformer_folder
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     path, config, kind = open_checkpoint(cfg)
-    info = KINDS[kind]
-    tokenizer = load_tokenizer(transformer_folder(path) if is_sentence_folder(path) else path, cfg)
+    info, checkpoint = KINDS[kind], read_checkpoint(path, cfg)
+    tokenizer = load_tokenizer(transformer_folder(path) if checkpoint.folder_type is not None else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
-    names = class_names(config)
+    skeleton = _skeleton(config, trust_remote_code)
+    more, own, multi = family_class(kind).inspect_lines(kind, checkpoint, skeleton)
     lines = [
         f"model:          {name} ({model})" if name and name != model else f"model:          {model}",
-        f"kind:           {kind}",
+        f"kind:           {kind} ({info.help})",
         f"architecture:   {archs[0]} ({config.model_type})",
-        f"labels:         {len(names) if not info.label_tokens else 'label tokens (pass --label-tokens)'}",
+        f"scores:         {POOLINGS[info.pooling]}, then {HEADS[info.head]}",
+        *more,
     ]
-    if info.similarity:
-        lines[-1] = "labels:         1 (similarity)"
-    elif not info.label_tokens:
-        lines.append("label names:    " + ", ".join(names))
-    skeleton = _skeleton(config, trust_remote_code)
     limit, why = sequence_limit(skeleton), ""
-    if info.similarity:
-        more, own = _embedding_lines(model, path, config)
-        lines += more
-        if own is not None and own < limit:  # as a run cuts them (`spec`), unless --max-seq-len says otherwise
-            limit, why = own, f": the model's max_seq_length; --max-seq-len up to {sequence_limit(skeleton)}"
+    if own is not None and own < limit:  # as a run cuts them (the kind's spec), unless --max-seq-len says otherwise
+        limit, why = own, f": the model's max_seq_length; --max-seq-len up to {sequence_limit(skeleton)}"
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
         f"max positions:  {getattr(config, 'max_position_embeddings', None)} (scorecli cuts sequences at {limit} "
         f"tokens{why})",
         f"vocabulary:     {len(tokenizer)} tokens; {_specials(tokenizer)}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
-    ] + (["multi-item:     " + _multi_item(kind, skeleton)] if mis_line else [])
+    ] + (["multi-item:     " + multi] if mis_line else [])
     for token in label_tokens or ():
         ids = tokenizer.encode(token, add_special_tokens=False)
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
@@ -82,50 +77,6 @@ def bundled_lines() -> list[str]:
         lines.append(f"  {b.name:<15} {b.what}")
         lines.append(f"  {'':<15} {where if where else 'not installed: ' + b.install}")
     return lines
-
-
-def _embedding_lines(model: str, path: str, config) -> tuple[list[str], int | None]:
-    """An embedding model's text (plain, or chat messages), pooling, modules after it, prompts and
-    similarity (docs/models.md: Which models, embedding models), and its max_seq_length."""
-    from scorecli.model.sentence import is_sentence_folder, plain_modules, prompt_text, read_modules
-
-    modules = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
-    modules = modules.resolved(modules.transformer_dir, config)
-    after = [f"Dense -> {s.weight.shape[0]}" if not isinstance(s, str) else "Normalize" for s in modules.steps]
-    prompts = ", ".join(f"{name}: {text!r}" for name, text in modules.prompts.items()) or "none"
-    excluded = not modules.include_prompt and modules.message is None  # a chat message's prompt is pooled
-    text = (
-        "plain text, after its prompt"
-        if modules.message is None
-        else (
-            f"chat messages ({modules.message.format} format) through the chat template, the prompt as a system message"
-        )
-    )
-    return [
-        f"text:           {text}",
-        f"pooling:        {' + '.join(modules.pooling)}{' (prompt excluded)' if excluded else ''}"
-        + (f", then {', '.join(after)}" if after else ""),
-        f"embedding size: {modules.dimension(getattr(config, 'hidden_size', 0))}",
-        f"prompts:        {prompts}; query uses {prompt_text(None, modules, ('query',))!r}, items "
-        f"{prompt_text(None, modules, ('document', 'passage'))!r}",
-        f"similarity:     {modules.similarity or 'cosine'}",
-    ], modules.max_seq_length
-
-
-def _multi_item(kind: str, skeleton) -> str:
-    """Whether MIS applies, as far as the config and module types tell (`--check` runs the rest)."""
-    from scorecli.model.compat import stateful_reason
-
-    info = KINDS[kind]
-    if info.pairs:
-        return "no (bidirectional encoder: single-item)"
-    if info.similarity:
-        return "no (query and items are embedded as their own sequences)"
-    reason = stateful_reason(skeleton)
-    if reason:
-        return f"no: single-item only ({reason})"
-    # whether its attention goes through scorecli's backend takes a forward: `check` runs it
-    return "yes (MIS by default), if its attention goes through transformers' attention interface (--check tells)"
 
 
 def _skeleton(config, trust_remote_code: bool):

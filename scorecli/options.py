@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from scorecli.kinds import KINDS
+
 # Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
 # needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
 MAX_INT = 2**31 - 1
@@ -28,7 +30,7 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), any of them as an s3://, gs:// "
         "or abfs:// URL, or - (JSON lines on stdout).",
     ),
-    "--kind": (MODEL, "KIND", "seq-cls | causal-lm | cross-encoder | embedding (default: detected)."),
+    "--kind": (MODEL, "KIND", " | ".join(KINDS) + " (default: detected)."),
     "--mode": (SCORING, "MODE", "auto | mis (all items of a row in one sequence) | single."),
     "--template": (SCORING, "NAME", "plain | qwen3-reranker | yes-no-chat | a .toml/.json file."),
     "--instruction": (SCORING, "TEXT", "Instruction for templates that take one."),

@@ -25,7 +25,7 @@ import torch
 
 from scorecli import __version__
 from scorecli.config import ScoreConfig
-from scorecli.core.batching import collate, plan_batches
+from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.rows import Fields, Row, parse_row
@@ -63,6 +63,7 @@ class Prepared:
     chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
     num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
     labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
+    planned: Any = None  # what the family's `plan` hands back to it when the window runs (`begin`)
 
     @property
     def num_rows(self) -> int:
@@ -238,13 +239,13 @@ class Scorer:
         id_type = id_type or self.id_type
         # an input whose schema has the id column keeps it, with or without rows (docs/input-output.md: Output)
         has_id = id_type is not None or any(r.data is not None and self.fields.id in r.data for r in rows)
-        batches = plan_batches(lengths, self.max_batch_tokens, self.family.padded)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         chunked = np.concatenate(chunks) if self.chunking and chunks else None
         labels = [None if r is None else r.labels for r in parsed]
         labelled = labels if any(g is not None for g in labels) else None
+        batches, planned = self.family.plan(seqs, lengths, self.max_batch_tokens, offsets, chunked)
         return Prepared(
-            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, labelled
+            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, labelled, planned
         )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
@@ -281,6 +282,7 @@ class Scorer:
         readback = Readback(self.loaded.device, on_batch, done)
         if self.shares_prefix:
             self.forward.share(prepared.shared)
+        self.family.begin(prepared.planned)
         streams = len(self.streams)
         concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
         checked = hasattr(self, "self_check_note")  # not the self-check's own probe
@@ -291,7 +293,7 @@ class Scorer:
         out = readback.gather(prepared.num_entries, self.family.entry_width)
         if checked:
             mark("first window scored")
-        out = self.family.finish(out, prepared.item_offsets)
+        out = self.family.finish(out, prepared.item_offsets, chunks)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         table = self._table(prepared, out[:, :n_labels], out[:, n_labels:])

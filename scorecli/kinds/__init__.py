@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from scorecli.core.batching import Batch
+from scorecli.core.batching import Batch, plan_batches
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking, last_chunks
 
@@ -74,14 +74,25 @@ class Family(Protocol):
         """A row's sequences (entries numbered from `first`) and [items] chunks of each item."""
         ...
 
+    def plan(
+        self, seqs: list[Seq], lengths: np.ndarray, max_batch_tokens: int, item_offsets: np.ndarray, chunks
+    ) -> tuple[list[np.ndarray], Any]:
+        """A window's batches in the order they run (index arrays into `seqs`, whose `lengths` the
+        budget counts), and what the family needs back when the window runs (`begin`; None)."""
+        ...
+
+    def begin(self, planned: Any) -> None:
+        """The window `plan` gave `planned` for starts running; its batches follow in plan order."""
+        ...
+
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         """[entries of the batch, labels + hidden] float32 where it was computed (a GPU's results
         are read back once per window), in `batch.item_index` order."""
         ...
 
-    def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
-        """The window's entries' results -> [items, labels + hidden] (identity unless a kind
-        scores items from several entries, as `embedding` does)."""
+    def finish(self, out: np.ndarray, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
+        """The window's entries' results -> [items (chunks of items, when chunked), labels + hidden]
+        (identity unless a kind scores items from several entries, as `embedding` does)."""
         ...
 
     def done_entries(self, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray | None:
@@ -109,10 +120,38 @@ class Family(Protocol):
 
 
 class FamilyDefaults:
-    """What most families share: one entry per scored item (or chunk), no shared prefix."""
+    """What most families share: one entry per scored item (or chunk), no shared prefix; and the
+    hooks a kind's family answers for its kinds before a model loads (class methods, `kind` one of
+    the kinds naming the family in `KINDS`): `detects` (detection), `read_folder` (modules after
+    the transformer), `resolve` (spec rules), `inspect_lines` (`scorecli inspect`)."""
+
+    @classmethod
+    def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
+        """Whether `checkpoint` is a model of `kind` (kinds are asked in `KINDS` order)."""
+        return False
+
+    @classmethod
+    def read_folder(cls, kind: str, path: str) -> Any | None:
+        """What the folder `path` applies after its transformer, with `transformer_dir`, `resolved`,
+        `to` and `adapt_tokenizer` (`model.sentence.SentenceModules`); None: the folder is the model."""
+        return None
+
+    @classmethod
+    def resolve(cls, kind: str, cfg, loaded, template, support) -> Any:
+        """The run's `kinds.spec.RunSpec` from the flags, the loaded model and the template:
+        flags of other kinds refused in one line (UsageError)."""
+        raise NotImplementedError
+
+    @classmethod
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+        """(`inspect` lines after the architecture: labels and what else the kind reads from the
+        folder; the longest sequence the kind's own config allows (None: the model's); whether
+        MIS applies, for the "multi-item" line)."""
+        raise NotImplementedError
 
     streams: Sequence = ()  # one forward at a time
     spec: Any  # the run's `kinds.spec.RunSpec`, set by each family
+    padded: bool  # set by each family
 
     @property
     def hidden_width(self) -> int:
@@ -130,7 +169,15 @@ class FamilyDefaults:
 
     speedups: tuple[Speedup, ...] = ()
 
-    def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
+    def plan(
+        self, seqs: list[Seq], lengths: np.ndarray, max_batch_tokens: int, item_offsets: np.ndarray, chunks
+    ) -> tuple[list[np.ndarray], Any]:
+        return plan_batches(lengths, max_batch_tokens, self.padded), None  # longest first, under the budget
+
+    def begin(self, planned: Any) -> None:
+        return None
+
+    def finish(self, out: np.ndarray, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
         return out
 
     def done_entries(self, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray | None:
@@ -143,27 +190,36 @@ class FamilyDefaults:
 
 @dataclass(frozen=True)
 class KindInfo:
-    """What a kind declares to the code that loads its models (`model.load`).
+    """What a kind declares: its family, its two parts, and what the code that loads its models
+    (`model.load`), `bench` and `inspect` ask of it. Everything else about a kind (its spec rules,
+    detection, modules after the transformer, inspect lines, self-check probe) is its family's
+    (`FamilyDefaults` lists the hooks).
 
     Attributes:
         family: "module:Class" of the family that scores it (imported when a run needs it).
         auto_class: the transformers Auto class its checkpoints load with.
+        pooling: which token states a score reads (`POOLINGS`).
+        head: what turns them into a score (`HEADS`).
+        help: what the kind is, in a few words (`--kind`'s help, `inspect`).
         scorecli_attention: a decoder's attention runs under scorecli's backends; False: the
             model runs its own forward (a cross-encoder's full forward, heads included).
-        sentence_modules: its model may be a sentence-transformers folder whose modules (pooling,
-            Dense, Normalize) scorecli applies after the transformer; the transformer's unused
-            pooler weights are no missing weights then.
+        sentence_modules: its model may be a sentence-transformers folder whose modules scorecli
+            applies after the transformer; the transformer's unused pooler weights are no missing
+            weights then.
         float32_head: a 16-bit model's own head runs in float32 (heads and activations stay float32).
         encoder: its models attend both ways (an encoder architecture is refused for any other kind).
         pairs: query and item go through the model together, as a text pair, one item a sequence
             (never packed: the kind is single-item by its nature).
-        similarity: scores are similarities of separately embedded query and items.
+        similarity: scores compare a separately encoded query and items (`--similarity` style).
         label_tokens: scores are the logits of label tokens (`--label-tokens`), not a head's labels.
         classifier_head: scores are a classifier head's labels, on the decoder's last token.
     """
 
     family: str
     auto_class: str
+    pooling: str = "last"
+    head: str = "classifier"
+    help: str = ""
     scorecli_attention: bool = True
     sentence_modules: bool = False
     float32_head: bool = False
@@ -174,25 +230,121 @@ class KindInfo:
     classifier_head: bool = False
 
 
-# every kind: adding one is its module here and one entry (docs/ARCHITECTURE.md)
+# The two parts a kind combines (STYLE habit 20, vLLM's pooler: a pooling method and a head).
+POOLINGS = {
+    "last": "the item's last token",
+    "cls": "the sequence's first token",
+    "sentence": "the folder's Pooling module (mean, CLS, max, last token), Dense and Normalize",
+    "tokens": "every token, projected and normalized, masked as the folder says",
+    "splade": "max over tokens of log(1 + relu(MLM logits))",
+}
+HEADS = {
+    "classifier": "a classifier's labels",
+    "label-tokens": "label-token probabilities from the LM head",
+    "similarity": "cosine or dot of query and item embeddings",
+    "maxsim": "MaxSim: per query token the best item token, summed",
+    "sparse-dot": "dot product of sparse vocabulary vectors",
+}
+
+# every kind, in the order they are detected (the first whose family claims a checkpoint, `detect`):
+# adding one is its module here and one entry (docs/ARCHITECTURE.md)
 KINDS: dict[str, KindInfo] = {
-    "seq-cls": KindInfo(
-        "scorecli.kinds.decoder:DecoderFamily", "AutoModelForSequenceClassification", classifier_head=True
+    "multi-vector": KindInfo(
+        "scorecli.kinds.multi_vector:MultiVectorFamily",
+        "AutoModel",
+        "tokens",
+        "maxsim",
+        "late interaction: ColBERT-style MultiVectorEncoder",
+        scorecli_attention=False,
+        sentence_modules=True,
+        encoder=True,
+        similarity=True,
     ),
-    "causal-lm": KindInfo("scorecli.kinds.decoder:DecoderFamily", "AutoModelForCausalLM", label_tokens=True),
+    "sparse": KindInfo(
+        "scorecli.kinds.sparse:SparseFamily",
+        "AutoModelForMaskedLM",
+        "splade",
+        "sparse-dot",
+        "SPLADE-style SparseEncoder",
+        scorecli_attention=False,
+        sentence_modules=True,
+        encoder=True,
+        similarity=True,
+    ),
+    "embedding": KindInfo(
+        "scorecli.kinds.embedding:EmbeddingFamily",
+        "AutoModel",
+        "sentence",
+        "similarity",
+        "sentence-transformers bi-encoders",
+        sentence_modules=True,
+        encoder=True,
+        similarity=True,
+    ),
     "cross-encoder": KindInfo(
         "scorecli.kinds.pairs:PairFamily",
         "AutoModelForSequenceClassification",
+        "cls",
+        "classifier",
+        "BERT-family (query, item) classifiers",
         scorecli_attention=False,
         float32_head=True,
         encoder=True,
         pairs=True,
     ),
-    "embedding": KindInfo(
-        "scorecli.kinds.embedding:EmbeddingFamily", "AutoModel", sentence_modules=True, encoder=True, similarity=True
+    "seq-cls": KindInfo(
+        "scorecli.kinds.decoder:DecoderFamily",
+        "AutoModelForSequenceClassification",
+        "last",
+        "classifier",
+        "decoder classifiers and reward models",
+        classifier_head=True,
+    ),
+    "causal-lm": KindInfo(
+        "scorecli.kinds.decoder:DecoderFamily",
+        "AutoModelForCausalLM",
+        "last",
+        "label-tokens",
+        "LLM judges (--label-tokens)",
+        label_tokens=True,
     ),
 }
 FAMILIES = {name: info.family for name, info in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a model folder says about itself, read before its weights load (`model.load`).
+
+    Attributes:
+        path: the folder.
+        config: the transformer's Hugging Face config.
+        folder_type: the sentence-transformers `model_type` of a folder with `modules.json`
+            ("SentenceTransformer" when its config does not say); None: no such folder.
+        encoder: its transformer attends both ways (an encoder architecture).
+    """
+
+    path: str
+    config: Any
+    folder_type: str | None
+    encoder: bool
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(getattr(self.config, "architectures", None) or [])
+
+
+def family_class(kind: str) -> type[FamilyDefaults]:
+    """The family class of `kind` (its module imported on first use)."""
+    import importlib
+
+    module, cls = KINDS[kind].family.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def detect(checkpoint: Checkpoint) -> str | None:
+    """The first kind in `KINDS` whose family claims `checkpoint`; None: no kind does."""
+    return next((kind for kind in KINDS if family_class(kind).detects(kind, checkpoint)), None)
 
 
 @dataclass(frozen=True)
@@ -211,10 +363,8 @@ class Setup:
 
 def make_family(setup: Setup) -> Family:
     """The family of `setup.spec.kind`."""
-    import importlib
-
-    module, cls = KINDS[setup.spec.kind].family.split(":")
-    return getattr(importlib.import_module(module), cls)(setup)
+    family: Any = family_class(setup.spec.kind)  # a family class takes its Setup
+    return family(setup)
 
 
 if TYPE_CHECKING:  # the type checker holds every family to the protocol (`mypy` in .ci/run)

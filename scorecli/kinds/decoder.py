@@ -1,7 +1,9 @@
 """Decoder scoring (`seq-cls`, `causal-lm`): a prefix and items through a template, packed into
-MIS or single-item sequences, run under scorecli's attention backends, a head at item ends.
+MIS or single-item sequences, run under scorecli's attention backends, a head at item ends (the
+kind's declared head: a classifier's labels, or label tokens of the LM head).
 
-Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
+The two kinds' detection (the architecture's name), spec rules (label tokens, MIS) and inspect
+lines live here too. Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 """
 
 from __future__ import annotations
@@ -14,15 +16,83 @@ from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.errors import InputError, UsageError
-from scorecli.kinds import FamilyDefaults, Setup
+from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
+from scorecli.kinds.spec import (
+    RunSpec,
+    check_room,
+    check_texts,
+    class_names,
+    max_seq_len,
+    positive_index,
+    template_room,
+)
 from scorecli.runtimes import compile_layers, runtime_info
 from scorecli.runtimes.fused_norms import fuse_norms
+
+# the architecture names each decoder kind is detected by
+_ARCHITECTURES = {
+    "seq-cls": ("ForSequenceClassification", "ForRewardModel"),
+    "causal-lm": ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"),
+}
 
 
 class DecoderFamily(FamilyDefaults):
     """How a decoder kind scores rows (see `scorecli.kinds.Family`)."""
+
+    @classmethod
+    def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
+        archs = checkpoint.architectures
+        return not checkpoint.encoder and bool(archs) and archs[0].endswith(_ARCHITECTURES[kind])
+
+    @classmethod
+    def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
+        from scorecli.model.compat import check_backend
+
+        mis = cfg.mode != "single" and support.packed
+        if cfg.mode == "mis" and not support.packed:
+            check_backend(support, cfg.attention, mis=True)
+        check_texts(cfg)
+        if KINDS[kind].label_tokens:
+            label_ids, names = label_tokens(cfg, loaded.tokenizer, template)
+            activation = cfg.activation or template.activation or "none"
+        else:
+            if cfg.label_tokens is not None or cfg.label_token_ids is not None:
+                raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
+            label_ids, names = None, class_names(loaded.config)
+            activation = cfg.activation or "none"
+        return RunSpec(
+            kind=kind,
+            mis=mis,
+            label_ids=label_ids,
+            label_names=names,
+            activation=activation,
+            positive_index=positive_index(cfg.positive_label, names, classes=label_ids is None),
+            pooling=cfg.pooling or "last",
+            max_seq_len=check_room(
+                max_seq_len(cfg.max_seq_len, loaded), *template_room(loaded.tokenizer, template), cfg.chunk_tokens
+            ),
+            single_reason=support.reason,
+        )
+
+    @classmethod
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+        from scorecli.model.compat import stateful_reason
+
+        if KINDS[kind].label_tokens:
+            lines = ["labels:         label tokens (pass --label-tokens)"]
+        else:
+            names = class_names(checkpoint.config)
+            lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
+        reason = stateful_reason(skeleton)
+        # whether its attention goes through scorecli's backend takes a forward: `inspect --check` runs it
+        multi = (
+            f"no: single-item only ({reason})"
+            if reason
+            else "yes (MIS by default), if its attention goes through transformers' attention interface (--check tells)"
+        )
+        return lines, None, multi
 
     def __init__(self, setup: Setup):
         from scorecli.attention import backends as attention_backends
@@ -55,7 +125,7 @@ class DecoderFamily(FamilyDefaults):
         self.head = self._make_head()
         # a sequence classifier's own head reads the last token that is not its pad token
         # (transformers' `*ForSequenceClassification`): items are read there too (`_read_where_hf_does`)
-        pad = getattr(text_config(loaded.config), "pad_token_id", None) if spec.kind == "seq-cls" else None
+        pad = getattr(text_config(loaded.config), "pad_token_id", None) if KINDS[spec.kind].classifier_head else None
         self.pad_id = pad if isinstance(pad, int) else None
 
     @property
@@ -64,7 +134,7 @@ class DecoderFamily(FamilyDefaults):
 
     def _make_head(self):
         model, spec = self.loaded.model, self.spec
-        if spec.kind == "causal-lm":
+        if KINDS[spec.kind].head == "label-tokens":
             return LabelTokenHead(
                 model.get_output_embeddings(), list(spec.label_ids), spec.activation, *lm_logit_transform(model)
             )
@@ -131,3 +201,24 @@ class DecoderFamily(FamilyDefaults):
         from scorecli.kinds.probes import decoder_errors, probe_rows
 
         return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))
+
+
+def label_tokens(cfg, tokenizer, template) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(ids, names) of a causal LM's label tokens: `--label-token-ids`, else `--label-tokens` or the
+    template's, each of which must encode to exactly one token."""
+    if cfg.label_token_ids is not None:
+        vocab = len(tokenizer)
+        bad = [i for i in cfg.label_token_ids if not 0 <= i < vocab]
+        if bad:
+            raise UsageError(f"--label-token-ids: {bad[0]} is outside the vocabulary (size {vocab})")
+        return tuple(cfg.label_token_ids), tuple(tokenizer.convert_ids_to_tokens(list(cfg.label_token_ids)))
+    tokens = cfg.label_tokens or template.label_tokens
+    if not tokens:
+        raise UsageError("a causal-lm model needs label tokens: pass --label-tokens yes,no (or --label-token-ids)")
+    ids = []
+    for token in tokens:
+        encoded = tokenizer.encode(token, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise UsageError(f"--label-tokens: {token!r} is {len(encoded)} tokens {encoded}, not exactly one")
+        ids.append(encoded[0])
+    return tuple(ids), tuple(tokens)

@@ -1,6 +1,7 @@
 """Embedding scoring (`embedding`, docs/models.md: Which models, embedding models): a row's query and each item are embedded as their own
 sequences (prompted, tokenized and pooled as sentence-transformers does), and an item's score is
-the similarity of its embedding with its query's.
+the similarity of its embedding with its query's. Its detection (a sentence-transformers folder),
+the folder's modules, spec rules and inspect lines live here too.
 
 A row of n items becomes n + 1 entries, the query first; `finish` turns a window's entry
 embeddings into item scores. Encoder models (BERT and kin) run their own forward on padded
@@ -10,117 +11,31 @@ Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.core.batching import Batch
-from scorecli.core.encode import tokenize
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
-from scorecli.core.rows import Row
-from scorecli.kinds import FamilyDefaults, Setup
+from scorecli.errors import UsageError
+from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS
-from scorecli.model.messages import ChatTexts
-from scorecli.model.sentence import SentenceModules, pool, prompt_length, prompt_text, similarity
+from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
+from scorecli.kinds.texts import EncodedTexts, TextEncoder
+from scorecli.model.sentence import (
+    SIMILARITIES,
+    SentenceModules,
+    is_sentence_folder,
+    plain_modules,
+    pool,
+    prompt_text,
+    read_modules,
+    similarity,
+)
 from scorecli.runtimes import fast_encoder
 from scorecli.runtimes.fused_norms import fuse_norms
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedTexts:
-    """One row's query and items as token ids (prompts and special tokens included), or an error."""
-
-    query: np.ndarray  # [L_q] int64
-    items: list[np.ndarray]  # each [L_k] int64
-    skips: tuple[int, int] = (0, 0)  # leading tokens pooling skips: (query, items)
-    error: str | None = None
-
-
-class TextEncoder:
-    """Tokenizes a window's queries and items with their prompts, cut at `max_len` tokens as
-    sentence-transformers cuts them (`--truncate error`: a longer text fails its row): prompt and
-    text as one string, or, for a folder that reads chat messages, rendered through the chat
-    template (`messages.ChatTexts`; `model_type` may decide their format)."""
-
-    def __init__(
-        self,
-        tokenizer,
-        modules: SentenceModules,
-        query_prompt: str | None,
-        item_prompt: str | None,
-        max_len: int,
-        truncate: str,
-        vocab_size: int,
-        model_type: str = "",
-    ):
-        self.tokenizer, self.max_len, self.truncate, self.vocab_size = tokenizer, max_len, truncate, vocab_size
-        self.prompts = (
-            prompt_text(query_prompt, modules, ("query",)),
-            prompt_text(item_prompt, modules, ("document", "passage")),
-        )
-        self.chat = None if modules.message is None else ChatTexts(tokenizer, modules.message, model_type)
-        # pooling skips a prompt's tokens only in plain text (a chat message's prompt is pooled)
-        skips = [0 if self.chat is not None else prompt_length(tokenizer, p, modules) for p in self.prompts]
-        self.skips = tuple(skips)
-
-    def encode(self, rows: list[Row], wheres: list[str], chunking: Chunking | None = None) -> list[EncodedTexts]:
-        texts, prompts, names = [], [], []
-        for row, where in zip(rows, wheres):
-            if not row.pretokenized:
-                texts += [row.query, *row.items]
-                prompts += [self.prompts[0]] + [self.prompts[1]] * len(row.items)
-                names += [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
-        cut = self.max_len + (self.truncate == "error")  # one token more shows a text that is too long
-        if self.chat is not None:
-            ids, failed = self.chat.encode(prompts, texts, names, cut, self.max_len)
-        else:
-            ids, failed = tokenize(
-                self.tokenizer,
-                [p + t for p, t in zip(prompts, texts)],
-                names,
-                add_special_tokens=True,
-                truncation=True,
-                max_length=cut,
-            )
-        out, at = [], 0
-        for row, where in zip(rows, wheres):
-            if row.pretokenized:
-                out.append(self._pretokenized(row, where))
-                continue
-            n = 1 + len(row.items)
-            out.append(self._checked(ids[at : at + n], names[at : at + n], [failed.get(t) for t in range(at, at + n)]))
-            at += n
-        return out
-
-    def _checked(self, ids: list[np.ndarray], names: list[str], failed: list[str | None]) -> EncodedTexts:
-        if len(ids) == 1:  # no items: the query is not embedded
-            return EncodedTexts(ids[0], [])
-        error = next((f for f in failed if f), None)
-        for name, x in zip(names, ids):
-            if error is None and len(x) > self.max_len:
-                error = f"{name}: over --max-seq-len {self.max_len} tokens (--truncate error)"
-            if error is None and len(x) == 0:
-                error = f"{name}: an empty text leaves nothing to embed (this tokenizer adds no special tokens)"
-        return EncodedTexts(ids[0], ids[1:], self.skips, error)
-
-    def _pretokenized(self, row: Row, where: str) -> EncodedTexts:
-        """`query_ids` / `item_ids` used as they are (no prompt, no special tokens added)."""
-        texts = [np.array(row.query, dtype=np.int64)] + [np.array(i, dtype=np.int64) for i in row.items]
-        names = [f"{where}: field 'query_ids'"] + [f"{where}: field 'item_ids'[{k}]" for k in range(len(row.items))]
-        for name, x in zip(names, texts):
-            if len(x) and int(x.max()) >= self.vocab_size:
-                return EncodedTexts(
-                    texts[0],
-                    [],
-                    error=f"{name}: token id {int(x.max())} is outside the vocabulary (size {self.vocab_size})",
-                )
-        if self.truncate == "item":
-            texts = [x[: self.max_len] for x in texts]
-        return self._checked(texts, names, [None] * len(texts))
 
 
 class EmbeddingForward:
@@ -173,6 +88,95 @@ class EmbeddingForward:
 
 class EmbeddingFamily(FamilyDefaults):
     """How an embedding model scores rows (see `scorecli.kinds.Family`)."""
+
+    @classmethod
+    def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
+        return checkpoint.folder_type is not None  # any sentence-transformers folder no other kind claimed
+
+    @classmethod
+    def read_folder(cls, kind: str, path: str) -> SentenceModules:
+        """A sentence-transformers folder's modules; a plain base model (`--kind embedding`): mean pooling."""
+        return read_modules(path) if is_sentence_folder(path) else plain_modules(path)
+
+    @classmethod
+    def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
+        """One label, `similarity` (docs/models.md: Which models, embedding models)."""
+        refuse(
+            [
+                (
+                    cfg.mode == "mis",
+                    "--mode mis: an embedding model embeds every item as its own sequence already; "
+                    "use --mode single or auto",
+                ),
+                (
+                    template.name != "plain" or cfg.instruction is not None,
+                    "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)",
+                ),
+                (
+                    cfg.label_tokens is not None or cfg.label_token_ids is not None,
+                    "--label-tokens applies to causal-lm models, not to an embedding model",
+                ),
+                (
+                    cfg.activation not in (None, "none"),
+                    f"--activation {cfg.activation}: an embedding model's score is a similarity, with no activation",
+                ),
+                (cfg.pooling is not None, "--pooling: an embedding model pools as its own Pooling module says"),
+                (
+                    cfg.chunk_tokens is not None,
+                    "--chunk-tokens: embedding models embed items whole (up to their maximum length)",
+                ),
+            ]
+        )
+        similarity = cfg.similarity or loaded.sentence.similarity or "cosine"
+        if similarity not in SIMILARITIES:
+            raise UsageError(
+                f"the model's similarity is {similarity!r}; scorecli computes cosine or dot: pass --similarity"
+            )
+        own = loaded.sentence.max_seq_length
+        limit = (
+            max_seq_len(cfg.max_seq_len, loaded)
+            if cfg.max_seq_len or own is None
+            else min(own, sequence_limit(loaded.model))
+        )
+        names = ("similarity",)
+        return RunSpec(
+            kind=kind,
+            mis=False,
+            label_ids=None,
+            label_names=names,
+            activation="none",
+            positive_index=positive_index(cfg.positive_label, names),
+            pooling="embedding",
+            max_seq_len=limit,
+            similarity=similarity,
+        )
+
+    @classmethod
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+        """Its text (plain, or chat messages), pooling, modules after it, prompts and similarity
+        (docs/models.md: Which models, embedding models), and its max_seq_length."""
+        modules = cls.read_folder(kind, checkpoint.path)
+        modules = modules.resolved(modules.transformer_dir, checkpoint.config)
+        after = [f"Dense -> {s.weight.shape[0]}" if not isinstance(s, str) else "Normalize" for s in modules.steps]
+        prompts = ", ".join(f"{name}: {text!r}" for name, text in modules.prompts.items()) or "none"
+        excluded = not modules.include_prompt and modules.message is None  # a chat message's prompt is pooled
+        text = (
+            "plain text, after its prompt"
+            if modules.message is None
+            else f"chat messages ({modules.message.format} format) through the chat template, the prompt as a "
+            "system message"
+        )
+        lines = [
+            "labels:         1 (similarity)",
+            f"text:           {text}",
+            f"pooling:        {' + '.join(modules.pooling)}{' (prompt excluded)' if excluded else ''}"
+            + (f", then {', '.join(after)}" if after else ""),
+            f"embedding size: {modules.dimension(getattr(checkpoint.config, 'hidden_size', 0))}",
+            f"prompts:        {prompts}; query uses {prompt_text(None, modules, ('query',))!r}, items "
+            f"{prompt_text(None, modules, ('document', 'passage'))!r}",
+            f"similarity:     {modules.similarity or 'cosine'}",
+        ]
+        return lines, modules.max_seq_length, "no (query and items are embedded as their own sequences)"
 
     def __init__(self, setup: Setup):
         from scorecli.attention import backends as attention_backends
@@ -260,7 +264,7 @@ class EmbeddingFamily(FamilyDefaults):
         pooled = pool(hidden, lens, skip, self.modules.pooling)  # [S, H * modes]
         return self.modules.after_pooling(pooled)
 
-    def finish(self, out: np.ndarray, item_offsets: np.ndarray) -> np.ndarray:
+    def finish(self, out: np.ndarray, item_offsets: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
         """Entry embeddings [entries, D] -> [items, 1 + hidden]: each item's similarity with its
         row's query (and its embedding, when asked)."""
         query, item = _entries(item_offsets)

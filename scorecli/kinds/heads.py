@@ -103,3 +103,42 @@ def activate(logits: torch.Tensor, activation: str) -> torch.Tensor:
     if activation == "sigmoid":
         return torch.sigmoid(logits)
     return logits
+
+
+# what sentence-transformers scores a document with no token left to compare (every token masked)
+EMPTY_DOCUMENT_SCORE = -1e9
+
+
+def maxsim(
+    query: torch.Tensor, query_mask: torch.Tensor, item: torch.Tensor, item_mask: torch.Tensor, mean: bool = False
+) -> torch.Tensor:
+    """The MaxSim head: [N] float32 scores of row-aligned token vectors, as sentence-transformers'
+    `maxsim` computes them: for each scored query token its best similarity with a scored item
+    token, summed (`mean`: divided by the scored query tokens, MeanMaxSim). An item with no scored
+    token gets `EMPTY_DOCUMENT_SCORE`.
+
+    Args:
+        query: [N, Lq, D]; query_mask: [N, Lq] bool, the query tokens that count.
+        item: [N, Ld, D]; item_mask: [N, Ld] bool, the item tokens that count.
+    """
+    sims = torch.bmm(query, item.transpose(1, 2))  # [N, Lq, Ld]
+    # masked item tokens never win the max (a zero would beat a negative similarity)
+    sims = sims.masked_fill(~item_mask[:, None, :], torch.finfo(sims.dtype).min)
+    best = sims.max(dim=-1).values.float() if sims.shape[-1] else sims.new_zeros(sims.shape[:2]).float()
+    scores = (best * query_mask.float()).sum(dim=-1)  # [N]
+    scores = scores.masked_fill(~item_mask.any(dim=-1), EMPTY_DOCUMENT_SCORE)
+    if mean:
+        scores = scores / query_mask.sum(dim=-1).clamp(min=1).float()
+    return scores
+
+
+def sparse_dot(
+    item: torch.Tensor, values: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The sparse dot-product head: [N] float32 dot products of sparse vectors, from the items' values
+    `item` [N, K] at the dimensions where their query's `values` [N, K] are (0 where padded); with
+    `norms` (the items' [N] and the queries' [N] L2 norms), their cosine, as `cos_sim` divides."""
+    dot = (item.double() * values.double()).sum(dim=-1)
+    if norms is not None:
+        dot = dot / (norms[0].double().clamp(min=1e-12) * norms[1].double().clamp(min=1e-12))
+    return dot.float()

@@ -1,7 +1,8 @@
 """Pair scoring (`cross-encoder`): each (query, item) pair tokenized as the model was trained,
 one padded sequence per pair, scored by the model's own classifier.
 
-Knows nothing about windows, batching or output (`scorecli.scorer` holds those).
+Its detection (an encoder architecture), spec rules and inspect lines live here too. Knows
+nothing about windows, batching or output (`scorecli.scorer` holds those).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from scorecli.core.batching import Batch
 from scorecli.core.encode import EncodedPairs, PairEncoder
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
-from scorecli.kinds import FamilyDefaults, Setup
+from scorecli.errors import UsageError
+from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.forward import EncoderForward
 from scorecli.kinds.heads import activate
+from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -27,6 +30,44 @@ class PairFamily(FamilyDefaults):
     """How a cross-encoder scores rows (see `scorecli.kinds.Family`)."""
 
     padded = True
+
+    @classmethod
+    def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
+        return checkpoint.encoder
+
+    @classmethod
+    def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
+        if cfg.mode == "mis":
+            raise UsageError(
+                "--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single"
+            )
+        if template.name != "plain":
+            raise UsageError(
+                f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs"
+            )
+        check_texts(cfg)
+        if cfg.label_tokens is not None or cfg.label_token_ids is not None:
+            raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
+        names = class_names(loaded.config)
+        taken = loaded.tokenizer.num_special_tokens_to_add(pair=True)
+        return RunSpec(
+            kind=kind,
+            mis=False,
+            label_ids=None,
+            label_names=names,
+            activation=cfg.activation or "none",
+            positive_index=positive_index(cfg.positive_label, names),
+            pooling=cfg.pooling or "cls",
+            max_seq_len=check_room(
+                max_seq_len(cfg.max_seq_len, loaded), taken, "the (query, item) pair's special tokens", cfg.chunk_tokens
+            ),
+        )
+
+    @classmethod
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+        names = class_names(checkpoint.config)
+        lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
+        return lines, None, "no (bidirectional encoder: single-item)"
 
     def __init__(self, setup: Setup):
         from scorecli.attention.backends import capabilities

@@ -197,12 +197,13 @@ def _references(scorer, sequences: list[list[int]]) -> list[tuple[np.ndarray, np
 def _reference(scorer, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     model, spec = scorer.loaded.model, scorer.spec
     # a causal LM's own head over the last position only (the one read), when its forward allows
-    keep = {"logits_to_keep": 1} if spec.kind == "causal-lm" and _takes(model, "logits_to_keep") else {}
+    label_tokens = spec.label_ids is not None  # a causal LM's label tokens, read from its LM head
+    keep = {"logits_to_keep": 1} if label_tokens and _takes(model, "logits_to_keep") else {}
     out = model(
         input_ids=torch.tensor([ids], device=scorer.loaded.device), use_cache=False, output_hidden_states=True, **keep
     )
     hidden = out.hidden_states[-1][0, -1].double().cpu().numpy()
-    if spec.kind != "causal-lm":
+    if not label_tokens:
         return activate(out.logits[0], spec.activation).double().cpu().numpy(), hidden
     logits = out.logits[0, -1].float()  # [vocab]
     labels = torch.tensor(spec.label_ids, device=logits.device)

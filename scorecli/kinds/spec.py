@@ -1,18 +1,20 @@
 """Resolve the run's effective settings from flags, template defaults and the model.
 
 Flags override template defaults, which override the model's own defaults. Everything
-that needs both the config and the loaded model is decided here, once, and frozen.
+that needs both the config and the loaded model is decided once, and frozen: by the rules of
+the model's kind (its family's `resolve`), from the shared pieces here (lengths, rooms, labels).
+Knows no kind by name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorecli.config import SIMILARITIES, ScoreConfig
+from scorecli.config import ScoreConfig
 from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
 from scorecli.errors import UsageError
-from scorecli.model.compat import Support, check_backend, text_config
+from scorecli.model.compat import Support, text_config
 from scorecli.model.load import Loaded
 
 MAX_SEQ_LEN_CAP = 8192
@@ -36,118 +38,47 @@ class RunSpec:
     pooling: str
     max_seq_len: int
     single_reason: str = ""  # why a decoder runs single-item only (`compat.Support`); "" otherwise
-    similarity: str = ""  # embedding only: cosine or dot
+    similarity: str = ""  # kinds that compare a query with items: how (cosine, dot, maxsim, ...)
 
 
 def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: Support | None = None) -> RunSpec:
-    """`support`: what the decoder allows (`compat.support`; None: everything)."""
-    kind = loaded.kind
-    support = support or Support(True)
-    if kind == "embedding":
-        return _embedding_spec(cfg, loaded, template)
-    mis = _resolve_mode(cfg.mode, kind) and support.packed
-    if cfg.mode == "mis" and not support.packed:
-        check_backend(support, cfg.attention, mis=True)
-    if kind == "cross-encoder" and template.name != "plain":
-        raise UsageError(
-            f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs"
-        )
+    """The run's spec, by the rules of the model's kind (its family's `resolve`). `support`: what
+    a decoder allows (`compat.support`; None: everything)."""
+    from scorecli.kinds import family_class
+
+    return family_class(loaded.kind).resolve(loaded.kind, cfg, loaded, template, support or Support(True))
+
+
+def refuse(refused: list[tuple[bool, str]]) -> None:
+    """UsageError with the message of the first (condition, message) that holds: flags that belong
+    to other kinds are refused rather than ignored."""
+    for bad, message in refused:
+        if bad:
+            raise UsageError(message)
+
+
+def check_texts(cfg: ScoreConfig) -> None:
+    """UsageError for an instruction or label token whose text a tokenizer cannot take."""
     for flag, text in [("--instruction", cfg.instruction or "")] + [
         ("--label-tokens", t) for t in cfg.label_tokens or ()
     ]:
         if text_problem(text) is not None:
             raise UsageError(f"{flag}: {text_problem(text)}")
-    if kind == "causal-lm":
-        label_ids, names = _label_tokens(cfg, loaded.tokenizer, template)
-        activation = cfg.activation or template.activation or "none"
-    else:
-        if cfg.label_tokens is not None or cfg.label_token_ids is not None:
-            raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
-        label_ids, names = None, class_names(loaded.config)
-        activation = cfg.activation or "none"
-    return RunSpec(
-        kind=kind,
-        mis=mis,
-        label_ids=label_ids,
-        label_names=names,
-        activation=activation,
-        positive_index=_positive_index(cfg.positive_label, names, kind),
-        pooling=cfg.pooling or ("cls" if kind == "cross-encoder" else "last"),
-        max_seq_len=_check_room(
-            _max_seq_len(cfg.max_seq_len, loaded), kind, loaded.tokenizer, template, cfg.chunk_tokens
-        ),
-        single_reason=support.reason,
+
+
+def template_room(tokenizer, template: Template) -> tuple[int, str]:
+    """(tokens, what they are) a decoder's sequence holds besides an item's text, with an empty
+    query: the tokenizer's leading special tokens and the template's prefix and item suffix."""
+    prefix = template.render_prefix("", "")  # no row has a shorter prefix
+    taken = len(leading_special_ids(tokenizer)) + sum(
+        len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prefix, template.item_suffix) if text
     )
+    return taken, f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
 
 
-def _embedding_spec(cfg: ScoreConfig, loaded: Loaded, template: Template) -> RunSpec:
-    """An embedding model's spec (docs/models.md: Which models, embedding models): one label, `similarity`; flags that belong to other
-    kinds are refused rather than ignored."""
-    refused = [
-        (
-            cfg.mode == "mis",
-            "--mode mis: an embedding model embeds every item as its own sequence already; use --mode single or auto",
-        ),
-        (
-            template.name != "plain" or cfg.instruction is not None,
-            "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)",
-        ),
-        (
-            cfg.label_tokens is not None or cfg.label_token_ids is not None,
-            "--label-tokens applies to causal-lm models, not to an embedding model",
-        ),
-        (
-            cfg.activation not in (None, "none"),
-            f"--activation {cfg.activation}: an embedding model's score is a similarity, with no activation",
-        ),
-        (cfg.pooling is not None, "--pooling: an embedding model pools as its own Pooling module says"),
-        (
-            cfg.chunk_tokens is not None,
-            "--chunk-tokens: embedding models embed items whole (up to their maximum length)",
-        ),
-    ]
-    for bad, message in refused:
-        if bad:
-            raise UsageError(message)
-    similarity = cfg.similarity or loaded.sentence.similarity or "cosine"
-    if similarity not in SIMILARITIES:
-        raise UsageError(
-            f"the model's similarity is {similarity!r}; scorecli computes cosine or dot: pass --similarity"
-        )
-    own = loaded.sentence.max_seq_length
-    limit = (
-        _max_seq_len(cfg.max_seq_len, loaded)
-        if cfg.max_seq_len or own is None
-        else min(own, sequence_limit(loaded.model))
-    )
-    names = ("similarity",)
-    return RunSpec(
-        kind="embedding",
-        mis=False,
-        label_ids=None,
-        label_names=names,
-        activation="none",
-        positive_index=_positive_index(cfg.positive_label, names, "embedding"),
-        pooling="embedding",
-        max_seq_len=limit,
-        similarity=similarity,
-    )
-
-
-def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chunk_tokens: int | None = None) -> int:
+def check_room(max_seq_len: int, taken: int, what: str, chunk_tokens: int | None = None) -> int:
     """`max_seq_len`, unless it leaves no room for an item token (or a whole `--chunk-tokens`
-    chunk) even beside an empty query (a cross-encoder's special tokens; a decoder's template
-    prefix and item suffix)."""
-    if kind == "cross-encoder":
-        taken, what = tokenizer.num_special_tokens_to_add(pair=True), "the (query, item) pair's special tokens"
-    else:
-        prefix = template.render_prefix("", "")  # no row has a shorter prefix
-        taken = len(leading_special_ids(tokenizer)) + sum(
-            len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            for text in (prefix, template.item_suffix)
-            if text
-        )
-        what = f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
+    chunk) beside the `taken` tokens every sequence holds (`what` they are)."""
     if taken + 1 > max_seq_len:
         raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")
     if chunk_tokens is not None and taken + chunk_tokens > max_seq_len:
@@ -158,35 +89,6 @@ def _check_room(max_seq_len: int, kind: str, tokenizer, template: Template, chun
     return max_seq_len
 
 
-def _resolve_mode(mode: str, kind: str) -> bool:
-    if kind == "cross-encoder":
-        if mode == "mis":
-            raise UsageError(
-                "--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single"
-            )
-        return False
-    return mode != "single"
-
-
-def _label_tokens(cfg: ScoreConfig, tokenizer, template: Template) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    if cfg.label_token_ids is not None:
-        vocab = len(tokenizer)
-        bad = [i for i in cfg.label_token_ids if not 0 <= i < vocab]
-        if bad:
-            raise UsageError(f"--label-token-ids: {bad[0]} is outside the vocabulary (size {vocab})")
-        return tuple(cfg.label_token_ids), tuple(tokenizer.convert_ids_to_tokens(list(cfg.label_token_ids)))
-    tokens = cfg.label_tokens or template.label_tokens
-    if not tokens:
-        raise UsageError("a causal-lm model needs label tokens: pass --label-tokens yes,no (or --label-token-ids)")
-    ids = []
-    for token in tokens:
-        encoded = tokenizer.encode(token, add_special_tokens=False)
-        if len(encoded) != 1:
-            raise UsageError(f"--label-tokens: {token!r} is {len(encoded)} tokens {encoded}, not exactly one")
-        ids.append(encoded[0])
-    return tuple(ids), tuple(tokens)
-
-
 def class_names(config) -> tuple[str, ...]:
     """The names of a classifier's labels (`id2label`, else LABEL_i)."""
     n = int(getattr(config, "num_labels", 1))
@@ -194,10 +96,11 @@ def class_names(config) -> tuple[str, ...]:
     return tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))
 
 
-def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> int:
-    """Which label feeds `score`: the only one, the first label token, or the 2nd of 2 classes."""
+def positive_index(positive: str | None, names: tuple[str, ...], classes: bool = True) -> int:
+    """Which label feeds `score`: the only one, the first label token, or the 2nd of 2 classes
+    (`classes`: the labels are a classifier's)."""
     if positive is None:
-        return 1 if kind != "causal-lm" and len(names) == 2 else 0
+        return 1 if classes and len(names) == 2 else 0
     if positive in names:
         return names.index(positive)
     if positive.isdigit() and int(positive) < len(names):
@@ -205,7 +108,8 @@ def _positive_index(positive: str | None, names: tuple[str, ...], kind: str) -> 
     raise UsageError(f"--positive-label {positive!r}: expected one of {', '.join(names)} or an index")
 
 
-def _max_seq_len(requested: int | None, loaded: Loaded) -> int:
+def max_seq_len(requested: int | None, loaded: Loaded) -> int:
+    """The longest sequence asked for (None: the model's limit); UsageError past the limit."""
     limit = sequence_limit(loaded.model)
     if requested is None:
         return limit

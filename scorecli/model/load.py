@@ -12,22 +12,16 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
-from scorecli.kinds import KINDS
+from scorecli.kinds import KINDS, Checkpoint, detect, family_class
 from scorecli.model.hub import locate
-from scorecli.model.sentence import (
-    SentenceModules,
-    apply_lower_case,
-    is_sentence_folder,
-    plain_modules,
-    read_modules,
-    transformer_folder,
-)
+from scorecli.model.sentence import sentence_folder_type, transformer_folder
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
@@ -61,7 +55,7 @@ class Loaded:
     path: str
     device: torch.device
     dtype: torch.dtype
-    sentence: SentenceModules | None = None  # an embedding model's modules after the transformer
+    sentence: Any = None  # the modules its folder applies after the transformer (the family's `read_folder`)
 
     @property
     def is_encoder(self) -> bool:
@@ -92,19 +86,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def detect_kind(config) -> str:
-    """seq-cls, causal-lm or cross-encoder, from the checkpoint's config."""
-    archs = getattr(config, "architectures", None) or []
-    arch = archs[0] if archs else ""
-    if config.model_type in ENCODER_TYPES:
-        return "cross-encoder"
-    if arch.endswith(("ForSequenceClassification", "ForRewardModel")):
-        return "seq-cls"
-    if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
-        return "causal-lm"
-    raise UsageError(f"cannot tell the kind of model {arch or config.model_type!r}: pass --kind")
-
-
 def load_model(cfg: ScoreConfig) -> Loaded:
     """Load the checkpoint named by `cfg.model` for scoring (eval mode, on the device).
 
@@ -115,9 +96,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     """
     path, hf_config, kind = open_checkpoint(cfg)
     declared = KINDS[kind]
-    sentence = None
-    if declared.sentence_modules:  # a sentence-transformers folder's transformer may sit in a subfolder
-        sentence = read_modules(path) if is_sentence_folder(path) else plain_modules(path)
+    sentence = family_class(kind).read_folder(kind, path)  # the modules after the transformer, if any
+    if sentence is not None:  # the transformer may sit in a subfolder
         path, hf_config = sentence.transformer_dir, _load_config(sentence.transformer_dir, cfg)
     common = {"trust_remote_code": cfg.trust_remote_code}
     _check_custom_code(hf_config, kind, cfg)
@@ -130,8 +110,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     tokenizer = load_tokenizer(path, cfg)
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
-        if sentence.do_lower_case:
-            apply_lower_case(tokenizer)
+        sentence.adapt_tokenizer(tokenizer)
     if declared.scorecli_attention and not encoder:
         from scorecli.attention import ATTN_NAME, register, set_implementation
 
@@ -154,9 +133,11 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
         from scorecli.model.gguf import materialize
 
         path = materialize(path, gguf_file, cfg.cache_dir)
-    sentence = is_sentence_folder(path)
-    hf_config = _load_config(transformer_folder(path) if sentence else path, cfg)
-    kind = cfg.kind or ("embedding" if sentence else detect_kind(hf_config))
+    checkpoint = read_checkpoint(path, cfg)
+    hf_config = checkpoint.config
+    kind = cfg.kind or detect(checkpoint)
+    if kind is None:
+        raise UsageError(f"cannot tell the kind of model {_architecture(hf_config)!r}: pass --kind")
     if not KINDS[kind].encoder and hf_config.model_type in ENCODER_TYPES:
         raise UsageError(
             f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
@@ -164,6 +145,19 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
             "(or leave --kind out)"
         )
     return path, hf_config, kind
+
+
+def read_checkpoint(path: str, cfg: ScoreConfig) -> Checkpoint:
+    """What the folder `path` says about itself (its transformer's config; a sentence-transformers
+    folder's type), for detecting its kind."""
+    folder_type = sentence_folder_type(path)
+    hf_config = _load_config(transformer_folder(path) if folder_type is not None else path, cfg)
+    return Checkpoint(path, hf_config, folder_type, hf_config.model_type in ENCODER_TYPES)
+
+
+def _architecture(hf_config) -> str:
+    archs = getattr(hf_config, "architectures", None) or []
+    return archs[0] if archs else hf_config.model_type
 
 
 # a cross-encoder's own head modules: BERT's pooler, the classifier (DistilBERT's in two parts)
@@ -288,10 +282,7 @@ def _some(names: list[str], shown: int = 3) -> str:
 
 def _kind_hint(hf_config, kind: str, given: str | None) -> str:
     archs = getattr(hf_config, "architectures", None) or [hf_config.model_type]
-    try:
-        detected = detect_kind(hf_config)
-    except UsageError:
-        detected = None
+    detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
     if given and detected and detected != given:
         return f"the checkpoint is a {archs[0]}: use --kind {detected} (or leave --kind out)"
     if given:

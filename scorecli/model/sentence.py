@@ -53,6 +53,19 @@ def is_sentence_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MODULES_FILE))
 
 
+def sentence_folder_type(path: str) -> str | None:
+    """The `model_type` a sentence-transformers folder's config names ("SentenceTransformer" when
+    it names none); None for any other folder."""
+    if not is_sentence_folder(path):
+        return None
+    st = os.path.join(path, "config_sentence_transformers.json")
+    try:
+        named = _json_if(st).get("model_type") if os.path.isfile(st) else None
+    except (UsageError, AttributeError):
+        named = None
+    return str(named) if named else "SentenceTransformer"
+
+
 @dataclass(frozen=True)
 class Dense:
     """A Dense module: activation(x @ W.T + b), plus a residual (x, or x through a bias-free
@@ -98,6 +111,11 @@ class SentenceModules:
         dense = [s for s in self.steps if isinstance(s, Dense)]
         return dense[-1].weight.shape[0] if dense else hidden_size * len(self.pooling)
 
+    def adapt_tokenizer(self, tokenizer) -> None:
+        """Make `tokenizer` read text as the folder says (`do_lower_case`)."""
+        if self.do_lower_case:
+            apply_lower_case(tokenizer)
+
     def to(self, device: torch.device) -> SentenceModules:
         return dataclasses.replace(self, steps=tuple(s.to(device) if isinstance(s, Dense) else s for s in self.steps))
 
@@ -120,9 +138,26 @@ class SentenceModules:
 
 
 def transformer_folder(path: str) -> str:
-    """The folder of a sentence-transformers model's transformer (its first module)."""
+    """The folder of a sentence-transformers model's transformer (its first module; behind a
+    `Router`, the first module of the route documents take)."""
     entries = sorted(_json(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
-    return os.path.join(path, (entries[0].get("path") if entries else "") or "")
+    first = os.path.join(path, (entries[0].get("path") if entries else "") or "")
+    if not entries or str(entries[0].get("type", "")).rsplit(".", 1)[-1] != "Router":
+        return first
+    routes = router_routes(first)
+    return os.path.join(first, routes.get("document", [""])[0])
+
+
+def router_routes(where: str) -> dict[str, list[str]]:
+    """A `Router` module's routes: {"query": [subfolder, ...], "document": [...]} (`router_config.json`;
+    the default route stands for a task it does not name)."""
+    config = _json(os.path.join(where, "router_config.json"), where)
+    structure = dict(config.get("structure") or {})
+    default = (config.get("parameters") or {}).get("default_route")
+    for task in ("query", "document"):
+        if task not in structure and default in structure:
+            structure[task] = structure[default]
+    return {str(k): list(v) for k, v in structure.items()}
 
 
 def module_folders(path: str) -> list[str]:
@@ -173,7 +208,7 @@ def read_modules(path: str) -> SentenceModules:
     for entry, kind in zip(entries[2:], kinds[2:]):
         where = os.path.join(path, entry.get("path") or "")
         if kind == "Dense":
-            steps.append(_read_dense(where))
+            steps.append(read_dense(where))
         elif kind == "Normalize":
             steps.append("normalize")
         else:
@@ -256,17 +291,19 @@ def _read_pooling(where: str) -> tuple[tuple[str, ...], bool]:
     return modes, bool(config.get("include_prompt", True))
 
 
-def _read_dense(where: str) -> Dense:
-    config = _json(os.path.join(where, "config.json"), where)
-    activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
+def read_dense(where: str, on: str = "sentence_embedding", weights: str | None = None) -> Dense:
+    """The Dense module in folder `where`, applied to `on` (a sentence embedding, or each token's
+    `token_embeddings`); `weights`: its safetensors file when not the folder's own."""
+    config = _json(os.path.join(where, "config.json"), where) if weights is None else {}
+    activation = config.get(
+        "activation_function", "torch.nn.modules.linear.Identity" if weights else "torch.nn.modules.activation.Tanh"
+    )
     if activation not in _ACTIVATIONS:
         raise UsageError(f"cannot load model {where}: Dense activation {activation} is not one scorecli applies")
     for key in ("module_input_name", "module_output_name"):
-        if config.get(key, "sentence_embedding") != "sentence_embedding":
-            raise UsageError(
-                f"cannot load model {where}: a Dense module on {config[key]!r}, not the sentence embedding"
-            )
-    weights = os.path.join(where, "model.safetensors")
+        if config.get(key, config.get("module_input_name", on)) != on:
+            raise UsageError(f"cannot load model {where}: a Dense module on {config[key]!r}, not {on}")
+    weights = weights or os.path.join(where, "model.safetensors")
     if not os.path.isfile(weights):
         raise UsageError(f"cannot load model {where}: its Dense module has no model.safetensors weights")
     from safetensors.torch import load_file
@@ -276,7 +313,7 @@ def _read_dense(where: str) -> Dense:
         weight = tensors["linear.weight"].float()
     except KeyError as exc:
         raise UsageError(f"cannot load model {weights}: no linear.weight") from exc
-    bias = tensors.get("linear.bias") if config.get("bias", True) else None
+    bias = tensors.get("linear.bias") if config.get("bias", weights is None) else None
     residual = tensors.get("residual.weight")
     return Dense(
         weight,
@@ -297,6 +334,11 @@ def _json(path: str, name: str) -> dict | list:
 
 def _json_if(path: str) -> dict:
     return _json(path, path) if os.path.isfile(path) else {}
+
+
+def json_file(path: str, name: str, missing_ok: bool = False) -> dict | list:
+    """The JSON in file `path` (UsageError naming model `name`: unreadable); `missing_ok`: {} when absent."""
+    return {} if missing_ok and not os.path.isfile(path) else _json(path, name)
 
 
 def prompt_text(given: str | None, modules: SentenceModules, names: tuple[str, ...]) -> str:

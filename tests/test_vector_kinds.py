@@ -1,0 +1,350 @@
+"""The `multi-vector` and `sparse` kinds (docs/models.md: Which models) against sentence-transformers 6
+itself, through the console script: MultiVectorEncoder folders with and without skip-lists and
+query expansion, a Stanford ColBERT checkpoint, SparseEncoder folders with and without the
+inference-free query side; every attention choice that applies to their encoders; the query
+encoded once per row; empty items and queries; long items in chunks; --top-k, --resume, Ray,
+inspect and bench; flags that do not apply refused in one line; the self-check catching a
+broken MaxSim."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import WORDS, Case, jsonl, run_cli, write
+from tests.vector_models import (
+    build_multi_vector,
+    build_pylate,
+    build_sparse,
+    build_stanford_colbert,
+    reference,
+    reference_ids,
+)
+
+FOLDERS = {
+    # skip-list, fixed query expansion (not attended), prompts, per-task lengths
+    "mv-skiplist": (
+        "multi-vector",
+        lambda d: build_multi_vector(
+            d,
+            expansion={"strategy": "fixed", "length": 12},
+            prompts={"query": "[Q] ", "document": "[D] "},
+            document_length=24,
+        ),
+    ),
+    # no skip-list, no expansion, MeanMaxSim, the model's own lengths
+    "mv-plain": (
+        "multi-vector",
+        lambda d: build_multi_vector(
+            d, skiplist=False, similarity="meanmaxsim", query_length=None, document_length=None
+        ),
+    ),
+    "stanford": ("multi-vector", lambda d: build_stanford_colbert(d)),
+    "pylate": ("multi-vector", lambda d: build_pylate(d)),
+    "sparse": ("sparse", lambda d: build_sparse(d)),
+    # Router: a SparseStaticEmbedding for queries; sum pooling, cosine, max_active_dims
+    "sparse-router": ("sparse", lambda d: build_sparse(d, router=True, pooling="sum")),
+    "sparse-cosine": ("sparse", lambda d: build_sparse(d, similarity="cosine", max_active_dims=30)),
+}
+
+LONG = " ".join(WORDS[k % len(WORDS)] for k in range(70)) + "."
+ROWS = [
+    {"id": 0, "query": "which fox jumps, quickly?", "items": ["the quick brown fox.", "a lazy dog!!", "", "? , ."]},
+    {"id": 1, "query": "", "items": ["yes no maybe", LONG]},
+    {"id": 2, "query": "no items here", "items": []},
+    {"id": 3, "query": "relevant passage answers query", "items": [LONG, "passage", "the dog while yes"]},
+    {"id": 4, "query": LONG, "items": ["over a lazy dog"]},
+]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, str]:
+    return {name: build(tmp_path_factory.mktemp(name)) for name, (_, build) in FOLDERS.items()}
+
+
+@pytest.fixture(scope="module")
+def rows_file(tmp_path_factory) -> str:
+    return write(tmp_path_factory.mktemp("rows") / "rows.jsonl", jsonl(ROWS))
+
+
+def score(inp: str, model: str, out: Path, *extra: str) -> pa.Table:
+    result = run_cli(Case(["score", inp, "--model", model, "--out", str(out), "--quiet", *extra]))
+    assert result.rc == 0, result.stderr
+    return pq.read_table(out)
+
+
+def assert_close(got: list, want: list) -> None:
+    """Within 1e-4, relative for values over 1 (SPEC 17)."""
+    assert [len(g) for g in got] == [len(w) for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.array(g, dtype=np.float64), w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(FOLDERS))
+def test_scores_equal_sentence_transformers(folders, rows_file, tmp_path, name):
+    """Several windows and batches; empty items, an empty query, a row without items, texts cut at
+    the folder's lengths: `similarity(encode_query([q]), encode_document(items))` per row."""
+    kind = FOLDERS[name][0]
+    table = score(rows_file, folders[name], tmp_path / "out.parquet", "--window-rows", "2", "--max-batch-tokens", "64")
+    assert table.schema.metadata[b"kind"] == kind.encode()
+    assert table["id"].to_pylist() == [r["id"] for r in ROWS]
+    assert_close(table["score"].to_pylist(), reference(folders[name], ROWS, kind))
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "flex"])
+def test_every_attention_choice_that_applies(folders, rows_file, tmp_path, name, attention):
+    """Their encoders run their own attention: sdpa (the fused encoder stack), eager and flex (the
+    model's own implementations) give sentence-transformers' scores."""
+    table = score(rows_file, folders[name], tmp_path / "out.parquet", "--attention", attention)
+    assert_close(table["score"].to_pylist(), reference(folders[name], ROWS, FOLDERS[name][0]))
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse"])
+def test_the_query_is_encoded_once_per_row_and_every_item_once(folders, name):
+    """The MIS saving of these kinds: a window's queries run first, each once, then every item once,
+    in length-sorted batches; the scores stay sentence-transformers'."""
+    from scorecli import Scorer
+    from scorecli.core.batching import Batch
+
+    scorer = Scorer(folders[name], device="cpu", max_batch_tokens=40)
+    family, seen = scorer.family, []
+    forward = family.forward.__call__
+
+    def counting(batch: Batch):
+        seen.append((family.is_query[batch.item_index].tolist(), batch.seq_lens.tolist()))
+        return forward(batch)
+
+    family.forward = _Calls(family.forward, counting)
+    scorer.streams = [family.forward]  # one at a time here (two CPU streams: their own test)
+    out = scorer.score_table(pa.Table.from_pylist(ROWS))
+    assert_close(out["score"].to_pylist(), reference(folders[name], ROWS, FOLDERS[name][0]))
+    kinds = [q for flags, _ in seen for q in flags]
+    with_items = sum(1 for r in ROWS if r["items"])
+    assert kinds.count(True) <= with_items and kinds.count(False) == sum(len(r["items"]) for r in ROWS)
+    queries_done = [all(flags) for flags, _ in seen]
+    assert queries_done == sorted(queries_done, reverse=True)  # every query batch before any item batch
+    items = [lens for flags, lens in seen if not flags[0]]
+    assert all(a[-1] >= b[0] for a, b in zip(items, items[1:]))  # longest first
+    if name == "mv-skiplist":  # the static query side of a router needs no forward; here every query runs once
+        assert kinds.count(True) == with_items
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
+def test_two_cpu_streams_equal_sentence_transformers(folders, name):
+    """On a CPU, batches run two at a time (item batches wait for their window's queries): the
+    same scores, over many small batches and several windows' worth of rows."""
+    import torch
+
+    from scorecli import Scorer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # streams need a thread each (also on a 1-core machine)
+    try:
+        scorer = Scorer(folders[name], device="cpu", max_batch_tokens=40)
+        used, run_streams = [], scorer._run_streams
+        scorer._run_streams = lambda prepared: used.append(prepared) or run_streams(prepared)
+        out = scorer.score_table(pa.Table.from_pylist(ROWS * 3))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(scorer.streams) == 2 and used
+    assert_close(out["score"].to_pylist(), reference(folders[name], ROWS * 3, FOLDERS[name][0]))
+
+
+class _Calls:
+    """A forward whose calls go through `call` (its other attributes are the forward's)."""
+
+    def __init__(self, forward, call):
+        self._forward, self._call = forward, call
+
+    def __call__(self, batch):
+        return self._call(batch)
+
+    def __getattr__(self, name):
+        return getattr(self._forward, name)
+
+
+def _chunks(tokenizer, prompt: str, text: str, n: int, m: int) -> list[list[int]]:
+    """An item's chunks as SPEC 12 cuts them: windows of n of its own tokens, starting every n - m,
+    each between the tokens before the text (special tokens, the prompt) and after it."""
+    full = tokenizer(prompt + text)["input_ids"]
+    lead = 1 + len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 1
+    body, tail = full[lead:-1], full[-1:]
+    starts = [0]
+    while starts[-1] + n < len(body):
+        starts.append(starts[-1] + n - m)
+    return [full[:lead] + body[s : s + n] + tail for s in starts]
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse"])
+def test_long_items_in_chunks(folders, tmp_path, name):
+    """--chunk-tokens: each chunk scored as its own document (the item's special tokens and prompt
+    around it) against the row's query, the item's score their max; `num_chunks` says how many."""
+    from transformers import AutoTokenizer
+
+    path, kind = folders[name], FOLDERS[name][0]
+    rows = [{"id": 0, "query": "which fox jumps?", "items": [LONG, "a lazy dog", LONG[:90]]}]
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    table = score(inp, path, tmp_path / "out.parquet", "--chunk-tokens", "9", "--chunk-overlap", "3", "--top-k", "2")
+    tok = AutoTokenizer.from_pretrained(path)
+    prompt = "[D] " if name == "mv-skiplist" else ""
+    want, counts = [], []
+    for item in rows[0]["items"]:
+        chunks = _chunks(tok, prompt, item, 9, 3)
+        counts.append(len(chunks))
+        want.append(reference_ids(path, rows[0]["query"], chunks, kind).max())
+    assert table["num_chunks"].to_pylist() == [counts] and max(counts) > 3
+    assert_close(table["score"].to_pylist(), [np.array(want)])
+    assert table["top_k"].to_pylist() == [list(np.argsort(-np.array(want), kind="stable")[:2])]
+
+
+def test_resume_equals_the_uninterrupted_run(folders, tmp_path):
+    """A job killed after its first part continues with --resume to what an uninterrupted run writes."""
+    from tests.test_resume import start, stop_after
+
+    rows = [
+        {
+            "id": i,
+            "query": " ".join(WORDS[i % 7 : i % 7 + 3]),
+            "items": [" ".join(WORDS[: 3 + (i + j) % 12]) for j in range(3)],
+        }
+        for i in range(16)
+    ]
+    inp, path = write(tmp_path / "rows.jsonl", jsonl(rows)), folders["mv-skiplist"]
+    args = ["--window-rows", "2", "--top-k", "2", "--max-batch-tokens", "48"]
+    whole = score(inp, path, tmp_path / "whole.parquet", *args)
+    out = tmp_path / "scores.parquet"
+    stop_after(start(["score", inp, "--model", path, "--out", str(out), *args]), Path(f"{out}.partial"), 1)
+    assert not out.exists()
+    resumed = score(inp, path, out, *args, "--resume")
+    assert resumed.select(["id", "score", "top_k"]).equals(whole.select(["id", "score", "top_k"]))
+
+
+def test_ray_engine_gives_the_local_output(folders, rows_file, tmp_path):
+    ray = pytest.importorskip("ray")
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.ray import run_score_ray
+    from scorecli.engine.run import run_score
+    from tests.test_ray import assert_same_output
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        for name in ("mv-skiplist", "sparse-router"):
+            cfg = ScoreConfig(model=folders[name], window_rows=2, top_k=2)
+            local, remote = str(tmp_path / f"{name}-local.parquet"), str(tmp_path / f"{name}-ray.parquet")
+            run_score(cfg, [rows_file], local, total_rows=None, console=None, stdin=None)
+            run_score_ray(cfg, [rows_file], remote, address=None, num_workers=2, console=None)
+            assert_same_output(pq.read_table(local), pq.read_table(remote))
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("name", "flag", "said"),
+    [
+        ("mv-skiplist", ["--mode", "mis"], "--mode mis"),
+        ("mv-skiplist", ["--pooled-hidden-states"], "--pooled-hidden-states"),
+        ("mv-skiplist", ["--similarity", "dot"], "--similarity"),
+        ("mv-skiplist", ["--template", "yes-no-chat"], "--template"),
+        ("sparse", ["--label-tokens", "yes,no"], "--label-tokens"),
+        ("sparse", ["--activation", "sigmoid"], "--activation"),
+        ("sparse", ["--runtime", "onnx"], "--runtime onnx"),
+        ("sparse", ["--pooling", "cls"], "--pooling"),
+    ],
+)
+def test_flags_that_do_not_apply_are_refused_in_one_line(folders, rows_file, tmp_path, name, flag, said):
+    out = tmp_path / "out.parquet"
+    result = run_cli(Case(["score", rows_file, "--model", folders[name], "--out", str(out), *flag]))
+    assert result.rc == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not out.exists()
+
+
+def test_inspect_and_bench(folders, tmp_path):
+    said = run_cli(Case(["inspect", folders["mv-skiplist"]]))
+    assert said.rc == 0, said.stderr
+    for line in (
+        "kind:           multi-vector",
+        "scores:         every token, projected and normalized, masked as the folder says, then MaxSim",
+        "query:          cut at 12 tokens; expansion exactly 12 tokens, padded with the mask token (not attended)",
+        "items:          cut at 24 tokens",
+        "token vectors:  projection 24, L2-normalized",
+    ):
+        assert line in said.stdout.decode(), said.stdout.decode()
+    router = run_cli(Case(["inspect", folders["sparse-router"], "--check"]))
+    text = router.stdout.decode()
+    assert router.rc == 0 and "kind:           sparse" in text and "inference-free" in text, router.stderr
+    assert "self-check:     passed" in text
+    colbert = run_cli(Case(["inspect", folders["stanford"]]))
+    assert "kind:           multi-vector" in colbert.stdout.decode() and "HF_ColBERT" in colbert.stdout.decode()
+    bench = run_cli(
+        Case(
+            [
+                "bench",
+                "--model",
+                folders["sparse"],
+                "--rows",
+                "2",
+                "--items",
+                "3",
+                "--query-tokens",
+                "6",
+                "--item-tokens",
+                "8",
+                "--repeats",
+                "1",
+                "--json",
+                str(tmp_path / "b.json"),
+            ]
+        )
+    )
+    assert bench.rc == 0, bench.stderr
+    assert json.loads((tmp_path / "b.json").read_text())
+
+
+def test_the_self_check_catches_a_broken_maxsim(folders, monkeypatch):
+    """A MaxSim that lets masked item tokens win (padding, skip-list words) or averages instead of
+    taking the best token fails the start-up self-check; the right one passes."""
+    import torch
+
+    from scorecli import Scorer
+    from scorecli.checks.selfcheck import SelfCheckError
+    from scorecli.kinds import multi_vector
+
+    assert Scorer(folders["mv-skiplist"], device="cpu").metadata["self_check"].startswith("passed")
+
+    def mean_not_max(query, query_mask, item, item_mask, mean=False):
+        sims = torch.bmm(query, item.transpose(1, 2)) * item_mask[:, None, :]
+        best = sims.sum(-1) / item_mask.sum(-1, keepdim=True).clamp(min=1)
+        return (best * query_mask).sum(-1)
+
+    monkeypatch.setattr(multi_vector, "maxsim", mean_not_max)
+    with pytest.raises(SelfCheckError, match="self-check"):
+        Scorer(folders["mv-skiplist"], device="cpu")
+
+
+def test_console_stdin_and_detection_without_flags(folders):
+    """Rows on stdin, JSON lines out; the kind detected from the folder alone."""
+    result = run_cli(Case(["score", "-", "--model", folders["stanford"], "--out", "-"], stdin=jsonl(ROWS[:2])))
+    assert result.rc == 0, result.stderr
+    got = [json.loads(line)["score"] for line in result.stdout.decode().splitlines()]
+    assert_close(got, reference(folders["stanford"], ROWS[:2], "multi-vector"))
+
+
+def test_given_token_ids_are_chunked_as_they_are(folders):
+    """`item_ids` under --chunk-tokens: windows of the ids themselves (nothing around them), each
+    scored as the item of its own row would be, the item's score their max."""
+    from scorecli import Scorer
+
+    path = folders["sparse"]
+    query, item = [2, 40, 41, 42, 3], list(range(50, 80))
+    windows = [item[s : s + 8] for s in range(0, 24, 6)] + [item[24:]]
+    chunked = Scorer(path, device="cpu", chunk_tokens=8, chunk_overlap=2)
+    got = chunked.score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": [item]}]))
+    whole = Scorer(path, device="cpu").score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": windows}]))
+    assert got["num_chunks"].to_pylist() == [[len(windows)]]
+    np.testing.assert_allclose(got["score"].to_pylist()[0][0], max(whole["score"].to_pylist()[0]), rtol=1e-6)
