@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from scorecli.stderr import one_line
+
 
 @dataclass
 class Counts:
@@ -131,7 +133,7 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
         line += f"; skipped {counts.skipped:,} bad rows"
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
-    console.print(line, markup=False, emoji=False, soft_wrap=True)
+    console.print(one_line(line), markup=False, emoji=False, soft_wrap=True)  # a newline in --out stays one line
 
 
 @contextmanager
@@ -148,4 +150,4 @@ def loading(console: Console | None, name: str) -> Iterator[None]:
 def note(console: Console | None, line: str | None) -> None:
     """A one-line note on stderr, as it is (none with --quiet, or when there is nothing to say)."""
     if console is not None and line:
-        console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
+        console.print(one_line(line), markup=False, emoji=False, highlight=False, soft_wrap=True)
