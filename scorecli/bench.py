@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
-from scorecli.errors import UsageError
+from scorecli.errors import ScorecliError, UsageError
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 
@@ -248,6 +248,9 @@ def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_ou
     text = json.dumps(as_json(results, work, cfg, device), indent=2)
     if json_out == "-":
         print(text, flush=True)
-    else:
+        return
+    try:
         with open(json_out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+    except OSError as exc:  # a full disk, /dev/full: the results are in the table above
+        raise ScorecliError(f"--json: cannot write {json_out}: {exc.strerror or exc}") from exc

@@ -67,6 +67,7 @@ def _csv_ints(value: str | None) -> tuple[int, ...] | None:
 
 @app.command(cls=Command, epilog=o.SCORE_EXAMPLES)
 def score(
+    ctx: typer.Context,
     inputs: Annotated[
         list[str], typer.Argument(metavar="INPUT", show_default=False, rich_help_panel=o.INPUT, help=o.INPUTS)
     ],
@@ -134,7 +135,7 @@ def score(
     token_ids = _csv_ints(label_token_ids)
     if template is not None:
         _check_template(template)
-    _check_cache_and_runtime(cache_dir, runtime)
+    _check_cache_and_runtime(ctx, cache_dir, runtime)
     model_path, default_template = _resolve_model(model)
     given = {
         name: value for name, value in locals().items() if name in _SAME_NAMES
@@ -210,13 +211,16 @@ def _check_template(name: str) -> None:
         load_template(name)
 
 
-def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> None:
-    """An explicit --cache-dir that cannot be written, or an explicit ONNX runtime whose packages
-    are missing, stop the run before the model loads (`--runtime auto` falls back instead)."""
+def _check_cache_and_runtime(ctx: typer.Context, cache_dir: str | None, runtime: str = "auto") -> None:
+    """An explicit --cache-dir (or $SCORECLI_CACHE_DIR, named as the user gave it) that cannot be
+    written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
+    loads (`--runtime auto` falls back instead)."""
     from scorecli.model.cache import check_writable
     from scorecli.runtimes.onnx import check_packages
 
-    check_writable(cache_dir)
+    source = ctx.get_parameter_source("cache_dir")
+    from_env = source is not None and source.name == "ENVIRONMENT"
+    check_writable(cache_dir, f"$SCORECLI_CACHE_DIR={cache_dir}" if from_env else f"--cache-dir {cache_dir}")
     check_packages(runtime)
 
 
@@ -234,6 +238,7 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
 
 @app.command(cls=Command, epilog=o.INSPECT_EXAMPLES)
 def inspect(
+    ctx: typer.Context,
     model: Annotated[
         str | None, typer.Argument(metavar="MODEL", show_default=False, rich_help_panel=o.MODEL, help=o.INSPECTED)
     ] = None,
@@ -260,7 +265,7 @@ def inspect(
         for line in bundled_lines():
             typer.echo(line)
         return
-    _check_cache_and_runtime(cache_dir)
+    _check_cache_and_runtime(ctx, cache_dir)
     path, _ = _resolve_model(model)
     _quiet_transformers()
     for line in describe(path, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
@@ -304,6 +309,7 @@ def eval_(
 
 @app.command(cls=Command, epilog=o.BENCH_EXAMPLES)
 def bench(
+    ctx: typer.Context,
     model: o.Model = None,
     rows: Annotated[int, opt("--rows", min=1, max=o.MAX_INT)] = 32,
     items: Annotated[int, opt("--items", min=1, max=o.MAX_INT)] = 32,
@@ -331,7 +337,7 @@ def bench(
     from scorecli.bench import Workload, check_arguments, report, run_bench
 
     check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
-    _check_cache_and_runtime(cache_dir)
+    _check_cache_and_runtime(ctx, cache_dir)
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(
         model=model_path,

@@ -21,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
+from scorecli.argv import check_glued
+
 WIDEST = 110  # wider help lines are hard to read, however wide the terminal
 OTHER = "Other"
 # panels in this order (others after them, as their first option comes)
@@ -121,7 +123,12 @@ def _epilog(text: str | None) -> list[Any]:
 
 
 class Command(TyperCommand):
-    """A command whose `--help` is `help.py`'s layout."""
+    """A command whose `--help` is `help.py`'s layout, and whose words are checked for a short
+    option glued to a long option's name before they are parsed (`argv`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        check_glued(self.params, args)
+        return super().parse_args(ctx, args)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         params = [p for p in self.get_params(ctx) if not getattr(p, "hidden", False)]

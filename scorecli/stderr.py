@@ -44,10 +44,11 @@ def noting_interrupts() -> Iterator[None]:
 
 def say(message: str) -> None:
     """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped."""
-    err.print(_one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
+    err.print(one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """`text` as one printable line: control bytes (a newline in a file name) escaped."""
     text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text.strip())
     return text.encode("utf-8", "backslashreplace").decode("utf-8")  # undecodable file names
 

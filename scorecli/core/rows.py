@@ -51,8 +51,8 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
         return any(data.get(n) is not None for n in names)
 
     if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
-        query = _get(data, fields.query, where)
-        items = _get(data, fields.items, where)
+        query = _get(data, fields.query, where, "--query-field")
+        items = _get(data, fields.items, where, "--items-field")
         if not isinstance(query, str):
             raise InputError(f"{where}: field '{fields.query}': expected a string, got {_type(query)}")
         _check_text(query, where, f"'{fields.query}'")
@@ -63,7 +63,7 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
         _check_list(query, where, "query_ids", _token_error)
         _check_list(items, where, "item_ids", _ids_error)
     else:
-        raise InputError(f"{where}: missing field '{fields.query}' (or 'query_ids')")
+        raise InputError(f"{where}: missing field '{fields.query}' (or 'query_ids'){_has(data, '--query-field')}")
     instruction = data.get("instruction")
     if instruction is not None:
         if not isinstance(instruction, str):
@@ -74,12 +74,19 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
     return Row(query, items, instruction, data.get(fields.id), grades)
 
 
-def _get(data: dict, name: str, where: str) -> Any:
+def _get(data: dict, name: str, where: str, flag: str | None = None) -> Any:
     if name not in data:
-        raise InputError(f"{where}: missing field '{name}'")
+        raise InputError(f"{where}: missing field '{name}'{_has(data, flag)}")
     if data[name] is None:
         raise InputError(f"{where}: field '{name}' is null")
     return data[name]
+
+
+def _has(data: dict, flag: str | None) -> str:
+    """What a row without the field it needs has instead, and the flag that names another field."""
+    names = ", ".join(f"'{name}'" for name in list(data)[:5]) + (", ..." if len(data) > 5 else "")
+    has = f"the row's fields: {names}" if data else "the row has no fields"
+    return f" ({has}; {flag} names another field)" if flag else f" ({has})"
 
 
 def _check_list(value: Any, where: str, name: str, error_of) -> None:

@@ -26,7 +26,7 @@ from scorecli.engine.job import fingerprint
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
-from scorecli.io.parts import Part, PartStore, open_store
+from scorecli.io.parts import FingerprintMismatch, Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
@@ -40,6 +40,19 @@ def _windows(settings: dict) -> str:
     if settings.get("part_rows"):
         return f"parts of {settings['part_rows']} rows"
     return f"windows growing from one row to at most {settings.get('window_rows')} rows"
+
+
+def _choices(metadata: dict[str, str]) -> dict[str, str]:
+    """The device (its type), dtype and attention backend a run's output metadata names."""
+    return {
+        "device": metadata.get("device", "").split(":")[0],
+        "dtype": metadata.get("dtype", ""),
+        "attention": metadata.get("attention", ""),
+    }
+
+
+def _said(choices: dict[str, str]) -> str:
+    return f"on {choices['device']} in {choices['dtype']} with {choices['attention']} attention"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -120,6 +133,8 @@ class Checkpoint:
         try:
             yield
         except BaseException as exc:
+            if isinstance(exc, FingerprintMismatch):  # another job: its own line says how to go on
+                raise
             if self.written and isinstance(exc, KeyboardInterrupt):  # while the parts were being removed
                 left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"
                 raise Interrupted(f"interrupted after {self.target.out} was written whole{left}") from exc
@@ -187,14 +202,16 @@ class Checkpoint:
         """This checkpoint as the run's `io.sinks.Sink`."""
         return PartsSink(self, metadata)
 
-    def part_rows(self, rows: int) -> int:
+    def blocks(self, cfg: ScoreConfig, rows: int) -> Schedule:
         """Input rows per part of a Ray job (a block; the local engine's windows: `schedule`): a
-        resumed job's own, so that the rest of its rows share batches as in an uninterrupted run;
-        a new job's `rows`, kept with it."""
-        if self.store.resumed and self.store.settings.get("part_rows"):
-            return int(self.store.settings["part_rows"])
-        self.store.settings["part_rows"] = rows
-        return rows
+        resumed job's own windows, so that the rest of its rows share batches as in an
+        uninterrupted run (a job whose windows were still growing grows on from its kept parts up
+        to its cap: no window's time is measured here); a new job's `rows`, kept with it."""
+        settings = self.store.settings
+        if self.store.resumed and self.store.parts and (settings.get("part_rows") or settings.get("window_rows")):
+            return self.schedule(cfg)
+        settings["part_rows"] = rows
+        return Schedule(rows)
 
     def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
         """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.
@@ -219,6 +236,27 @@ class Checkpoint:
                 f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
             )
         return replace(cfg, runtime=kept)
+
+    def same_choices(self, metadata: dict[str, str] | None) -> None:
+        """Refuse to go on with a resumed job on another device, dtype or attention backend than
+        its kept rows were scored with (`metadata`: this run's output metadata; None: not known
+        yet). `auto` resolves by machine, and two resolutions' scores mixed in one output would be
+        neither job's (only a device's index is not part of the choice).
+
+        Raises:
+            FingerprintMismatch: they differ (nothing changed; the parts stay).
+        """
+        if metadata is None or not self.store.resumed or not self.store.parts:
+            return
+        kept = self.metadata()
+        then, now = _choices(kept), _choices(metadata)
+        if then == now or not all(then.values()):  # parts of an older scorecli may not say
+            return
+        flags = " ".join(f"--{key} {then[key]}" for key in then if then[key] != now[key])
+        raise FingerprintMismatch(
+            f"--resume: the kept rows of {self.shown} were scored {_said(then)}, and this run would score "
+            f"{_said(now)}: pass {flags} to go on as the job began, or run without --resume to start over"
+        )
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""
@@ -275,6 +313,7 @@ class PartsSink:
         self.metadata = metadata
         self.out = checkpoint.target.out
         self.nulled = checkpoint.nulled
+        self.streamed = 0
 
     def write(self, table: pa.Table) -> None:
         self.checkpoint.write(table)

@@ -3,16 +3,21 @@
 Two runs are the same job when they read the same input files (resolved paths, sizes,
 modification times; objects in a store by URL, size and ETag or generation), load the same model (its resolved path, and the names, sizes and
 modification times of the files that make it: weights, configs, tokenizer), run the same
-scorecli version and set every flag that changes the output's content the same way. Flags that
+scorecli version and set every flag that changes the output's content the same way; a template
+file counts by what it holds (an edited template is another job). Flags that
 only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
 its workers, the GGUF cache folder) are left out, so a resumed run may change them (a resumed job
-still goes on in its own windows: `Checkpoint.schedule`).
+still goes on in its own windows: `Checkpoint.schedule`). `--device`, `--dtype` and `--attention`
+count by what they resolve to, which only the loaded model tells (`auto` is bfloat16 and flashinfer
+on a GPU, float32 and sdpa on a CPU): the kept rows' output metadata holds it, and the rest of the
+job must resolve the same (`Checkpoint.same_choices`).
 
 Knows flags and files; nothing about scoring or how parts are stored (`io.parts`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import fields
@@ -20,11 +25,14 @@ from typing import Any
 
 from scorecli import __version__
 from scorecli.config import ScoreConfig
+from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
+# ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
+RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
 MODEL_SUFFIXES = (
@@ -56,9 +64,10 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
         "model file": _model_files(cfg.model),
         "scorecli version": __version__,
         "output format": output,
+        "template file": _content(cfg.template),
     }
     for f in fields(cfg):
-        if f.name not in NOT_CONTENT and f.name != "model":
+        if f.name not in NOT_CONTENT | RESOLVED and f.name != "model":
             value = getattr(cfg, f.name)
             out["--" + f.name.replace("_", "-")] = value
     return json.loads(json.dumps(out))  # as it reads back from the job file (tuples as lists)
@@ -68,6 +77,15 @@ def _file(path: str) -> list:
     """An input's identity: its real path, size and modification time; an object's URL, size and
     ETag or generation (a store's modification time says when it was uploaded, not what it holds)."""
     return [path] if path == STDIN else source_for(path).stamp(path)  # stdin: never resumed
+
+
+def _content(template: str) -> str | None:
+    """A template file's digest (None for a preset): the file decides every prompt, and an edit
+    keeps its path (and may keep its size)."""
+    if template in PRESETS or not os.path.isfile(template):
+        return None
+    with open(template, "rb") as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _model_files(name: str) -> dict[str, list]:

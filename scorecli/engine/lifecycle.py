@@ -2,7 +2,8 @@
 
 `run_job` does for every engine what a run is beyond scoring: it keeps a checkpointed job's
 parts on failure (`Checkpoint.keeping`), goes on as a resumed job began (its runtime, its
-windows: `Checkpoint.same_runtime`, `Checkpoint.part_rows`), opens the sink (the checkpoint's
+windows, its resolved device, dtype and attention: `Checkpoint.same_runtime`, `Checkpoint.blocks`,
+`Checkpoint.same_choices`), opens the sink (the checkpoint's
 parts, or a file, object or stream straight through: `io.sinks`) once the first window says
 the output's metadata, drives the progress line and prints the summary. An `Engine` is only
 where windows are scored: `engine.local` in this process, `engine.ray` on Ray workers.
@@ -15,14 +16,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
 from scorecli.core.metrics import DEFAULT_K, Ranking
-from scorecli.engine.checkpoint import Checkpoint
+from scorecli.engine.checkpoint import Checkpoint, Interrupted
 from scorecli.engine.progress import Counts, Tracker, note, summary
+from scorecli.engine.windows import Schedule
 from scorecli.io.columns import add_ranking
 from scorecli.io.output import Target
 from scorecli.io.parts import Part
@@ -48,6 +51,7 @@ class Scoring(Protocol):
 
     label: str  # the progress line's label
     mode_note: str  # how the run's mode was chosen, for the summary ("" when the default)
+    metadata: dict[str, str] | None  # the output's metadata, when known before a window is scored
 
     def total(self) -> int | None:
         """Input rows this run scores (None: not known up front)."""
@@ -65,8 +69,9 @@ class Scoring(Protocol):
 
 
 class Engine(Protocol):
-    def start(self, cfg: ScoreConfig, part_rows: Callable[[int], int]) -> AbstractContextManager[Scoring]:
-        """Start scoring `cfg`'s job; `part_rows(n)` gives the rows per window a resumed job keeps."""
+    def start(self, cfg: ScoreConfig, blocks: Callable[[int], Schedule]) -> AbstractContextManager[Scoring]:
+        """Start scoring `cfg`'s job; `blocks(n)`: the rows of each window of an engine that cuts
+        its windows up front, n each for a new job, a resumed job's own (`Checkpoint.blocks`)."""
         ...
 
 
@@ -85,8 +90,10 @@ def run_job(
     with checkpoint.keeping() if checkpoint else nullcontext():
         if checkpoint is not None:  # a resumed job goes on as it began: its runtime, its windows
             cfg = checkpoint.same_runtime(cfg)
-        pin = checkpoint.part_rows if checkpoint else (lambda rows: rows)
-        with engine.start(cfg, pin) as scoring:
+        blocks = partial(checkpoint.blocks, cfg) if checkpoint else Schedule
+        with engine.start(cfg, blocks) as scoring:
+            if checkpoint is not None:  # before a row is scored, where the engine knows it already
+                checkpoint.same_choices(scoring.metadata)
             total = scoring.total()
             ranking = _kept_ranking(cfg, checkpoint)
             with Tracker(console, None if total is None else done + total, scoring.label, done) as tracker:
@@ -125,6 +132,8 @@ def _drive(
     def opened(metadata: dict[str, str]) -> Sink:
         from scorecli.checks.drift import stderr_line
 
+        if checkpoint is not None:
+            checkpoint.same_choices(metadata)
         note(console, stderr_line(metadata))  # approximate scores (onnx-int8) say so
         return checkpoint.sink(metadata) if checkpoint else open_sink(target, metadata)
 
@@ -149,8 +158,11 @@ def _drive(
             if table is not None:
                 sink.write(table)
         sink.close(ranking.metadata())
-    except BaseException:
+    except BaseException as exc:
         if sink is not None:
             sink.abort()
+            if isinstance(exc, KeyboardInterrupt) and sink.streamed:  # not "no output written"
+                where = "standard output" if target.kind == "stdout" else target.out
+                raise Interrupted(f"interrupted: {where} got the first {sink.streamed:,} rows at most") from exc
         raise
     tracker.counts.nan = sink.nulled.get("score", 0)

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from scorecli.stderr import one_line
+
 
 @dataclass
 class Counts:
@@ -231,7 +233,7 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
     if metrics:
         line += f"; {metrics}"
-    console.print(line, markup=False, emoji=False, soft_wrap=True)
+    console.print(one_line(line), markup=False, emoji=False, soft_wrap=True)  # a newline in --out stays one line
 
 
 @contextmanager
@@ -255,4 +257,4 @@ def loading(console: Console | None, name: str) -> Iterator[None]:
 def note(console: Console | None, line: str | None) -> None:
     """A one-line note on stderr, as it is (none with --quiet, or when there is nothing to say)."""
     if console is not None and line:
-        console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
+        console.print(one_line(line), markup=False, emoji=False, highlight=False, soft_wrap=True)

@@ -56,6 +56,7 @@ from scorecli.engine.ray_workers import (
     raise_failure,
 )
 from scorecli.engine.run import open_rows
+from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target, resolve_output
@@ -88,20 +89,21 @@ class RayEngine:
         self.paths, self.address, self.num_workers, self.checkpoint = paths, address, num_workers, checkpoint
 
     @contextmanager
-    def start(self, cfg: ScoreConfig, part_rows) -> Iterator[_RayScoring]:
+    def start(self, cfg: ScoreConfig, blocks) -> Iterator[_RayScoring]:
         if STDIN in self.paths:
             raise UsageError("--engine ray reads files, not stdin: write the input to a file first")
         ray = import_ray()
         with connected(ray, self.address, self.num_workers), quiet_ray_data(ray):
-            yield _RayScoring(ray, cfg, self.paths, self.num_workers, self.checkpoint, part_rows)
+            yield _RayScoring(ray, cfg, self.paths, self.num_workers, self.checkpoint, blocks)
 
 
 class _RayScoring:
     def __init__(
-        self, ray, cfg: ScoreConfig, paths: list[str], num_workers: int | None, checkpoint: Checkpoint | None, part_rows
+        self, ray, cfg: ScoreConfig, paths: list[str], num_workers: int | None, checkpoint: Checkpoint | None, blocks
     ) -> None:
         self.ray, self.cfg, self.paths, self.checkpoint = ray, cfg, paths, checkpoint
         self.mode_note = ""
+        self.metadata = None  # the workers' Scorers say it with their first block
         self.ids: tuple | None = None  # the id kind the job's first id fixed, for ranged blocks
         self.done = checkpoint.rows_done if checkpoint else 0
         self.id_type = schema_id_type(paths, cfg.id_field)
@@ -110,7 +112,7 @@ class _RayScoring:
         ranged = bool(paths) and all(is_url(p) for p in paths)  # in a store: the workers read it
         counts = self._index() if ranged else None
         total = sum(n for n, _ in counts.values()) if counts is not None else count_rows(paths)
-        self.block_rows = part_rows(_block_rows(cfg.window_rows, _remaining(total, self.done), self.workers))
+        self.blocks: Schedule = blocks(_block_rows(cfg.window_rows, _remaining(total, self.done), self.workers))
         # parts under a store's prefix: each worker writes its own, the driver journals them
         self.folder = checkpoint.store.folder if checkpoint is not None and is_url(checkpoint.store.folder) else None
         if self.folder is not None:
@@ -118,7 +120,7 @@ class _RayScoring:
         self.refs, self.rows = (
             self._ranges(counts)
             if ranged
-            else _stage(ray, self.block_rows, cfg, open_rows(cfg, paths, None, checkpoint), self.done)
+            else _stage(ray, self.blocks, cfg, open_rows(cfg, paths, None, checkpoint), self.done)
         )
         used = min(self.workers, max(len(self.refs), 1))
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
@@ -136,15 +138,15 @@ class _RayScoring:
         return {p: (r[1], r[2]) for p, r in zip(self.paths, results)}
 
     def _ranges(self, counts: dict[str, tuple[int, list]]) -> tuple[list, int]:
-        """One ranged block per `block_rows` rows after the kept ones: where its rows lie."""
+        """One ranged block per window (`blocks`) after the kept rows: where its rows lie."""
         self._first_id()
         spans, row = [], 0  # (path, first row, rows, marks) in input order
         for path in self.paths:
             spans.append((path, row, *counts[path]))
             row += counts[path][0]
-        refs = []
-        for first in range(self.done, row, self.block_rows):
-            last = min(first + self.block_rows, row)
+        refs, first = [], self.done
+        while first < row:
+            last = min(first + self.blocks.next(), row)
             segments = [
                 json.dumps(
                     {"path": p, "skip": max(first - at, 0), "count": min(last, at + n) - max(first, at), "marks": marks}
@@ -153,6 +155,7 @@ class _RayScoring:
                 if at < last and at + n > first
             ]
             refs.append(self.ray.put(self._block(first, segments, len(refs))))
+            first = last
         return refs, row - self.done
 
     def _block(self, first: int, segments: list[str], k: int) -> pa.Table:
@@ -174,7 +177,7 @@ class _RayScoring:
             self.ids = (kept, None)
             return
         check = IdCheck(self.cfg.id_field)
-        for _ in islice(check(iter_rows(self.paths)), self.block_rows):
+        for _ in islice(check(iter_rows(self.paths)), self.cfg.window_rows):
             if check.type is not None:
                 break
         self.ids = None if check.type is None else (check.type, check.first)
@@ -282,9 +285,9 @@ def _block_rows(window_rows: int, total: int | None, workers: int) -> int:
     return max(1, min(window_rows, math.ceil(total / (workers * _BLOCKS_PER_WORKER))))
 
 
-def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done: int = 0) -> tuple[list, int]:
+def _stage(ray, blocks: Schedule, cfg: ScoreConfig, rows: Iterator[RawRow], done: int = 0) -> tuple[list, int]:
     """Read the inputs' `rows` (`run.open_rows`: those after the `done` rows a resumed job kept)
-    into the object store, one block per `block_rows` rows, numbered from `done`.
+    into the object store, one block per window of `blocks`, numbered from `done`.
 
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
@@ -293,7 +296,7 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done:
 
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     refs, total = [], 0
-    while window := list(islice(rows, block_rows)):
+    while window := list(islice(rows, blocks.next())):
         if not cfg.skip_bad_rows:
             for raw in window:
                 if raw.error is not None:

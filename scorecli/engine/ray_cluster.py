@@ -20,6 +20,8 @@ def connected(ray, address: str | None, num_workers: int | None) -> Iterator[Non
         yield
         return
     quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
+    if address:
+        check_reachable(address)
     try:
         if address:
             ray.init(address=address, **quiet)
@@ -33,6 +35,30 @@ def connected(ray, address: str | None, num_workers: int | None) -> Iterator[Non
         yield
     finally:
         ray.shutdown()
+
+
+# how long a cluster's port may take to accept a connection: Ray itself retries a closed or
+# silent address for minutes, printing its own log lines whatever --quiet says
+CONNECT_SECONDS = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """UsageError unless something accepts connections at `address` (`HOST:PORT` or
+    `ray://HOST:PORT`; `auto` and names Ray resolves itself are left to Ray)."""
+    import socket
+
+    where = address.removeprefix("ray://")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or first_line(exc)).lower()
+        raise UsageError(
+            f"cannot join Ray at {address}: {reason} (is a Ray cluster running there? "
+            "leave out --ray-address and $RAY_ADDRESS to start a local one)"
+        ) from exc
 
 
 @contextmanager

@@ -104,9 +104,9 @@ class LocalEngine:
         self.total_rows, self.console = total_rows, console
 
     @contextmanager
-    def start(self, cfg: ScoreConfig, part_rows) -> Iterator[_Local]:
-        """`part_rows` is the Ray engine's: here a resumed job's windows are its checkpoint's
-        `schedule` (growing windows, `engine.windows`)."""
+    def start(self, cfg: ScoreConfig, blocks) -> Iterator[_Local]:
+        """`blocks` is for engines that cut windows up front: here a resumed job's windows are its
+        checkpoint's `schedule` (growing windows, `engine.windows`)."""
         from transformers.utils import logging as hf_logging
 
         from scorecli.scorer import Scorer
@@ -130,7 +130,8 @@ class _Local:
     ):
         self.scorer, self.rows, self.total_rows, self.checkpoint = scorer, rows, total_rows, checkpoint
         self.schedule = schedule
-        self.mode_note = scorer.metadata.get("mode_reason", "")
+        self.metadata = scorer.metadata
+        self.mode_note = self.metadata.get("mode_reason", "")
 
     def total(self) -> int | None:
         done = self.checkpoint.rows_done if self.checkpoint else 0

@@ -3,7 +3,10 @@ text that reads back as the same float32, not the float64 digits of its widening
 (`0.21064266562461853`), which claim a precision the score never had.
 
 A float32 (or float16) column, also inside lists, becomes float64 values parsed from that
-shortest text, so Python's JSON encoder writes exactly those digits. Knows nothing about models.
+shortest text, so Python's JSON encoder writes exactly those digits. That is for what scorecli
+computes (`SCORED`); a column copied from the input (the id) is written as the value the input
+held: a float16 id 65504 is `65504.0`, not its shortest float16 text `65500`, which another
+reader takes for another id. Knows nothing about models.
 """
 
 from __future__ import annotations
@@ -12,13 +15,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# the output columns whose values scorecli computes (io.columns); the others are the input's
+SCORED = frozenset({"scores", "score", "pooled_hidden_states"})
+
 
 def shortest_floats(table: pa.Table) -> pa.Table:
-    """`table` with every float32/float16 column (and list of them, at any depth) as float64
-    values that print as the shortest text of the narrow value; other columns as they are."""
+    """`table` with every float32/float16 column (and list of them, at any depth) as float64:
+    values that print as the shortest text of the narrow value in a `SCORED` column, the narrow
+    value itself (widened exactly) in another; other columns as they are."""
     for k, field in enumerate(table.schema):
         if _narrow(field.type):
-            column = pa.chunked_array([_widen(chunk) for chunk in table.column(k).chunks], _wide(field.type))
+            wide = _wide(field.type)
+            if field.name in SCORED:
+                column = pa.chunked_array([_widen(chunk) for chunk in table.column(k).chunks], wide)
+            else:
+                column = table.column(k).cast(wide)  # every float16 and float32 value is a float64 value
             table = table.set_column(k, field.with_type(column.type), column)
     return table
 

@@ -25,10 +25,14 @@ class Sink(Protocol):
     Attributes:
         out: the output as the summary names it.
         nulled: per column, the NaN/infinite values written as null.
+        streamed: the rows handed to the output's reader already, window by window (JSON lines
+            on stdout, a device, a FIFO; the last maybe in part); 0 for an output that appears
+            whole or not at all.
     """
 
     out: str
     nulled: dict[str, int]
+    streamed: int
 
     def write(self, table: pa.Table) -> None: ...
     def close(self, metadata: dict[str, str] | None = None) -> None:

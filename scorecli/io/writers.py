@@ -32,7 +32,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import OutputClosed, UsageError
+from scorecli.errors import OutputClosed, ScorecliError, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
@@ -96,6 +96,7 @@ class Sink:
         self._schema: pa.Schema | None = None
         self._done = False
         self._object = False  # an object in a store (`io.stores.Store.upload`)
+        self.streamed = 0  # rows the reader of a stream has (`io.sinks.Sink`)
         self._open()
 
     def _open(self) -> None:
@@ -138,6 +139,8 @@ class Sink:
             return
         data = to_jsonl(table).encode("utf-8")
         with _closed_pipe(self):
+            if self._dest is not None:  # counted first: a signal may stop the write halfway
+                self.streamed += table.num_rows
             (self._text or self._file).write(data)
             if self._dest is not None:  # streamed: the reader sees whole windows as they finish
                 if self._text is not None:
@@ -255,10 +258,12 @@ def _open_special(target: Target) -> IO[bytes]:
 
 @contextmanager
 def _closed_pipe(sink: Sink) -> Iterator[None]:
-    """Turn a vanished reader (EPIPE) into `OutputClosed`."""
+    """Turn a vanished reader (EPIPE) into `OutputClosed`, and any other failure to write a
+    stream (a full device: /dev/full) into an error that names the output."""
     try:
         yield
     except OSError as e:
-        if e.errno != errno.EPIPE:
-            raise
-        raise OutputClosed(f"{sink.out}: the reader closed the output") from e
+        if e.errno == errno.EPIPE:
+            raise OutputClosed(f"{sink.out}: the reader closed the output") from e
+        where = "to standard output" if sink.target.kind == "stdout" else f"output {sink.out}"
+        raise ScorecliError(f"cannot write {where}: {e.strerror or e}") from e

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from scorecli.errors import UsageError
 
 
-def check_writable(cache_dir: str | None) -> None:
-    """UsageError when the cache folder given (--cache-dir, $SCORECLI_CACHE_DIR) cannot be written
-    or made; None means the default folder, whose problems the runs that use it handle."""
+def check_writable(cache_dir: str | None, given: str | None = None) -> None:
+    """UsageError when the cache folder given (--cache-dir, $SCORECLI_CACHE_DIR: `given` says
+    which, as the user wrote it) cannot be written or made; None means the default folder, whose
+    problems the runs that use it handle."""
     if not cache_dir:
         return
     probe = os.path.realpath(cache_dir)
@@ -28,7 +29,7 @@ def check_writable(cache_dir: str | None) -> None:
     if reason is None and not os.access(probe, os.W_OK | os.X_OK):
         reason = "is not writable"
     if reason:
-        raise UsageError(f"--cache-dir {cache_dir}: cannot write the cache there: {probe} {reason}")
+        raise UsageError(f"{given or '--cache-dir ' + cache_dir}: cannot write the cache there: {probe} {reason}")
 
 
 def build_once(target: str, build: Callable[[str], None], what: str, ready: str | None = None) -> bool:

@@ -20,6 +20,7 @@ from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
+from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 
@@ -121,7 +122,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if declared.float32_head and dtype != torch.float32:
         float32_heads(model)
     model.to(device).eval()
-    check_finite(model, cfg.model)
+    saved = str(getattr(hf_config, "dtype", None)).removeprefix("torch.")  # the checkpoint's own, as its config says
+    check_finite(model, cfg.model, narrowed=dtype == torch.float16 and saved != "float16")
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype, sentence)
 
 
@@ -189,7 +191,8 @@ def _load_config(path: str, cfg: ScoreConfig):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        with _quiet_loading():
+            return AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         msg = first_line(exc)
         if "custom code" in msg or "trust_remote_code" in msg:
@@ -202,6 +205,17 @@ def _load_config(path: str, cfg: ScoreConfig):
                 f"cannot load model {cfg.model}: no such model folder, and not found on the Hub ({msg})"
             ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
+    except Exception as exc:  # what the config's own checks raise (huggingface_hub's StrictDataclassError)
+        raise UsageError(f"cannot load model {cfg.model}: its config is invalid: {innermost_line(exc)}") from exc
+
+
+def innermost_line(exc: BaseException) -> str:
+    """The line of an error's message that says what is wrong: the last one, less the name of the
+    error it wraps ("Class validation error for validator ...:\n    ValueError: `x` must be ...")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    head, sep, rest = last.partition(": ")
+    return rest if sep and head.isidentifier() and head.endswith(("Error", "Exception")) else last
 
 
 def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
@@ -230,14 +244,13 @@ def _check_custom_code(hf_config, kind: str, cfg: ScoreConfig) -> None:
 
 def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> torch.nn.Module:
     import transformers
-    from transformers.utils import logging as hf_logging
 
     auto = getattr(transformers, KINDS[kind].auto_class)
-    kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its load report would break the one-line error; we say what matters
+    # weights of another shape are reported (`fit`), not raised as "look at the above report"
+    kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True, ignore_mismatched_sizes=True)
     try:
-        model, info = auto.from_pretrained(path, output_loading_info=True, **kwargs)
+        with _quiet_loading():  # its load report would break the one-line error; `fit` says what matters
+            model, info = auto.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
         msg = first_line(exc)
         if "safetensors" in msg.lower() and not cfg.allow_pickle and "deserializ" not in msg.lower():
@@ -246,6 +259,8 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
                 "pass --allow-pickle if you trust them"
             ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
+    except AssertionError as exc:  # a module of the config's shape cannot be built (nn.Embedding's padding_idx)
+        raise UsageError(f"cannot load model {cfg.model}: {config_problem(hf_config) or first_line(exc)}") from exc
     except Exception as exc:  # safetensors' own error for a corrupt file
         if type(exc).__name__ != "SafetensorError":
             raise
@@ -253,41 +268,23 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
             f"cannot load model {cfg.model}: {corrupt_safetensors(path) or path}: "
             f"corrupt safetensors file ({first_line(exc)})"
         ) from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    unread = set(info.get("missing_keys") or ())
-    if KINDS[kind].sentence_modules:  # a BERT pooler's weights: the embedding never reads them
-        unread = {k for k in unread if not k.startswith("pooler.")}
-    missing = sorted(unread | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or ()})
-    if missing:
-        raise UsageError(
-            f"cannot load model {cfg.model} as {kind}: its checkpoint has no weights for {_some(missing)}, "
-            f"which would be randomly initialised (meaningless scores); {_kind_hint(hf_config, kind, cfg.kind)}"
-        )
-    unused = sorted(info.get("unexpected_keys") or ())
-    if unused and cfg.kind:
-        warnings.warn(
-            f"model {cfg.model}: --kind {kind} leaves checkpoint weights unused ({_some(unused)}); "
-            f"{_kind_hint(hf_config, kind, cfg.kind)}",
-            UserWarning,
-            stacklevel=4,
-        )
+    detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
+    check_report(model, info, cfg.model, Kinds(kind, cfg.kind, detected), KINDS[kind].sentence_modules)
     return model
 
 
-def _some(names: list[str], shown: int = 3) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' log (load reports, config warnings) off while a checkpoint loads: a refused
+    load is one line, and what matters in a report is said by `fit`."""
+    from transformers.utils import logging as hf_logging
 
-
-def _kind_hint(hf_config, kind: str, given: str | None) -> str:
-    archs = getattr(hf_config, "architectures", None) or [hf_config.model_type]
-    detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
-    if given and detected and detected != given:
-        return f"the checkpoint is a {archs[0]}: use --kind {detected} (or leave --kind out)"
-    if given:
-        return f"the checkpoint is a {archs[0]}"
-    return f"the checkpoint is a {archs[0]} without trained weights for a {kind} head: use a model trained for scoring"
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def corrupt_safetensors(path: str) -> str | None:
@@ -305,19 +302,28 @@ def corrupt_safetensors(path: str) -> str | None:
     return None
 
 
-def check_finite(model: torch.nn.Module, name: str) -> None:
+def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> None:
     """UsageError naming the first weight that holds NaN or infinity (one sum per tensor: NaN
-    and infinity propagate, and finite 16- or 32-bit weights cannot overflow a float64 sum)."""
+    and infinity propagate, and finite 16- or 32-bit weights cannot overflow a float64 sum).
+    `narrowed`: the weights were cast to float16 from a wider dtype, where a large finite weight
+    becomes infinite: that is said as such, not as a corrupt checkpoint."""
     params = list(model.named_parameters())
     if not params:
         return
     sums = torch.stack([p.detach().sum(dtype=torch.float64) for _, p in params])
     bad = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
-    if bad:
+    if not bad:
+        return
+    weight, values = params[bad[0]]
+    if narrowed and not torch.isnan(values).any():
         raise UsageError(
-            f"cannot load model {name}: its weight {params[bad[0]][0]} holds NaN or infinite values "
-            "(a corrupt or badly converted checkpoint)"
+            f"cannot load model {name}: its weight {weight} overflows float16 (values beyond 65504 become "
+            "infinite) under --dtype float16: use --dtype bfloat16 or float32"
         )
+    raise UsageError(
+        f"cannot load model {name}: its weight {weight} holds NaN or infinite values "
+        "(a corrupt or badly converted checkpoint)"
+    )
 
 
 # probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
@@ -332,12 +338,16 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
     name = cfg.model
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load the tokenizer of {path}: {first_line(exc)}") from exc
+    except Exception as exc:  # the folder's files: `tokenizers` raises a bare Exception for a bad vocabulary
+        raise UsageError(f"cannot load the tokenizer of {path}: {_tokenizer_files(path) or first_line(exc)}") from exc
     # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
     # (not even for the probe below, which a tokenizer with a small maximum would warn about)
     tokenizer.model_max_length = int(1e30)
-    ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    try:
+        ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    except Exception as exc:  # e.g. a WordPiece vocabulary without its unknown token
+        problem = _tokenizer_files(path) or f"it cannot encode text ({first_line(exc)})"
+        raise UsageError(f"cannot load the tokenizer of {path}: {problem}") from exc
     if not ids or all(i == tokenizer.unk_token_id for i in ids):
         raise UsageError(
             f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
@@ -364,3 +374,18 @@ def quiet_transformers(quiet: bool = True) -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()
+
+
+# the files a tokenizer is built from when there is no tokenizer.json
+_VOCABULARIES = ("vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def _tokenizer_files(path: str) -> str | None:
+    """What is wrong with a folder's tokenizer files, when it is plain: no tokenizer.json and an
+    empty vocabulary file (None: something else)."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "tokenizer.json")):
+        return None
+    empty = [
+        n for n in _VOCABULARIES if os.path.isfile(os.path.join(path, n)) and not os.path.getsize(os.path.join(path, n))
+    ]
+    return f"it has no tokenizer.json and its {empty[0]} is empty" if empty else None

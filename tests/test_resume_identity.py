@@ -1,0 +1,133 @@
+"""A resumed job is the job it continues (docs/long-jobs.md), through the real console script:
+an edited template file is another job (its content counts, not its path or time); `--device`,
+`--dtype` and `--attention` count by what they resolve to, so a job begun where `auto` chose
+bfloat16 is not finished in float32; `--engine ray` goes on in a growing job's own windows. Runs
+are killed at a chosen part by a wrapper (deterministic, unlike a timed signal)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import TIMEOUT, Case, _env, run_cli
+from tests.test_resume import job_input  # noqa: F401 - the module fixture: rows that grow longer
+
+# the console script, SIGKILLed once TEST_KILL_AFTER_PARTS parts are kept; with TEST_AUTO_DTYPE,
+# on a machine where `--dtype auto` resolves to that dtype (as a GPU's bfloat16)
+WRAPPER = """import os, signal, sys
+import scorecli.engine.checkpoint as checkpoint
+import scorecli.model.load as load
+kill_after = int(os.environ.get("TEST_KILL_AFTER_PARTS", "0"))
+if kill_after:
+    write = checkpoint.Checkpoint.write
+    def write_then_die(self, table):
+        write(self, table)
+        if len(self.store.parts) >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+    checkpoint.Checkpoint.write = write_then_die
+if os.environ.get("TEST_AUTO_DTYPE"):
+    resolve = load.resolve_dtype
+    def resolve_dtype(name, device):
+        import torch
+        return getattr(torch, os.environ["TEST_AUTO_DTYPE"]) if name == "auto" else resolve(name, device)
+    load.resolve_dtype = resolve_dtype
+from scorecli.cli import main
+sys.argv[0] = "scorecli"
+main()
+"""
+
+
+def killed(args: list[str], parts: int, **env: str) -> Path:
+    """Run `args` until `parts` parts are kept; the folder that keeps them."""
+    run = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args],
+        capture_output=True,
+        env=_env(TEST_KILL_AFTER_PARTS=str(parts), **env),
+        timeout=TIMEOUT,
+    )
+    assert run.returncode == -9, run.stderr.decode()
+    out = Path(args[args.index("--out") + 1])
+    assert not out.exists()
+    return Path(str(out) + ".partial")
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def args_for(inp: str, model: str, out: Path, *extra: str) -> list[str]:
+    return ["score", inp, "--model", model, "--out", str(out), "--window-rows", "2", "--max-batch-tokens", "96", *extra]
+
+
+def whole(args: list[str]) -> pa.Table:
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    return pq.read_table(args[args.index("--out") + 1])
+
+
+def refused(args: list[str], folder: Path, *what: str) -> None:
+    before = files(folder)
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 2, result.stderr
+    assert len(result.lines()) == 1 and result.lines()[0].startswith("error: --resume: "), result.stderr
+    for part in what:
+        assert part in result.stderr, result.stderr
+    assert files(folder) == before
+
+
+def test_an_edited_template_file_is_another_job(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    template = tmp_path / "judge.toml"
+    text = 'prefix = "Query: {query} Passage:"\nitem = " {item}"\n'
+    template.write_text(text)
+    out = tmp_path / "scores.parquet"
+    args = args_for(job_input, qwen3_seq_cls, out, "--template", str(template))
+    want = whole(args_for(job_input, qwen3_seq_cls, tmp_path / "whole.parquet", "--template", str(template)))
+    folder = killed(args, 2)
+    stat = template.stat()
+    template.write_text(text.replace("Passage", "Document"[:7]))  # same size, same time: only the words differ
+    os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    refused(args, folder, "template file")
+    template.write_text(text)  # the same words again, a new time: the same job
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    assert "resumed after 4 rows" in result.stderr
+    assert pq.read_table(out).equals(want)
+
+
+def test_what_auto_resolved_to_is_part_of_the_job(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    """Begun where `--dtype auto` is bfloat16 (a GPU), resumed where it is float32 (a CPU): the
+    rows would mix two dtypes' scores. Refused, naming the flag that goes on as the job began."""
+    out = tmp_path / "scores.parquet"
+    args = args_for(job_input, qwen3_seq_cls, out)
+    folder = killed(args, 2, TEST_AUTO_DTYPE="bfloat16")
+    refused(args, folder, "scored on cpu in bfloat16 with sdpa attention", "in float32", "pass --dtype bfloat16")
+    want = whole(args_for(job_input, qwen3_seq_cls, tmp_path / "whole.parquet", "--dtype", "bfloat16"))
+    result = run_cli(Case(args + ["--dtype", "bfloat16", "--resume"]))  # the flag as the message says
+    assert result.rc == 0, result.stderr
+    got = pq.read_table(out)
+    assert got.equals(want) and got.schema.metadata[b"dtype"] == b"bfloat16"
+
+
+def test_ray_resume_of_a_growing_job_goes_on_in_its_windows(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    """A local job whose windows grow (1, 2, 4, 8, ... rows), resumed on Ray: the rest is cut as
+    the job would have cut it, not in Ray's own blocks, so the output is the uninterrupted run's."""
+    pytest.importorskip("ray")
+
+    def growing(out: Path, *extra: str) -> list[str]:
+        return ["score", job_input, "--model", qwen3_seq_cls, "--out", str(out), "--pooled-hidden-states", *extra]
+
+    want = whole(growing(tmp_path / "whole.parquet"))
+    other = whole(growing(tmp_path / "other.parquet", "--window-rows", "6", "--window-seconds", "1000"))
+    assert not other.equals(want)  # other windows, other last bits: else this test could not fail
+    out = tmp_path / "scores.parquet"
+    killed(growing(out), 2)  # windows of 1 and 2 rows kept
+    result = run_cli(Case(growing(out) + ["--resume", "--engine", "ray", "--num-workers", "1"]))
+    assert result.rc == 0, result.stderr
+    assert "resumed after 3 rows" in result.stderr
+    assert pq.read_table(out).equals(want)
