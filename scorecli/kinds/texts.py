@@ -123,7 +123,7 @@ class TextEncoder:
                 error = f"{name}: over --max-seq-len {cut} tokens (--truncate error)"
             if error is None and len(x) == 0 and (k or self.query_specials):
                 error = f"{name}: an empty text leaves nothing to embed (this tokenizer adds no special tokens)"
-        return EncodedTexts(ids[0], ids[1:], self.skips, error)
+        return EncodedTexts(ids[0], ids[1:], self.skips, error=error)
 
     def _pretokenized(self, row: Row, where: str) -> EncodedTexts:
         """`query_ids` / `item_ids` used as they are (no prompt, no special tokens added)."""
