@@ -38,8 +38,10 @@ lint: install
 	$(BIN)/ruff format --check scorecli tests benchmarks
 	$(BIN)/mypy
 
+# the inner loop: every test function of every stage, on at most two of its parameter sets, without
+# the real SmolLM2 model or the console script in subprocesses (`make test` and CI run everything)
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not e2e" --sample 2
 
 bench: install
 	$(BIN)/python benchmarks/run_all.py

@@ -11,8 +11,41 @@ import pytest
 from tests import models
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run at most N parametrizations of each test function, spread over its parameters "
+        "(`make test-fast`; 0: all of them, as `make test` and CI run)",
+    )
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`--sample N`: every test function still runs, on at most N of its parameter sets, the first,
+    the last and evenly spaced ones between (a fast loop that reaches every test; CI runs all)."""
+    n = config.getoption("--sample")
+    if n <= 0:
+        return
+    groups: dict[tuple[str, str], list] = {}
+    for item in items:
+        groups.setdefault((item.nodeid.split("::")[0], getattr(item, "originalname", item.name)), []).append(item)
+    keep = set()
+    for group in groups.values():
+        if len(group) <= n:
+            keep.update(id(i) for i in group)
+        else:
+            picks = {round(k * (len(group) - 1) / (n - 1)) for k in range(n)} if n > 1 else {0}
+            keep.update(id(group[k]) for k in picks)
+    deselected = [i for i in items if id(i) not in keep]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [i for i in items if id(i) in keep]
 
 
 @pytest.fixture(scope="session", autouse=True)
