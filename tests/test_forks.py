@@ -108,16 +108,16 @@ def _leaking(layout_of):
 
     def of(batch, padded, device):
         lay = layout_of(batch, padded, device)
-        seqs = lay.item_seq.tolist()
-        rows = [[k for k, s in enumerate(seqs) if s == seq] for seq in sorted(set(seqs))]
-        streams = [torch.cat([lay.item_index[k][lay.item_mask[k]] for k in ks]) for ks in rows]
+        index, mask, seqs = (t.cpu().numpy() for t in (lay.item_index, lay.item_mask, lay.item_seq))
+        streams = [np.concatenate([index[k][mask[k]] for k in np.flatnonzero(seqs == s)]) for s in np.unique(seqs)]
         width = max(len(s) for s in streams)
-        index = torch.zeros(len(streams), width, dtype=torch.long)
-        mask = torch.zeros(len(streams), width, dtype=torch.bool)
+        leak_index = np.zeros((len(streams), width), dtype=np.int64)
+        leak_mask = np.zeros((len(streams), width), dtype=bool)
         for r, s in enumerate(streams):
-            index[r, : len(s)], mask[r, : len(s)] = s, True
-        seq = torch.tensor(sorted(set(seqs)), dtype=torch.long)
-        return ForkLayout(lay.prefix_index, lay.prefix_mask, index, mask, seq, lay.segment, lay.positions)
+            leak_index[r, : len(s)], leak_mask[r, : len(s)] = s, True
+        seg, pos = (None if t is None else t.cpu().numpy() for t in (lay.segment, lay.positions))
+        prefix = (lay.prefix_index.cpu().numpy(), lay.prefix_mask.cpu().numpy())
+        return ForkLayout.upload(*prefix, leak_index, leak_mask, np.unique(seqs), seg, pos, lay.max_position, device)
 
     return staticmethod(of)
 

@@ -29,8 +29,10 @@ class ForkLayout:
     item_index: torch.Tensor  # [M, I] each non-empty item's tokens, left-aligned; padding -> 0
     item_mask: torch.Tensor  # [M, I] bool: a real item token
     item_seq: torch.Tensor  # [M] the sequence (row of `prefix_index`) each item continues
+    takes: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # (where, from) of prefixes, of items
     segment: torch.Tensor | None  # [S, L] padded layouts: 0 prefix, k item k, -1 padding
     positions: torch.Tensor | None  # [S, L] padded layouts: position ids (0 at padding)
+    max_position: int  # the largest position id (a host value: no device read on the batch path)
     _made: dict = field(default_factory=dict, compare=False, repr=False)  # per-batch masks (`masks`)
 
     @classmethod
@@ -39,17 +41,30 @@ class ForkLayout:
         flat = batch.padded_index() if padded else np.arange(batch.num_tokens, dtype=np.int64)
         prefix_index, prefix_mask = _prefixes(batch, flat)
         item_index, item_mask, item_seq = _items(batch, flat)
-        arrays = [prefix_index, prefix_mask, item_index, item_mask, item_seq]
+        segment = positions = None
         if padded:
             size = batch.num_seqs * batch.max_len
             segment, positions = np.full(size, -1, dtype=np.int64), np.zeros(size, dtype=np.int64)
             segment[flat], positions[flat] = batch.segment, batch.position_ids
-            arrays += [segment, positions]
-        uploaded = to_device([a.reshape(-1) for a in arrays], device)  # one copy
-        shaped = [t.view(a.shape) for t, a in zip(uploaded, arrays)]
-        pi, pm, ii, im, seq = shaped[:5]
-        seg, pos = (t.view(batch.num_seqs, batch.max_len) for t in shaped[5:]) if padded else (None, None)
-        return cls(pi, pm.bool(), ii, im.bool(), seq, seg, pos)
+            segment, positions = (a.reshape(batch.num_seqs, batch.max_len) for a in (segment, positions))
+        top = int(batch.position_ids.max()) if batch.num_tokens else 0
+        return cls.upload(prefix_index, prefix_mask, item_index, item_mask, item_seq, segment, positions, top, device)
+
+    @classmethod
+    def upload(cls, prefix_index, prefix_mask, item_index, item_mask, item_seq, segment, positions, top, device):
+        """A layout from its numpy arrays (masks bool), in one host-to-device copy."""
+        takes = [
+            prefix_index[prefix_mask],
+            np.flatnonzero(prefix_mask),
+            item_index[item_mask],
+            np.flatnonzero(item_mask),
+        ]
+        arrays = [prefix_index, prefix_mask, item_index, item_mask, item_seq, *takes]
+        arrays += [a for a in (segment, positions) if a is not None]
+        uploaded = to_device([a.reshape(-1).astype(np.int64) for a in arrays], device)
+        pi, pm, ii, im, seq, *rest = (t.view(a.shape) for t, a in zip(uploaded, arrays))
+        seg, pos = rest[4:] if segment is not None else (None, None)
+        return cls(pi, pm.bool(), ii, im.bool(), seq, tuple(rest[:4]), seg, pos, top)  # type: ignore[arg-type]
 
     def masks(self, name: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """`make()`, computed once per batch (every layer of the batch reads the same mask)."""
@@ -70,12 +85,10 @@ class ForkLayout:
         the layout's padding, which no real token reads)."""
         width = (prefixes if prefixes is not None else items).shape[-1]
         out = like.new_zeros(like.shape[0], width)
-        for index, mask, values in (
-            (self.prefix_index, self.prefix_mask, prefixes),
-            (self.item_index, self.item_mask, items),
-        ):
+        prefix_to, prefix_from, item_to, item_from = self.takes
+        for where, source, values in ((prefix_to, prefix_from, prefixes), (item_to, item_from, items)):
             if values is not None:
-                out[index[mask]] = values[mask].to(out.dtype)
+                out[where] = values.reshape(-1, width)[source].to(out.dtype)
         return out
 
 
@@ -86,7 +99,7 @@ def _prefixes(batch: Batch, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     offset = np.arange(width, dtype=np.int64)[None] - (width - lens)[:, None]  # [S, P]: token within the prefix
     real = offset >= 0
     ragged = batch.cu_seqlens[:-1, None] + np.maximum(offset, 0)
-    return np.where(real, flat[np.minimum(ragged, batch.num_tokens - 1)], 0), real.astype(np.int64)
+    return np.where(real, flat[np.minimum(ragged, batch.num_tokens - 1)], 0), real
 
 
 def _items(batch: Batch, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -98,4 +111,4 @@ def _items(batch: Batch, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     offset = np.arange(width, dtype=np.int64)[None]  # [1, I]
     real = offset < lens[:, None]
     ragged = batch.cu_seqlens[seq][:, None] + start[:, None] + np.minimum(offset, np.maximum(lens[:, None] - 1, 0))
-    return np.where(real, flat[ragged], 0), real.astype(np.int64), seq
+    return np.where(real, flat[ragged], 0), real, seq

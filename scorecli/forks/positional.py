@@ -105,7 +105,7 @@ class AlibiAttention(PaddedAttention):
         if kwargs.get("alibi") is None:
             return kwargs | {"attention_mask": self.additive(allowed, dtype)}
         positions = self.layout.positions  # type: ignore[union-attr]
-        ones = torch.ones(1, int(positions.max()) + 1, dtype=torch.long, device=positions.device)
+        ones = torch.ones(1, self.layout.max_position + 1, dtype=torch.long, device=positions.device)  # type: ignore[union-attr]
         alibi = self.alibi(_own(m, "build_alibi_tensor")(ones, m.num_heads, dtype))  # [S, H, 1, L]
         if type(m).__name__.startswith("Falcon"):
             mask = alibi / math.sqrt(m.head_dim)
@@ -127,8 +127,7 @@ class MptAttention(PaddedAttention):
         if m.clip_qkv:
             qkv = qkv.clamp(min=-m.clip_qkv, max=m.clip_qkv)
         q, k, v = (x.reshape(b, length, m.n_heads, m.head_dim).transpose(1, 2) for x in qkv.chunk(3, dim=2))
-        positions = self.layout.positions  # type: ignore[union-attr]
-        table = _own(m, "build_mpt_alibi_tensor")(m.n_heads, int(positions.max()) + 1, device=q.device)
+        table = _own(m, "build_mpt_alibi_tensor")(m.n_heads, self.layout.max_position + 1, device=q.device)  # type: ignore[union-attr]
         scores = torch.matmul(q, k.transpose(-1, -2)) * m.softmax_scale + self.alibi(table)
         scores = scores.masked_fill(~self.allowed, torch.finfo(q.dtype).min)
         weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
