@@ -178,6 +178,20 @@ def _tiny_model(model_type: str, variant: dict):
     return model
 
 
+def build_causal_family(model_type: str, out_dir) -> str:
+    """Save a seeded tiny `*ForCausalLM` of the family (for families with no sequence classifier,
+    e.g. Bamba, whose Mamba-2 mixer no fork covers: a single-item-only model) and the tokenizer."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from tests.models import _save
+
+    tok = tokenizer()
+    torch.manual_seed(0)
+    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+    return _save(cls(tiny_config(model_type, len(tok), tok.pad_token_id)).eval(), tok, out_dir)
+
+
 def build_family(model_type: str, out_dir) -> str:
     """Save the family's tiny model and the tests' tokenizer into `out_dir`.
 

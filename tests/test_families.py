@@ -141,19 +141,25 @@ def test_layers_that_do_not_hand_kwargs_down_are_exact(tmp_path_factory, model_t
         assert outcome(path, mode=mode, attention=attention) == "exact", (mode, attention)
 
 
-def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory):
-    """Linear attention (state across tokens) and attention outside the backend: auto runs
-    single-item; MIS and a ragged backend are refused in one line that says why."""
-    for model_type, why in (
-        ("qwen3_next", "carries state from token to token"),
-        ("openai-gpt", "does not go through scorecli's attention backend"),
+def test_single_item_only_models_refuse_packing_with_the_reason(tmp_path_factory, monkeypatch):
+    """A layer no fork covers (`scorecli.forks`: here linear attention, and attention outside the
+    backend, each with its adapter unregistered): auto runs single-item; MIS and a ragged backend
+    are refused in one line that says why."""
+    from scorecli import forks
+
+    for model_type, why, table, key in (
+        ("qwen3_next", "carries state from token to token", "MIXERS", "qwen3_next.Qwen3NextGatedDeltaNet"),
+        ("openai-gpt", "does not go through scorecli's attention backend", "ATTENTIONS", "openai.Attention"),
     ):
         path = _family_path(tmp_path_factory, model_type)
+        monkeypatch.setattr(forks, table, {k: v for k, v in getattr(forks, table).items() if k != key})
         scorer = Scorer(path)
         assert scorer.metadata["mode"] == "single" and why in scorer.metadata["mode_reason"]
         for kw in ({"mode": "mis"}, {"attention": "flex"}):
             with pytest.raises(ScorecliError, match=why):
                 Scorer(path, **kw)
+        monkeypatch.undo()
+        assert Scorer(path).metadata["mode"] == "mis"  # forked again
 
 
 def test_the_self_check_catches_a_family_compat_would_let_through(tmp_path_factory, monkeypatch):
@@ -176,12 +182,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*SCORECLI, *args], capture_output=True, text=True, env=_env(), timeout=180)
 
 
+def _single_only_path(tmp_path_factory) -> str:
+    """A tiny Bamba causal LM: its Mamba-2 mixer has no fork (`scorecli.forks`), so it runs single-item only."""
+    from tests.families import build_causal_family
+
+    return _cached_causal("bamba", str(tmp_path_factory.getbasetemp() / "families"), build_causal_family)
+
+
+@functools.cache
+def _cached_causal(model_type: str, root: str, build) -> str:
+    return build(model_type, f"{root}/{model_type}-causal")
+
+
 def test_bench_on_a_single_item_only_model(tmp_path_factory):
     """`scorecli bench` with its default modes times single-item alone on a model that runs
     only that way, and says why; `--modes mis` asked for is refused as `score` refuses it."""
     import json
 
-    path = _family_path(tmp_path_factory, "openai-gpt")
+    path = _single_only_path(tmp_path_factory)
     common = [
         "bench",
         "--model",
@@ -201,9 +219,9 @@ def test_bench_on_a_single_item_only_model(tmp_path_factory):
     assert done.returncode == 0, done.stderr
     assert [(r["attention"], r["mode"]) for r in json.loads(done.stdout)["results"]] == [("sdpa", "single")]
     assert "scorecli bench: single-item mode only:" in done.stderr
-    assert "does not go through scorecli's attention backend" in done.stderr
+    assert "carries state from token to token" in done.stderr
     refused = _cli(*common, "--modes", "mis")
-    assert refused.returncode == 2 and "does not go through scorecli's attention backend" in refused.stderr
+    assert refused.returncode == 2 and "carries state from token to token" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
@@ -211,24 +229,28 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
     """Through the real console script: a single-item-only family scores (exit 0, mode and why
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,
     one whose layers fail under scorecli's attention, and a ragged backend on one whose attention
-    bypasses the backend: exit 2 with one line; inspect --check says which mode runs and why."""
+    scorecli runs over padded sequences only: exit 2 with one line; inspect --check says which
+    mode runs and why; a forked hybrid (Qwen3-Next) scores in MIS."""
     import json
     from concurrent.futures import ThreadPoolExecutor
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"id": k, **row}) + "\n" for k, row in enumerate(ROWS)))
-    linear, doge, axk2, bloom = (_family_path(tmp_path_factory, t) for t in ("qwen3_next", "doge", "axk2", "bloom"))
+    doge, axk2, bloom, hybrid = (_family_path(tmp_path_factory, t) for t in ("doge", "axk2", "bloom", "qwen3_next"))
+    linear = _single_only_path(tmp_path_factory)
     out = tmp_path / "out.parquet"
+    labels = ["--label-token-ids", "5,6"]
     runs = [
-        ["score", str(rows), "--out", str(out), "--model", linear],
-        ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis"],
+        ["score", str(rows), "--out", str(out), "--model", linear, *labels],
+        ["score", str(rows), "--out", str(tmp_path / "mis.parquet"), "--model", linear, "--mode", "mis", *labels],
         ["score", str(rows), "--out", str(tmp_path / "doge.parquet"), "--model", doge],
         ["score", str(rows), "--out", str(tmp_path / "axk2.parquet"), "--model", axk2],
         ["score", str(rows), "--out", str(tmp_path / "bloom.parquet"), "--model", bloom, "--attention", "flex"],
         ["inspect", linear, "--check"],
+        ["score", str(rows), "--out", str(tmp_path / "hybrid.parquet"), "--model", hybrid],
     ]
     with ThreadPoolExecutor(len(runs)) as pool:
-        ok, mis, own_mask, fails, bypass, inspect = pool.map(lambda a: _cli(*a), runs)
+        ok, mis, own_mask, fails, bypass, inspect, forked = pool.map(lambda a: _cli(*a), runs)
     assert ok.returncode == 0, ok.stderr
     meta = pq.read_metadata(out).metadata
     assert meta[b"mode"] == b"single" and b"carries state from token to token" in meta[b"mode_reason"]
@@ -237,13 +259,15 @@ def test_console_script_on_families(tmp_path_factory, tmp_path):
         (mis, "--mode mis"),
         (own_mask, "builds its own mask"),
         (fails, "do not run under"),
-        (bypass, "(BloomAttention) does not go through"),
+        (bypass, "(BloomAttention) adds its own masks and position biases"),
     ):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and what in lines[0], proc.stderr
     assert not (tmp_path / "mis.parquet").exists()
     assert inspect.returncode == 0, inspect.stderr
     assert "single-item only" in inspect.stdout and "carries state from token to token" in inspect.stdout
+    assert forked.returncode == 0, forked.stderr
+    assert pq.read_metadata(tmp_path / "hybrid.parquet").metadata[b"mode"] == b"mis"
 
 
 def test_backend_for_a_single_item_only_model():

@@ -126,10 +126,11 @@ def test_attention_softcap_with_a_shared_prefix(gemma2_seq_cls, attention):
 
 
 @pytest.mark.parametrize("mode", ["mis", "single"])
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "flex"])
 def test_attention_sinks_match_hf(gpt_oss_seq_cls, mode, attention):
-    """GPT-OSS adds a learned sink logit per head to every softmax (`s_aux`): sdpa and eager
-    apply it (the reference is the model's eager forward); flex and flashinfer refuse it."""
+    """GPT-OSS adds a learned sink logit per head to every softmax (`s_aux`): sdpa, eager and
+    flex (its keys' softmax scaled by sigmoid(lse - sink)) apply it (the reference is the
+    model's eager forward); flashinfer refuses it."""
     rows = make_rows(8, seed=47)
     _, scores, hidden = scorer_outputs(gpt_oss_seq_cls, rows, mode=mode, attention=attention)
     model, tok = load_reference(gpt_oss_seq_cls, "seq-cls", attn="eager")
@@ -140,13 +141,6 @@ def test_attention_sinks_match_hf(gpt_oss_seq_cls, mode, attention):
             layer.self_attn.sinks.fill_(-1e4)
     sinkless = reference_rows(model, tok, "seq-cls", rows)
     assert max(float(np.abs(a[0] - b[0]).max()) for a, b in zip(ref, sinkless) if a[0] is not None) > 1e-2
-
-
-def test_attention_sinks_refused_by_flex(gpt_oss_seq_cls):
-    from scorecli.errors import UsageError
-
-    with pytest.raises(UsageError, match="attention sinks"):
-        scorer_outputs(gpt_oss_seq_cls, make_rows(2, seed=1), attention="flex")
 
 
 def test_attention_arguments_no_backend_implements_are_refused():

@@ -34,12 +34,12 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 from scorecli.attention import ModelInputs, to_device
 from scorecli.attention.shared import SharedKV
 from scorecli.core.batching import Batch
-from scorecli.errors import UsageError, error_line
+from scorecli.errors import error_line
 
 
 def mis_mask_mod(doc: torch.Tensor, segment: torch.Tensor) -> Callable:
@@ -102,6 +102,16 @@ def ragged_inputs(batch: Batch, device: torch.device) -> tuple[ModelInputs, torc
     return ModelInputs(ids[None], pos[None], pool, first), doc_t.clone(), seg.clone()
 
 
+def _with_sinks(out, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Attention over the keys and a sink logit per head: the keys' softmax (`out`, with its
+    log-sum-exp when `sinks` is set) scaled by their share, sigmoid(lse - sink)."""
+    if sinks is None:
+        return out
+    out, aux = out
+    share = torch.sigmoid(aux.lse.float() - sinks.float()[None, :, None])  # [1, heads, T]
+    return (out.float() * share[..., None]).to(out.dtype)
+
+
 class FlexBackend:
     """Ragged `[1, T]` layout with a FlexAttention block mask planned once per batch.
 
@@ -145,23 +155,23 @@ class FlexBackend:
         return build_block_mask(doc, seg, self.block_size, compile=False)
 
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
-        """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]."""
-        if sinks is not None:
-            raise UsageError("--attention flex: this model's attention sinks (s_aux) are not supported; use sdpa")
+        """query [1, heads, T, d], key/value [1, kv_heads, T, d] -> [1, T, heads, d]. `sinks`
+        [heads] (GPT-OSS): a logit every query's softmax also spreads over, with no value."""
         kwargs = {
             "block_mask": self.block_mask,
             "scale": scaling,
             "enable_gqa": key.shape[1] != query.shape[1],
             "score_mod": softcap_mod(float(softcap)) if softcap else None,
+            "return_aux": AuxRequest(lse=True) if sinks is not None else None,
         }
         if self.compile and not self._eager_batch:
             try:
                 out = _compiled_flex()(query, key, value, **kwargs)  # [1, heads, T, d]
-                return out.transpose(1, 2).contiguous()
+                return _with_sinks(out, sinks).transpose(1, 2).contiguous()
             except Exception as err:  # noqa: BLE001 - the eager path below re-raises real errors
                 self._compile_failed(err)
         out = flex_attention(query, key, value, **kwargs)  # [1, heads, T, d]
-        return out.transpose(1, 2).contiguous()
+        return _with_sinks(out, sinks).transpose(1, 2).contiguous()
 
     def _compile_failed(self, err: Exception) -> None:
         """This batch runs eager; after MAX_FAILED_BATCHES such batches, the whole run does."""

@@ -113,14 +113,19 @@ class DecoderFamily(FamilyDefaults):
         self.backend_name = backend.name
         # a kernel compiled on first use (flashinfer's JIT) fails late: `auto` then switches
         self.fallback = attention_backends.fallback(cfg.attention, backend.name)
-        self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype)
+        self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype, support.fork)
         self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
         # compiled layers fuse the norms themselves
         self.fused_norms = fuse_norms(loaded.model, loaded.device) if self.compiled is None else None
         self.padded = backend.is_padded
-        # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch
+        # a decoder's first token ("cls" pooling) would sit in the shared part, not in a batch; a
+        # fork's prefix states are its batch's own
         self.shares_prefix = (
-            cfg.share_prefix and self.forward.shares_prefix and self.pooling != "cls" and support.packed
+            cfg.share_prefix
+            and self.forward.shares_prefix
+            and self.pooling != "cls"
+            and support.packed
+            and support.fork is None
         )
         self.head = self._make_head()
         # a sequence classifier's own head reads the last token that is not its pad token

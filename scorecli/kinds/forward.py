@@ -9,6 +9,7 @@ tokenization, activations or output.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -88,10 +89,15 @@ class RowsLastLayer(torch.nn.Module):
 
 
 class DecoderForward:
-    """Base model of a decoder under a scorecli attention backend."""
+    """Base model of a decoder under a scorecli attention backend, with the model's fork
+    (`scorecli.forks.Fork`: recurrent layers run from their prefix's state, attention that the
+    model computes itself given MIS masks and positions) swapped in for each batch."""
 
-    def __init__(self, model: torch.nn.Module, backend: AttentionBackend, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self, model: torch.nn.Module, backend: AttentionBackend, device: torch.device, dtype: torch.dtype, fork=None
+    ):
         self.base = getattr(model, model.base_model_prefix)
+        self.fork = fork
         self.backend = backend
         self.device = device
         self.dtype = dtype
@@ -128,7 +134,10 @@ class DecoderForward:
     def __call__(self, batch: Batch, pooling: str | None) -> Pooled:
         inputs = self.backend.plan(batch, self.device, self.dtype)
         kwargs = {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids, "use_cache": False}
-        with bound(self.backend):
+        forked = (
+            self.fork.running(batch, self.backend.is_padded, self.device) if self.fork else contextlib.nullcontext()
+        )
+        with bound(self.backend), forked:
             return self._pooled(inputs, kwargs, pooling)
 
     def _pooled(self, inputs, kwargs: dict, pooling: str | None) -> Pooled:

@@ -8,8 +8,10 @@ that attention runs in scorecli's backend, which applies the MIS and sequence ma
     the config's `layer_types` or found by module type), or
   - a layer whose attention never dispatches to the backend (its own attention code, found
     by counting dispatches per layer in one probe forward: GPT-1, BLOOM, MPT, Falcon, GPT-Neo)
-makes the model *single-item only*: one padded sequence per item, right-padded, where causal
-layers never see the padding. `--mode auto` then runs single-item; `--mode mis`, a ragged
+needs a fork (`scorecli.forks`): registered mixers run each item from its prefix's state, and
+registered attention modules take the MIS mask and positions per item (`Support.fork`). A
+model with such a layer that no fork covers is *single-item only*: one padded sequence per
+item, right-padded, where causal layers never see the padding. `--mode auto` then runs single-item; `--mode mis`, a ragged
 backend and the shared prefix are refused or not used (`Support`).
 Refused outright (`UsageError`): a probe forward that fails under scorecli's attention (a
 layer that reads a mask we do not build, e.g. a sparse-attention indexer), attention that
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -39,10 +42,13 @@ STATEFUL_MODULES = ("Mamba", "SSM", "GatedDeltaNet", "LinearAttention", "Lightni
 @dataclass(frozen=True)
 class Support:
     """What a decoder allows. `packed`: MIS rows, ragged backends and a shared prefix are exact;
-    otherwise `reason` says why only padded single-item runs are."""
+    otherwise `reason` says why only padded single-item runs are. `fork` (`forks.Fork`): MIS is
+    exact with its adapters swapped in; no shared prefix then, and ragged backends only where
+    `fork.ragged_reason` is empty."""
 
     packed: bool
     reason: str = ""
+    fork: Any = None
 
 
 _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, Support] = weakref.WeakKeyDictionary()
@@ -73,15 +79,35 @@ def _support(model: torch.nn.Module) -> Support:
     layers = decoder_layers(model)
     silent = _layers_without_dispatch(model, layers)  # first: refuses a model that fails under our attention
     stateful = stateful_reason(model)
+    if stateful or silent:
+        from scorecli.forks import fork_for
+
+        found = _stateful_modules(layers)
+        fork = fork_for(layers, set(silent) | _stateful_indices(model, layers, found), found)
+        if fork is not None:
+            return Support(True, fork=fork)
     if stateful:
         return Support(False, stateful)
     if silent:
         return Support(
             False,
-            f"the attention of {silent} does not go through scorecli's attention backend, "
+            f"the attention of {next(iter(silent.values()))} does not go through scorecli's attention backend, "
             "which applies the masks that keep packed sequences apart",
         )
     return Support(True)
+
+
+def _stateful_modules(layers: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """The modules of `layers` whose class names say they carry state across tokens."""
+    return [m for layer in layers for m in layer.modules() if any(k in type(m).__name__ for k in STATEFUL_MODULES)]
+
+
+def _stateful_indices(model: torch.nn.Module, layers: list[torch.nn.Module], found: list[torch.nn.Module]) -> set[int]:
+    """Indices of the layers that mix tokens outside attention (by `layer_types` or module)."""
+    kinds = getattr(model.config, "layer_types", None) or []
+    named = {i for i, kind in enumerate(kinds) if isinstance(kind, str) and kind not in ATTENTION_LAYER_TYPES}
+    ids = {id(m) for m in found}
+    return named | {i for i, layer in enumerate(layers) if any(id(m) in ids for m in layer.modules())}
 
 
 def text_config(config):
@@ -141,8 +167,8 @@ class _Counter:
 
 
 @torch.inference_mode()
-def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
-    """'layer i (Class)' of the first decoder layer that ran without calling the backend, else ''."""
+def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Module]) -> dict[int, str]:
+    """{i: 'layer i (Class)'} of the decoder layers that ran without calling the backend, in order."""
     counter = _Counter()
     try:
         early = _probe(model, counter)
@@ -159,11 +185,12 @@ def _layers_without_dispatch(model: torch.nn.Module, layers: list[torch.nn.Modul
             f"{type(model).__name__}: not a causal decoder (its tokens see later tokens); if it is an "
             "encoder classifier, pass --kind cross-encoder to score (query, item) pairs"
         )
+    silent = {}
     for i, layer in enumerate(layers):
         if not any(id(m) in counter.callers for m in layer.modules()):
             attn = next((m for m in layer.modules() if "Attention" in type(m).__name__), layer)
-            return f"layer {i} ({type(attn).__name__})"
-    return ""
+            silent[i] = f"layer {i} ({type(attn).__name__})"
+    return silent
 
 
 def _probe(model: torch.nn.Module, counter: _Counter) -> list[torch.Tensor]:
@@ -212,15 +239,23 @@ def _check_head(model: torch.nn.Module) -> None:
 
 def backend_for(support: Support, attention: str, mis: bool) -> str:
     """The `--attention` a run uses: `auto` is a padded backend (sdpa) for a single-item-only
-    model; a packed mode or a ragged backend it cannot run exactly is refused (`check_backend`)."""
-    name = "sdpa" if attention == "auto" and not support.packed else attention
+    model or a fork that needs padding; a packed mode or a ragged backend it cannot run exactly
+    is refused (`check_backend`)."""
+    padded_only = not support.packed or bool(support.fork and support.fork.ragged_reason)
+    name = "sdpa" if attention == "auto" and padded_only else attention
     check_backend(support, name, mis)
     return name
 
 
 def check_backend(support: Support, backend: str, mis: bool) -> None:
-    """Refuse a packed mode or a ragged backend for a single-item-only model (one line, why)."""
+    """Refuse a packed mode or a ragged backend for a single-item-only model, and a ragged backend
+    for a fork that needs padding (one line, why)."""
     if support.packed:
+        if support.fork and support.fork.ragged_reason and capabilities(backend).ragged:
+            raise UsageError(
+                f"--attention {backend}: {support.fork.ragged_reason}, and this backend concatenates a batch's "
+                "sequences into one row; use --attention sdpa or eager"
+            )
         return
     if mis:
         raise UsageError(f"--mode mis: {support.reason}; this model runs single-item only (--mode single or auto)")

@@ -1,0 +1,127 @@
+"""Mamba-1 mixers (Jamba, Zamba) run from a prefix's state.
+
+transformers' Mamba-1 layers continue a cached convolution window over several tokens, but
+their multi-token selective scan always starts from a zero state (mamba-ssm's kernel takes no
+initial state), so `forks.mixers.CachedMixer` cannot fork them. These adapters run the
+layer's own steps with its own weights, convolution and scan functions (the model module's:
+kernels where transformers found them), and add what the prefix's state contributes: the scan
+is linear in its state, so from a state h0 the outputs gain `C_t . (exp(A * sum dt) * h0)`
+(times the gate) and the final state gains the decayed h0. Exact against the model's own
+forward over prefix + item (float32 rounding; tests/test_forks.py). Knows nothing about
+batches beyond `ForkedMixer`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from scorecli.forks.mixers import ForkedMixer, State
+
+
+def _own(module: torch.nn.Module, name: str):
+    """The function `name` of the module's model file (a kernel where transformers installed one)."""
+    return getattr(sys.modules[type(module).__module__], name)
+
+
+def convolve(m: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None, window: torch.Tensor | None):
+    """The layer's causal convolution of x [b, C, T] continuing `window` [b, C, K - 1] (None: zeros)
+    -> (activated output [b, C, T], zero at padding; the last K - 1 input columns)."""
+    if mask is not None:
+        x = x * mask[:, None, :].to(x.dtype)
+    full = x if window is None else torch.cat([window, x], dim=-1)
+    keep = m.conv_kernel_size - 1
+    kept = full[..., full.shape[-1] - min(keep, full.shape[-1]) :]
+    kept = F.pad(kept, (keep - kept.shape[-1], 0))
+    conv = _own(m, "causal_conv1d_fn")
+    out = conv(full, m.conv1d.weight.squeeze(1), m.conv1d.bias, activation=m.activation)[..., -x.shape[-1] :]
+    if mask is not None:
+        out = out * mask[:, None, :].to(out.dtype)
+    return out, kept
+
+
+def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's selective scan (x, dt, z [b, d, T]; A [d, n]; B, C [b, n, T]) from state h0
+    [b, d, n] (None: zero) -> (output [b, d, T], final state [b, d, n])."""
+    scan = _own(m, "mamba_selective_scan")
+    y, last = scan(x, dt, A, B, C, D=D, z=z, delta_bias=dt_bias, delta_softplus=True, return_last_state=True, **kw)
+    if h0 is None:
+        return y, last
+    step = F.softplus(dt.float() + (0 if dt_bias is None else dt_bias.float()[..., None]))  # as the scan discretizes
+    decay = torch.exp(A.float()[None, :, None, :] * step.cumsum(-1)[..., None])  # [b, d, T, n]
+    carried = decay * h0.float()[:, :, None, :]  # h0's part of every state
+    read = (carried * C.float().transpose(1, 2)[:, None]).sum(-1)  # [b, d, T]
+    y = (y.float() + read * F.silu(z.float())).to(y.dtype)
+    return y, (last.float() + carried[:, :, -1]).to(last.dtype)
+
+
+class JambaMixer(ForkedMixer):
+    """`JambaMambaMixer` (norms on dt, B and C)."""
+
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
+        m, (window, h0) = self.inner, state
+        xs, gate = m.in_proj(x).transpose(1, 2).chunk(2, dim=1)  # [b, D, T] each
+        xs, window = convolve(m, xs, mask, window)
+        steps, B, C = torch.split(
+            m.x_proj(xs.transpose(1, 2)), [m.time_step_rank, m.ssm_state_size, m.ssm_state_size], dim=-1
+        )
+        steps, B, C = m.dt_layernorm(steps), m.b_layernorm(B), m.c_layernorm(C)
+        dt = m.dt_proj.weight @ steps.transpose(1, 2)
+        bias = m.dt_proj.bias.float() if m.dt_proj.bias is not None else None
+        y, h = scan_from(
+            m,
+            xs,
+            dt,
+            -torch.exp(m.A_log.float()),
+            B.transpose(1, 2),
+            C.transpose(1, 2),
+            m.D.float(),
+            gate,
+            bias,
+            h0,
+            use_mambapy=m.use_mambapy,
+            use_associative_scan=m.use_associative_scan,
+        )
+        return m.out_proj(y.transpose(1, 2).to(x.dtype)), (window, h)
+
+
+class ZambaMixer(ForkedMixer):
+    """`ZambaMambaMixer` (independent Mamba heads, each with its own x and dt projections)."""
+
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
+        m, (window, h0) = self.inner, state
+        b, t = x.shape[:2]
+        heads, width = m.n_mamba_heads, m.mamba_head_dim
+        xs, gate = m.in_proj(x).transpose(1, 2).view(b, -1, 2, t).chunk(2, dim=2)
+        gate = gate.reshape(b, heads, width, t).transpose(0, 1)  # [heads, b, hd, T]
+        xs, window = convolve(m, xs.squeeze(2).contiguous(), mask, window)
+        xs = xs.reshape(b, heads, width, t).transpose(0, 1)  # [heads, b, hd, T]
+        steps, B, C = torch.split(
+            (m.x_proj_weight[:, None] @ xs).transpose(-1, -2),
+            [m.time_step_rank, m.ssm_state_size, m.ssm_state_size],
+            dim=-1,
+        )
+        dt = m.dt_proj_weight[:, None] @ steps.transpose(-1, -2)  # [heads, b, hd, T]
+        A, bias = -torch.exp(m.A_log.float()), m.dt_proj_bias.float() if m.dt_proj_bias is not None else None
+        outs, finals = [], []
+        for h in range(heads):
+            y, last = scan_from(
+                m,
+                xs[h],
+                dt[h],
+                A[h],
+                B[h].transpose(1, 2),
+                C[h].transpose(1, 2),
+                m.D[h].float(),
+                gate[h],
+                None if bias is None else bias[h],
+                None if h0 is None else h0[:, h],
+                use_mambapy=False,
+                use_associative_scan=m.use_associative_scan,
+            )
+            outs.append(y)
+            finals.append(last)
+        y = torch.cat(outs, dim=1)  # [b, D, T]
+        return m.out_proj(y.transpose(1, 2).to(x.dtype)), (window, torch.stack(finals, dim=1))

@@ -1,0 +1,174 @@
+"""MIS for families a mask alone cannot pack (`scorecli.forks`): exact, and a leak is caught.
+
+Each family's tiny seeded model scores rows whose prefixes and items are 0, 1, 2, 3, 4 (around
+a convolution width of 4), 17 and 200 tokens long, in MIS and single-item mode; every score
+must equal the model's own eager forward over P + I_k (<= 1e-4; pooled hidden states <= 1e-3)
+and MIS must equal single. Two recurrent families also run MIS on flex's ragged row. A fork whose
+items share a state stream (the leak sglang issue #31969 was) must fail the same check.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from scorecli import Scorer
+from tests.families import Unbuildable, _tiny_model, build_family, tokenizer
+from tests.test_invariance import raw_rows, table_outputs
+
+RECURRENT = ["qwen3_next", "qwen3_5_text", "jamba", "zamba", "zamba2", "minimax"]
+OWN_ATTENTION = ["openai-gpt", "bloom", "mpt", "falcon", "falcon-alibi", "gpt_neo"]
+# the default tiny Falcon uses rotary positions; MiniMax's attention windows (none in its
+# released configs) would cut the 200-token items, which its sequence limit does not know
+RAGGED = ["qwen3_next", "minimax"]  # the ragged row's layout (the adapters see gathered blocks either way)
+VARIANTS = {"falcon-alibi": ("falcon", {"alibi": True}), "minimax": ("minimax", {"sliding_window": None})}
+
+LENGTHS = (0, 1, 2, 3, 4, 17, 200)
+SHORT = LENGTHS[:-1]
+# every prefix length with every short item, and 200-token items after prefixes of 0, 3 and 17
+# (each 200-token sequence costs a Mamba scan 200 steps: the file stays within minutes)
+SHAPES = [(q, SHORT + ((200,) if q in (0, 3, 17) else ())) for q in LENGTHS]
+_RNG = np.random.default_rng(1)
+ROWS = [
+    {
+        "query_ids": _RNG.integers(5, 1000, size=q).tolist(),
+        "item_ids": [_RNG.integers(5, 1000, size=n).tolist() for n in items if q or n],  # no empty P + I
+    }
+    for q, items in SHAPES
+]
+
+
+@functools.cache
+def _path(name: str, root: str) -> str:
+    model_type, variant = VARIANTS.get(name, (name, None))
+    try:
+        if variant is None:
+            return build_family(model_type, f"{root}/{name}")
+        from tests.models import _save
+
+        return _save(_tiny_model(model_type, variant), tokenizer(), f"{root}/{name}")
+    except Unbuildable as exc:
+        pytest.fail(f"{name} no longer builds small: {exc}")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> str:
+    return str(tmp_path_factory.getbasetemp() / "forks")
+
+
+# transformers 5.24's eager Falcon adds ALiBi twice (to the logits, and folded into its mask), its
+# sdpa path once, as Falcon's own code did; Falcon cannot switch implementations once loaded, so
+# scorecli runs what it loads with (sdpa), and so does the reference
+SDPA_REFERENCE = {"falcon-alibi"}
+
+
+@functools.cache
+def _reference(path: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row: the model's own forward over each P + I_k (eager attention, except
+    `SDPA_REFERENCE`): (scores, last hidden state)."""
+    from transformers import AutoModelForSequenceClassification
+
+    attn = "sdpa" if path.rsplit("/", 1)[-1] in SDPA_REFERENCE else "eager"
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation=attn).eval()
+    out = []
+    with torch.inference_mode():
+        for row in ROWS:
+            runs = [
+                model(input_ids=torch.tensor([row["query_ids"] + item]), output_hidden_states=True, use_cache=False)
+                for item in row["item_ids"]
+            ]
+            scores = np.stack([r.logits[0].float().numpy() for r in runs])
+            out.append((scores, np.stack([r.hidden_states[-1][0, -1].float().numpy() for r in runs])))
+    return out
+
+
+def _scored(path: str, **kw) -> tuple[Scorer, list[np.ndarray], list[np.ndarray]]:
+    scorer = Scorer(path, pooled_hidden_states=True, self_check=False, **kw)
+    _, scores, hidden = table_outputs(scorer.score_rows(raw_rows(ROWS)))
+    return scorer, scores, [h.reshape(len(s), -1) for h, s in zip(hidden, scores)]
+
+
+def _errors(path: str, scores, hidden) -> tuple[float, float]:
+    ref = _reference(path)
+    return (
+        max(float(np.abs(s - r).max()) for s, (r, _) in zip(scores, ref)),
+        max(float(np.abs(h - r).max()) for h, (_, r) in zip(hidden, ref)),
+    )
+
+
+@pytest.mark.parametrize("name", RECURRENT + OWN_ATTENTION)
+def test_mis_equals_single_equals_the_models_own_forward(name, root):
+    path = _path(name, root)
+    runs = {mode: _scored(path, mode=mode, attention="sdpa") for mode in ("mis", "single")}
+    if name in RAGGED:
+        runs["mis/flex"] = _scored(path, mode="mis", attention="flex")
+    assert runs["mis"][0].metadata["mode"] == "mis" and runs["mis"][0].metadata["mode_reason"] == ""
+    for what, (_, scores, hidden) in runs.items():
+        score_err, hidden_err = _errors(path, scores, hidden)
+        assert score_err <= 1e-4 and hidden_err <= 1e-3, (name, what, score_err, hidden_err)
+    mis, single = runs["mis"][1], runs["single"][1]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(mis, single)) <= 1e-4
+
+
+def _leaking(layout_of):
+    """`ForkLayout.of` whose items of a sequence run as one stream: each item starts from the
+    state the item before it ended in, not from its prefix's."""
+    from scorecli.forks.layout import ForkLayout
+
+    def of(batch, padded, device):
+        lay = layout_of(batch, padded, device)
+        index, mask, seqs = (t.cpu().numpy() for t in (lay.item_index, lay.item_mask, lay.item_seq))
+        streams = [np.concatenate([index[k][mask[k]] for k in np.flatnonzero(seqs == s)]) for s in np.unique(seqs)]
+        width = max(len(s) for s in streams)
+        leak_index = np.zeros((len(streams), width), dtype=np.int64)
+        leak_mask = np.zeros((len(streams), width), dtype=bool)
+        for r, s in enumerate(streams):
+            leak_index[r, : len(s)], leak_mask[r, : len(s)] = s, True
+        seg, pos = (None if t is None else t.cpu().numpy() for t in (lay.segment, lay.positions))
+        prefix = (lay.prefix_index.cpu().numpy(), lay.prefix_mask.cpu().numpy())
+        return ForkLayout.upload(*prefix, leak_index, leak_mask, np.unique(seqs), seg, pos, lay.max_position, device)
+
+    return staticmethod(of)
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "jamba"])
+def test_a_fork_whose_items_share_state_is_caught(name, root, monkeypatch):
+    """The check above fails for a fork that lets one item's state reach the next."""
+    from scorecli.forks.layout import ForkLayout
+
+    path = _path(name, root)
+    monkeypatch.setattr(ForkLayout, "of", _leaking(ForkLayout.of))
+    _, scores, hidden = _scored(path, mode="mis", attention="sdpa")
+    score_err, _ = _errors(path, scores, hidden)
+    assert score_err > 1e-3, score_err
+    monkeypatch.undo()
+    _, scores, hidden = _scored(path, mode="mis", attention="sdpa")
+    assert _errors(path, scores, hidden)[0] <= 1e-4
+
+
+def test_own_attention_families_refuse_ragged_backends_with_the_reason(root):
+    """ALiBi and the MIS mask are built over padded sequences: flex is refused in one line, and
+    `--attention auto` runs sdpa."""
+    from scorecli.errors import UsageError
+
+    path = _path("bloom", root)
+    with pytest.raises(UsageError, match=r"BloomAttention\) adds its own masks and position biases"):
+        Scorer(path, attention="flex")
+    scorer = Scorer(path)
+    assert scorer.metadata["mode"] == "mis" and scorer.backend_name == "sdpa" and not scorer.shares_prefix
+
+
+def test_a_family_no_fork_covers_stays_single_item_with_the_reason(root, monkeypatch):
+    """Unregister the gated delta-net: Qwen3-Next is single-item only again, and says why."""
+    from scorecli import forks
+    from scorecli.errors import UsageError
+
+    path = _path("qwen3_next", root)
+    monkeypatch.setattr(forks, "MIXERS", {k: v for k, v in forks.MIXERS.items() if "GatedDeltaNet" not in k})
+    scorer = Scorer(path)
+    assert scorer.metadata["mode"] == "single" and "carries state from token to token" in scorer.metadata["mode_reason"]
+    with pytest.raises(UsageError, match="carries state from token to token"):
+        Scorer(path, mode="mis")
