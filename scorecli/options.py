@@ -105,6 +105,19 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         None,
         "Continue the job whose finished rows OUT.partial/ (or a DIR/ output) keeps; without one, start it.",
     ),
+    "--score-cache": (
+        LONG,
+        "LOCATION",
+        "Reuse the scores of pairs scored before (a folder, or an s3://, gs:// or abfs:// prefix; made if "
+        "missing) and add the new ones: a nightly job scores only what changed.",
+    ),
+    "--audit": (
+        LONG,
+        "N",
+        "After scoring, re-score N of the run's pairs one at a time through the model's own float32 forward "
+        "and record the largest difference (default 0: no audit).",
+    ),
+    "--audit-strict": (LONG, None, "Exit 1, after the output is written, when the audit is beyond tolerance."),
     "--engine": (PERF, "NAME", "local: score in this process | ray: on Ray workers (needs the ray extra)."),
     "--ray-address": (
         PERF,

@@ -5,7 +5,7 @@ modification times; objects in a store by URL, size and ETag or generation), loa
 modification times of the files that make it: weights, configs, tokenizer), run the same
 scorecli version and set every flag that changes the output's content the same way. Flags that
 only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
-its workers, the GGUF cache folder) are left out, so a resumed run may change them (a resumed job
+its workers, the GGUF cache folder, the score cache and the audit) are left out, so a resumed run may change them (a resumed job
 still goes on in its own windows: `Checkpoint.schedule`).
 
 Knows flags and files; nothing about scoring or how parts are stored (`io.parts`).
@@ -24,7 +24,7 @@ from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
+NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens", "score_cache", "audit", "audit_strict"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
 MODEL_SUFFIXES = (

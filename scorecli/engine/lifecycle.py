@@ -22,6 +22,7 @@ import pyarrow as pa
 from scorecli.config import ScoreConfig
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.progress import Counts, Tracker, note, summary
+from scorecli.errors import ScorecliError
 from scorecli.io.output import Target
 from scorecli.io.parts import Part
 from scorecli.io.sinks import Sink, open_sink
@@ -39,6 +40,18 @@ class Window:
     counts: Counts | None = None  # a written part's rows, skipped rows, items and tokens
     nulled: dict[str, int] = field(default_factory=dict)
     counted: bool = False  # the engine fed its items and tokens to the tracker already (per batch)
+
+
+@dataclass
+class Closing:
+    """What a run knows once every window is scored (README: Nightly jobs): output metadata keys
+    (the score cache's counts, the audit's figures), words for the summary line, lines said after
+    it, and a failure that exits 1 once the output is written (`--audit-strict`)."""
+
+    metadata: dict[str, str] = field(default_factory=dict)
+    summary: str = ""
+    lines: list[str] = field(default_factory=list)
+    failure: str | None = None
 
 
 class Scoring(Protocol):
@@ -59,6 +72,10 @@ class Scoring(Protocol):
     def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
         """For a run that scored no window: the output of no rows (None when an earlier run's
         parts hold rows) and the output's metadata."""
+        ...
+
+    def closing(self) -> Closing:
+        """After the last window, before the output is made (the audit runs here)."""
         ...
 
 
@@ -87,15 +104,19 @@ def run_job(
         with engine.start(cfg, pin) as scoring:
             total = scoring.total()
             with Tracker(console, None if total is None else done + total, scoring.label, done) as tracker:
-                _drive(scoring, checkpoint, target, tracker, console)
+                closing = _drive(scoring, checkpoint, target, tracker, console)
     tracker.counts.resumed = done
     if console is not None:
-        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note)
+        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note, closing.summary)
+        for line in closing.lines:
+            note(console, line)
+    if closing.failure is not None:
+        raise ScorecliError(closing.failure)
 
 
-def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, tracker: Tracker, console) -> None:
+def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, tracker: Tracker, console) -> Closing:
     """Windows into the sink, opened with the first window's metadata; closed at the end (the
-    output appears), aborted on failure."""
+    output appears, with what the run knows then: `Closing`), aborted on failure."""
     sink: Sink | None = None
 
     def opened(metadata: dict[str, str]) -> Sink:
@@ -121,9 +142,11 @@ def _drive(scoring: Scoring, checkpoint: Checkpoint | None, target: Target, trac
             sink = opened(metadata)
             if table is not None:
                 sink.write(table)
-        sink.close()
+        closing = scoring.closing()
+        sink.close(closing.metadata)
     except BaseException:
         if sink is not None:
             sink.abort()
         raise
     tracker.counts.nan = sink.nulled.get("score", 0)
+    return closing

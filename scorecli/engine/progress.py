@@ -111,10 +111,11 @@ def progress_bar(console: Console | None, total: int | None) -> Progress:
     return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
 
 
-def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "") -> None:
+def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "", more: str = "") -> None:
     """One line: rows scored (and skipped), items, tokens, time (start-up and scoring apart),
     items/s of the scoring, NaN scores; `note`: how the run's mode was chosen, when it was not
-    the default. `seconds`: since the process started; scoring counts from `counts.started`."""
+    the default; `more`: what the run adds at its end (the score cache's hits and misses).
+    `seconds`: since the process started; scoring counts from `counts.started`."""
     scoring = max(time.perf_counter() - counts.started, 0.0)
     startup = max(seconds - scoring, 0.0)
     items_s = counts.items / scoring if scoring > 0 else 0.0
@@ -131,6 +132,8 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
         line += f"; skipped {counts.skipped:,} bad rows"
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
+    if more:
+        line += f"; {more}"
     console.print(line, markup=False, emoji=False, soft_wrap=True)
 
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from scorecli.config import ScoreConfig
 from scorecli.engine.checkpoint import Checkpoint
-from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import Counts
 from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
 from scorecli.engine.ray_workers import (
@@ -236,6 +236,10 @@ class _RayScoring:
         if status != "ok":
             raise_failure(first, second)
         return public(first, self.cfg.skip_bad_rows), second
+
+
+    def closing(self) -> Closing:
+        return Closing()
 
 
 def run_score_ray(

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from scorecli.config import ScoreConfig
 from scorecli.engine.checkpoint import Checkpoint
-from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
@@ -93,6 +93,7 @@ class LocalEngine:
         `schedule` (growing windows, `engine.windows`)."""
         from transformers.utils import logging as hf_logging
 
+        from scorecli.cache import reusing
         from scorecli.scorer import Scorer
 
         # our own progress is the only one: transformers' "Loading weights" bar would break
@@ -101,7 +102,8 @@ class LocalEngine:
         rows = self.rows if self.rows is not None else open_rows(cfg, self.paths, self.stdin, self.checkpoint)
         windows = self.checkpoint.schedule(cfg) if self.checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
         with loading(self.console, short_name(cfg.model) or cfg.model):
-            scorer = Scorer(cfg.model, cfg)
+            # pairs already scored are reused; the model loads when one is not (`scorecli.cache`)
+            scorer = reusing(cfg, lambda: Scorer(cfg.model, cfg))
         scorer.id_type = schema_id_type(self.paths, cfg.id_field)
         yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
 
@@ -131,6 +133,16 @@ class _Local:
             return None, self.scorer.metadata
         table = with_id_column(self.scorer.empty_table(), self.scorer.config.id_field, self.scorer.id_type)
         return table, self.scorer.metadata
+
+    def closing(self) -> Closing:
+        """This run's segments merged; the cache's counts (and the audit's figures) for the output."""
+        reuse = self.scorer
+        reuse.close()
+        figures = reuse.closing_metadata()
+        if not figures:
+            return Closing()
+        said = f"score cache: {reuse.figures.hits:,} hits, {reuse.figures.misses:,} misses"
+        return Closing(reuse.metadata | figures, said)
 
 
 def run_score(

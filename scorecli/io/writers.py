@@ -169,8 +169,10 @@ class Sink:
             for i in range(old.num_row_groups):
                 self._writer.write_table(conform(old.read_row_group(i), schema))
 
-    def close(self) -> None:
+    def close(self, metadata: dict[str, str] | None = None) -> None:
         """Commit: finish the output; a regular file is fsync'ed and renamed onto its path.
+        `metadata`: keys known only at the end, added to a Parquet output's (what was written
+        is copied once under the new schema).
 
         Raises:
             RuntimeError: Parquet output with no table ever written.
@@ -178,6 +180,9 @@ class Sink:
         if self._done:
             return
         try:
+            if metadata and self.format == "parquet" and self._writer is not None:
+                self._metadata |= {k.encode(): v.encode() for k, v in metadata.items()}
+                self._rewrite(self._schema.with_metadata(self._metadata))
             self._commit()
         except BaseException:
             self.abort()
