@@ -237,7 +237,6 @@ class _RayScoring:
             raise_failure(first, second)
         return public(first, self.cfg.skip_bad_rows), second
 
-
     def closing(self) -> Closing:
         return Closing()
 
