@@ -13,6 +13,7 @@ flags themselves (panels, help) are declared in `options`; `--help` is drawn by 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import fields
 from typing import Annotated
@@ -329,6 +330,48 @@ def bench(
         console=err,
     )
     report(results, work, cfg, json_out, _device_name(device) if json_out else "")
+
+
+cache_app = typer.Typer(
+    cls=Group,
+    no_args_is_help=True,
+    epilog=o.CACHE_EXAMPLES,
+    help="What a score cache (scorecli score --score-cache) holds, and pruning it.",
+)
+app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
+_Location = Annotated[
+    str, typer.Argument(metavar="LOCATION", show_default=False, rich_help_panel=o.LONG, help=o.LOCATION)
+]
+
+
+@cache_app.command("info", cls=Command, epilog=o.CACHE_EXAMPLES)
+def cache_info(location: _Location) -> None:
+    """Entries, size and ages of a score cache, per model."""
+    from scorecli.cache.admin import info
+
+    for line in info(location):
+        typer.echo(line)
+
+
+@cache_app.command("prune", cls=Command, epilog=o.CACHE_EXAMPLES)
+def cache_prune(
+    location: _Location,
+    model: Annotated[
+        str | None,
+        opt(
+            "--model",
+            panel=o.LONG,
+            help="Remove the entries of this model (a model as --model names it, or an identity from cache info).",
+        ),
+    ] = None,
+    older_than: Annotated[str | None, opt("--older-than")] = None,
+) -> None:
+    """Remove a model's entries, or old ones; tidy damaged and temporary files."""
+    from scorecli.cache.admin import prune
+
+    if model is not None and not re.fullmatch(r"[0-9a-f]{8,32}", model):
+        model, _ = _resolve_model(model)
+    typer.echo(prune(location, model, older_than))
 
 
 def _quiet_transformers() -> None:

@@ -118,6 +118,7 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         "and record the largest difference (default 0: no audit).",
     ),
     "--audit-strict": (LONG, None, "Exit 1, after the output is written, when the audit is beyond tolerance."),
+    "--older-than": (LONG, "AGE", "Remove entries added longer ago than AGE: 30d, 12h, 90m, 2w (days without a unit)."),
     "--engine": (PERF, "NAME", "local: score in this process | ray: on Ray workers (needs the ray extra)."),
     "--ray-address": (
         PERF,
@@ -188,5 +189,10 @@ BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
   scorecli bench --model ./reranker --attention sdpa,flex --json out.json"""
+CACHE_EXAMPLES = """Examples:
+  scorecli cache info ~/.cache/nightly-scores
+  scorecli cache prune ~/.cache/nightly-scores --older-than 30d
+  scorecli cache prune s3://bucket/scores/ --model ./old-reranker"""
+LOCATION = "A score cache: the folder or store prefix given to --score-cache."
 INPUTS = "JSONL/Parquet files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
 INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

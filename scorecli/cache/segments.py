@@ -113,6 +113,8 @@ def to_ipc(entries: Entries, profile: str, model: dict[str, str]) -> bytes:
         "labels": str(labels),
         "checksum": _checksum(_checked_arrays(e)),
         "created": str(int(time.time())),
+        "oldest": str(int(added.min())) if len(e) else "",
+        "newest": str(int(added.max())) if len(e) else "",
         **{f"model_{k}": v for k, v in model.items()},
     }
     table = pa.table(columns).replace_schema_metadata(metadata)

@@ -219,23 +219,40 @@ class CacheStore:
         except (FileNotFoundError, ScorecliError):
             pass  # deleted by another run's merge already
 
-    def merge(self, profile: str, names: list[str], model: dict[str, str]) -> str | None:
-        """Merge segments `names` into one (written first, then they are deleted)."""
+    def merge(self, profile: str, names: list[str], model: dict[str, str] | None = None) -> str | None:
+        """Merge segments `names` into one (written first, then they are deleted); `model`: what
+        the merged one says about its model (None: what the first of them says)."""
         parts = [e for e in (self.read(profile, n, with_added=True) for n in names) if e is not None]
         if not parts:
             return None
+        if model is None:
+            info = next((i for i in self.infos(profile) if isinstance(i, SegmentInfo) and i.name in names), None)
+            meta = info.meta if info else {}
+            model = {"identity": meta.get("model_identity", ""), "name": meta.get("model_name", "")}
         merged = self.write(profile, Entries.concat(parts), model)
         for name in names:
             self.delete(profile, name)
         return merged
 
-    def compact(self, profile: str, model: dict[str, str]) -> None:
+    def compact(self, profile: str, model: dict[str, str] | None = None) -> None:
         """When a settings' segments pile up, merge all but the few largest."""
         infos = [i for i in self.infos(profile) if isinstance(i, SegmentInfo)]
         if len(infos) <= MAX_SEGMENTS:
             return
         infos.sort(key=lambda i: i.size)
         self.merge(profile, [i.name for i in infos[: len(infos) - KEEP_LARGEST]], model)
+
+    def forget_requests(self, identity: str) -> None:
+        """Remove what requests of the model `identity` (or an identity starting so) resolved to."""
+        folder = self._folder("requests")
+        try:
+            names = folder.names() if folder.exists() else []
+        except FileNotFoundError:
+            return
+        for name in names:
+            record = self.request(name.removesuffix(".json")) if name.endswith(".json") else None
+            if record is not None and str(record.get("identity") or "").startswith(identity):
+                folder.delete(name)
 
     def temp_files(self, profile: str) -> list[str]:
         """Temporary files killed writers left (local folders only: a store has none)."""
