@@ -125,6 +125,8 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
+    if audit and engine == "ray":
+        raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
     from scorecli.io.output import resolve_output
     from scorecli.io.readers import count_rows, estimate_tokens, input_folders, resolve_inputs
 

@@ -6,7 +6,7 @@
 HOOK is one of:
 - `no-model`: building a Scorer (loading a model) fails the run: a run whose pairs all hit in
   the cache must not need one;
-- `perturb:X`: every score a run computes is off by X (the self-check's probe and the audit's
+- `perturb:X`: every other item's scores a run computes are off by X (the self-check's probe and the audit's
   reference, the model's own forward, are not): a deliberately broken path for `--audit`;
 - `slow:S`: every batch of the run sleeps S seconds first (to kill a run in the middle);
 - `none`: nothing changed.
@@ -35,7 +35,7 @@ def patch(hook: str) -> None:
         def perturbed(self, prepared, on_batch=None):
             out = values(self, prepared, on_batch)
             if hasattr(self, "self_check_note"):  # a window of the run, not the self-check's probe
-                out[:, : len(self.spec.label_names)] += float(arg)
+                out[::2, : len(self.spec.label_names)] += float(arg)  # every other item: orders change
             return out
 
         scorer.Scorer.values = perturbed  # type: ignore[method-assign]

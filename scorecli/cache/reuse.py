@@ -129,6 +129,12 @@ class Reusing:
             self.loaded()  # the settings come from the model
         else:
             self._use(self.record)
+        if cfg.audit:
+            from scorecli.checks.audit import Sampler, cost_note
+            from scorecli.errors import notice
+
+            notice(cost_note(cfg.audit))
+            self.sampler = Sampler(cfg.audit, int(self.record["labels"]), int(self.record["positive_index"]))
 
     # ---- the model, the settings ------------------------------------------------------
 
@@ -319,6 +325,12 @@ class Reusing:
         if self.cache is None:
             return {}
         return {"score_cache_hits": str(self.figures.hits), "score_cache_misses": str(self.figures.misses)}
+
+    def audit(self):
+        """The audit's verdict on the pairs sampled from this run (`checks.audit`)."""
+        from scorecli.checks.audit import audit
+
+        return audit(self.sampler, self.config, self.scorer, self.loaded, self.metadata.get("dtype", "float32"))
 
     def close(self) -> None:
         """After the last window: this run's segments become one, and a cache whose segments

@@ -7,6 +7,7 @@ scored (`lifecycle.run_job` does the rest). Knows nothing about flags.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -135,14 +136,25 @@ class _Local:
         return table, self.scorer.metadata
 
     def closing(self) -> Closing:
-        """This run's segments merged; the cache's counts (and the audit's figures) for the output."""
-        reuse = self.scorer
+        """This run's segments merged; the cache's counts and the audit's figures for the output."""
+        reuse, done = self.scorer, Closing()
         reuse.close()
-        figures = reuse.closing_metadata()
-        if not figures:
-            return Closing()
-        said = f"score cache: {reuse.figures.hits:,} hits, {reuse.figures.misses:,} misses"
-        return Closing(reuse.metadata | figures, said)
+        if figures := reuse.closing_metadata():
+            done.metadata = reuse.metadata | figures
+            done.summary = f"score cache: {reuse.figures.hits:,} hits, {reuse.figures.misses:,} misses"
+        if reuse.sampler is not None:
+            verdict = reuse.audit()
+            done.metadata = (done.metadata or reuse.metadata) | verdict.metadata()
+            done.lines.append(verdict.line())
+            if not verdict.passed:
+                beyond = (
+                    f"audit: the run's scores differ from the model's own float32 forward by up to "
+                    f"{verdict.max_diff:.2g}, beyond the tolerance {verdict.tolerance:.2g}"
+                )
+                warnings.warn(beyond, RuntimeWarning, stacklevel=2)
+                if reuse.config.audit_strict:
+                    done.failure = f"{beyond} (--audit-strict; the output was written)"
+        return done
 
 
 def run_score(
