@@ -13,7 +13,6 @@ flags themselves (panels, help) are declared in `options`; `--help` is drawn by 
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import fields
 from typing import Annotated
@@ -334,48 +333,6 @@ def bench(
     report(results, work, cfg, json_out, _device_name(device) if json_out else "")
 
 
-cache_app = typer.Typer(
-    cls=Group,
-    no_args_is_help=True,
-    epilog=o.CACHE_EXAMPLES,
-    help="What a score cache (scorecli score --score-cache) holds, and pruning it.",
-)
-app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
-_Location = Annotated[
-    str, typer.Argument(metavar="LOCATION", show_default=False, rich_help_panel=o.LONG, help=o.LOCATION)
-]
-
-
-@cache_app.command("info", cls=Command, epilog=o.CACHE_EXAMPLES)
-def cache_info(location: _Location) -> None:
-    """Entries, size and ages of a score cache, per model."""
-    from scorecli.cache.admin import info
-
-    for line in info(location):
-        typer.echo(line)
-
-
-@cache_app.command("prune", cls=Command, epilog=o.CACHE_EXAMPLES)
-def cache_prune(
-    location: _Location,
-    model: Annotated[
-        str | None,
-        opt(
-            "--model",
-            panel=o.LONG,
-            help="Remove the entries of this model (a model as --model names it, or an identity from cache info).",
-        ),
-    ] = None,
-    older_than: Annotated[str | None, opt("--older-than")] = None,
-) -> None:
-    """Remove a model's entries, or old ones; tidy damaged and temporary files."""
-    from scorecli.cache.admin import prune
-
-    if model is not None and not re.fullmatch(r"[0-9a-f]{8,32}", model):
-        model, _ = _resolve_model(model)
-    typer.echo(prune(location, model, older_than))
-
-
 def _quiet_transformers() -> None:
     """Our output is the only output: no "Loading weights" bars and no advice to model authors
     (e.g. a padding warning from a model's own forward) from transformers; its errors still show."""
@@ -392,6 +349,15 @@ def _device_name(device: str) -> str:
 
     dev = resolve_device(device)
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def _add_cache_commands() -> None:
+    from scorecli.cli_cache import cache_app
+
+    app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
+
+
+_add_cache_commands()
 
 
 def main() -> None:

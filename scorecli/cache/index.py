@@ -38,18 +38,56 @@ def _find(hi: np.ndarray, lo: np.ndarray, q: np.ndarray) -> np.ndarray:
     return found
 
 
+def _buckets(hi: np.ndarray) -> tuple[np.ndarray, int]:
+    """(table [2**bits + 1] uint32: where each bucket of high words starts, shift): keys are
+    digests, uniform over 64 bits, so the top `bits` of a high word say where it lies within a
+    few entries (about 4 a bucket: 1 byte of table per entry)."""
+    bits = max(1, int(np.ceil(np.log2(max(len(hi) / 4, 2)))))
+    shift = 64 - bits
+    counts = np.bincount((hi >> np.uint64(shift)).astype(np.int64), minlength=2**bits)
+    table = np.zeros(2**bits + 1, dtype=np.uint32 if len(hi) < 2**32 else np.uint64)
+    np.cumsum(counts, out=table[1:])
+    return table, shift
+
+
+def _probe(hi: np.ndarray, lo: np.ndarray, table: np.ndarray, shift: int, q: np.ndarray) -> np.ndarray:
+    """`_find` through the bucket table: each key is compared with its bucket's entries, in
+    order, all keys at once (a bucket holds about 4)."""
+    bucket = (q[:, 0] >> np.uint64(shift)).astype(np.int64)
+    pos = table[bucket].astype(np.int64)
+    end = table[bucket + 1].astype(np.int64)
+    found = np.full(len(q), -1, dtype=np.int64)
+    todo = np.flatnonzero(pos < end)
+    while len(todo):
+        at = pos[todo]
+        h, qh = hi[at], q[todo, 0]
+        hit = (h == qh) & (lo[at] == q[todo, 1])
+        found[todo[hit]] = at[hit]
+        # go on while the entry is below the key (sorted by (hi, lo)) and the bucket not done
+        below = (h < qh) | ((h == qh) & (lo[at] < q[todo, 1]))
+        pos[todo] = at + 1
+        todo = todo[below & ~hit & (at + 1 < end[todo])]
+    return found
+
+
 class Sorted:
-    """Entries sorted by key, searchable."""
+    """Entries sorted by key, searchable (a large one through a bucket table of its high words)."""
 
     def __init__(self, entries: Entries):
         self.entries = entries
         self.hi, self.lo = entries.hi, entries.lo
+        self.table: np.ndarray | None = None
+        self.shift = 0
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def find(self, q: np.ndarray) -> np.ndarray:
-        return _find(self.hi, self.lo, q)
+        if len(self.hi) < 4096:
+            return _find(self.hi, self.lo, q)
+        if self.table is None:
+            self.table, self.shift = _buckets(self.hi)
+        return _probe(self.hi, self.lo, self.table, self.shift, q)
 
 
 class Index:
@@ -87,7 +125,8 @@ class Index:
         chunks = np.ones(m, dtype=np.int32) if self.chunked else None
         if m == 0:
             return found, scores, chunks
-        order = np.lexsort((keys[:, 1], keys[:, 0]))
+        # in the order of their high words: the searches walk each segment's keys in order
+        order = np.argsort(keys[:, 0], kind="stable")
         q = keys[order]
         for part in self.runs[::-1] + self.segments:  # the newest first
             todo = np.flatnonzero(~found[order])

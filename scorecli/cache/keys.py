@@ -36,22 +36,27 @@ def query_part(row: Row) -> bytes:
     return _part(b"t", row.query.encode("utf-8")) + instruction  # type: ignore[union-attr]
 
 
-def row_keys(salt: bytes, row: Row) -> np.ndarray:
-    """[items, 2] uint64 keys of the row's items under settings digest `salt` (16 bytes)."""
-    if not row.items:
-        return EMPTY
+def _digests(salt: bytes, row: Row, out: bytearray) -> None:
+    """Append the 16-byte keys of the row's items to `out`."""
     base = hashlib.blake2b(salt + query_part(row), digest_size=16)
-    out = bytearray()
+    copy, add = base.copy, out.extend
     if row.pretokenized:
         for item in row.items:
-            h = base.copy()
+            h = copy()
             h.update(_ids(item))
-            out += h.digest()
+            add(h.digest())
     else:
         for item in row.items:
-            h = base.copy()
+            h = copy()
             h.update(item.encode("utf-8"))  # type: ignore[union-attr]
-            out += h.digest()
+            add(h.digest())
+
+
+def row_keys(salt: bytes, row: Row) -> np.ndarray:
+    """[items, 2] uint64 keys of the row's items under settings digest `salt` (16 bytes)."""
+    out = bytearray()
+    if row.items:
+        _digests(salt, row, out)
     return words(bytes(out))
 
 
@@ -63,7 +68,11 @@ def words(digests: bytes) -> np.ndarray:
 def keys_of(salt: bytes, rows: list[Row | None]) -> tuple[np.ndarray, np.ndarray]:
     """([items, 2] keys, [rows + 1] offsets) of the items of `rows` (None: a row that failed
     validation, no items)."""
-    parts = [row_keys(salt, r) if r is not None else EMPTY for r in rows]
-    counts = np.array([len(p) for p in parts], dtype=np.int64)
+    out = bytearray()
+    counts = np.zeros(len(rows), dtype=np.int64)
+    for k, row in enumerate(rows):
+        if row is not None and row.items:
+            _digests(salt, row, out)
+            counts[k] = len(row.items)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return (np.concatenate(parts) if parts else EMPTY), offsets
+    return words(bytes(out)), offsets
