@@ -23,7 +23,6 @@ import random
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import _common as C
 
@@ -73,7 +72,9 @@ def lookups(args) -> None:
     rng = np.random.default_rng(0)
     n = args.entries
     print(f"writing a cache of {n:,} entries ...", file=sys.stderr, flush=True)
-    keys = rng.integers(0, 2**63, size=(n, 2), dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, size=(n, 2), dtype=np.uint64)
+    keys = rng.integers(0, 2**63, size=(n, 2), dtype=np.uint64) * np.uint64(2) + rng.integers(
+        0, 2, size=(n, 2), dtype=np.uint64
+    )
     scores = rng.standard_normal((n, 1), dtype=np.float32)
     store = CacheStore(str(work / "cache"), create=True)
     profile = "0" * 32
@@ -127,7 +128,9 @@ def nightly(args) -> None:
     C.write_jsonl(work / "second.jsonl", second)
     changed = sum(a != b for r1, r2 in zip(first, second) for a, b in zip(r1["items"], r2["items"]))
     total = args.rows * args.items
-    print(f"{args.rows:,} rows x {args.items} items = {total:,} pairs; the second night {changed:,} new ({changed / total:.1%})")
+    print(
+        f"{args.rows:,} rows x {args.items} items = {total:,} pairs; the second night {changed:,} new ({changed / total:.1%})"
+    )
     scorecli = C.scorecli_cmd("score")
 
     def cmd(inp: str, out: str, cache: str | None, seed_cache: str | None = None) -> list[str]:
@@ -144,10 +147,14 @@ def nightly(args) -> None:
     print("filling the first night's cache ...", file=sys.stderr, flush=True)
     C.run_process(cmd("first.jsonl", "seed.parquet", "night1"), None, log)
     pairs = [
-        (C.Contender("second night, uncached", cmd("second.jsonl", "u2.parquet", None)),
-         C.Contender("second night, cached (90% hits)", cmd("second.jsonl", "c2.parquet", "cache2", "night1"))),
-        (C.Contender("first night, uncached", cmd("first.jsonl", "u1.parquet", None)),
-         C.Contender("first night, empty cache", cmd("first.jsonl", "c1.parquet", "cache1"))),
+        (
+            C.Contender("second night, uncached", cmd("second.jsonl", "u2.parquet", None)),
+            C.Contender("second night, cached (90% hits)", cmd("second.jsonl", "c2.parquet", "cache2", "night1")),
+        ),
+        (
+            C.Contender("first night, uncached", cmd("first.jsonl", "u1.parquet", None)),
+            C.Contender("first night, empty cache", cmd("first.jsonl", "c1.parquet", "cache1")),
+        ),
     ]
     for uncached, cached in pairs:
         C.alternate([uncached, cached], args.repeats, log, warmup=[])
@@ -161,7 +168,9 @@ def nightly(args) -> None:
     import pyarrow.parquet as pq
 
     meta = pq.read_table(work / "c2.parquet").schema.metadata
-    print(f"cached second night: {meta[b'score_cache_hits'].decode()} hits, {meta[b'score_cache_misses'].decode()} misses")
+    print(
+        f"cached second night: {meta[b'score_cache_hits'].decode()} hits, {meta[b'score_cache_misses'].decode()} misses"
+    )
 
 
 def main() -> None:

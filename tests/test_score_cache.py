@@ -146,6 +146,38 @@ def test_all_hits_load_no_model(nightly):
     assert meta(root / "again.parquet")["kind"] == "seq-cls"
 
 
+def test_hidden_states_right_with_a_cache(nightly, qwen3_seq_cls):
+    """The cache keeps scores, not hidden states: a run that asks for them scores every pair
+    (repeats in a window still once, their states copied) and writes what an uncached run does."""
+    root, _ = nightly
+    second = str(root / "second.jsonl")
+    flags = ["--pooled-hidden-states", "--chunk-tokens", "6"]
+    for name, extra in [("hidden_uncached", []), ("hidden_cached", ["--score-cache", str(root / "cache")])]:
+        result = run_cli(Case(score(second, qwen3_seq_cls, root / f"{name}.parquet", *flags, *extra)))
+        assert result.rc == 0, result.stderr
+    cached = pq.read_table(root / "hidden_cached.parquet")
+    assert_same(cached, pq.read_table(root / "hidden_uncached.parquet"))
+    assert counts(root / "hidden_cached.parquet") == (0, items_of(SECOND))
+    states = cached["pooled_hidden_states"].to_pylist()[1]
+    assert states[2] == states[3] and any(any(x) for x in states[2])  # "maybe" twice: one forward, copied
+
+
+def test_dataset_output_records_the_counts(nightly, qwen3_seq_cls):
+    """A dataset output: every part carries the run's counts (the same metadata in every part)."""
+    root, _ = nightly
+    out = root / "dataset"
+    args = ["score", str(root / "second.jsonl"), "--model", qwen3_seq_cls, "--out", f"{out}/", "--window-rows", "2"]
+    result = run_cli(Case([*args, "--chunk-tokens", "6", "--top-k", "2", "--score-cache", str(root / "cache")]))
+    assert result.rc == 0, result.stderr
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) == 3 and (out / "_SUCCESS").exists()
+    metas = [pq.read_schema(p).metadata for p in parts]
+    assert all(m == metas[0] for m in metas) and metas[0][b"score_cache_hits"] == str(items_of(SECOND)).encode()
+    import pyarrow as pa
+
+    assert_same(pa.concat_tables(pq.read_table(p) for p in parts), pq.read_table(root / "uncached.parquet"))
+
+
 TEMPLATE = 'prefix = "Question: {query} ({instruction}) Passage:"\nitem = " {item} Relevant:"\n'
 
 

@@ -120,7 +120,7 @@ def test_a_flipped_byte_fails_the_checksum(tmp_path, qwen3_seq_cls):
     data = bytearray(segment.read_bytes())
     at = data.find(entries.scores[0].tobytes())
     assert at > 0
-    data[at] ^= 0x40
+    data[at + 3] ^= 0x80  # the sign of the first score: a wrong score, were it read
     segment.write_bytes(bytes(data))
     result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "b.parquet", "--score-cache", str(cache))))
     assert result.rc == 0 and "fails its checksum" in result.stderr, result.stderr
