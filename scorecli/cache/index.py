@@ -114,8 +114,8 @@ class Index:
         if len(self.runs) > MAX_RUNS:
             merged = Entries.concat([r.entries for r in self.runs]).sorted_unique()
             self.runs = [Sorted(merged)]
-        if self.limit is not None and sum(len(r) for r in self.runs) > self.limit:
-            self.runs = self.runs[len(self.runs) // 2 :]  # the oldest go first
+        while self.limit is not None and self.runs and sum(len(r) for r in self.runs) > self.limit:
+            self.runs.pop(0)  # the oldest go first
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(found [m] bool, scores [m, labels], chunks [m] or None) of keys [m, 2] (any order)."""

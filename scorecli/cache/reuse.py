@@ -40,8 +40,9 @@ from scorecli.errors import InputError
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 
-# entries a job without a cache keeps to find repeats across windows (16 bytes of key and a few
-# of scores each): beyond it the oldest are dropped, and a pair met again is scored again
+# entries of its own a job keeps in memory to find repeats across windows (16 bytes of key and a
+# few of scores each; with a cache they are in its segments too): beyond it the oldest are
+# dropped, and a pair met again is scored again
 JOB_ENTRIES = 4_000_000
 
 
@@ -172,7 +173,7 @@ class Reusing:
         self.salt = bytes.fromhex(record["settings"])
         self.profile = record["settings"]
         chunked = self.config.chunk_tokens is not None
-        self.index = Index(int(record["labels"]), chunked, None if self.cache else JOB_ENTRIES)
+        self.index = Index(int(record["labels"]), chunked, JOB_ENTRIES)
         if self.cache is not None and self.lookups:
             for name in self.cache.segment_names(self.profile):
                 entries = self.cache.read(self.profile, name)
