@@ -93,3 +93,23 @@ def test_sixteen_bit_runs_get_their_dtypes_noise(rows, qwen3_seq_cls, tmp_path):
 def test_audit_with_ray_is_refused(rows, qwen3_seq_cls, tmp_path):
     result = run_cli(Case([*score(rows, qwen3_seq_cls, tmp_path / "o.parquet", "--audit", "3"), "--engine", "ray"]))
     assert result.rc == 2 and len(result.lines()) == 1 and "--audit" in result.stderr
+
+
+def test_reference_of_a_text_that_repeats(tmp_path):
+    """The reference runs each distinct sequence once and copies repeats, as a run does: an item
+    that is its query's text (an embedding model without prompts) is its own cosine, 1."""
+    import numpy as np
+
+    from scorecli.checks.audit import Pair, reference_scores
+    from scorecli.core.rows import Row
+    from scorecli.io.readers import RawRow
+    from scorecli.scorer import Scorer
+    from tests.embedding_models import build_sentence_model
+
+    scorer = Scorer(build_sentence_model(tmp_path / "plain"), self_check=False)
+    rows = [Row("a lazy dog", ["a lazy dog"], None, None), Row("a lazy dog", ["the quick brown fox"], None, None)]
+    pairs = [Pair(r, f"row {k}", 0, np.zeros(1), np.zeros(1), (0, k), False) for k, r in enumerate(rows)]
+    theirs = reference_scores(scorer, pairs)
+    ours = scorer.score_rows([RawRow({"query": r.query, "items": r.items}, "row") for r in rows])["score"].to_pylist()
+    assert abs(theirs[0, 0] - 1.0) < 1e-5
+    assert np.abs(theirs[:, 0] - np.array([s[0] for s in ours])).max() < 1e-5

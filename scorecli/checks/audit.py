@@ -175,6 +175,7 @@ def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
     """[pairs, labels] float64: each pair's scores from the model's own forward, one sequence at a
     time, as `scorer` encodes, chunks and aggregates it."""
     from scorecli.kinds import KINDS
+    from scorecli.model.sentence import similarity
 
     info = KINDS[scorer.spec.kind]
     out = []
@@ -183,11 +184,16 @@ def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
         if prepared.errors[0] is not None or not prepared.seqs:
             out.append(np.full(len(scorer.spec.label_names), np.nan))
             continue
-        seqs = sorted(prepared.seqs, key=lambda s: int(s.item_index[0]))
-        if info.similarity:
-            out.append(_similarity(scorer, seqs))
+        run = _texts if info.similarity else _pairs if info.pairs else _decoder
+        index, values = run(scorer, prepared.seqs)
+        entries = np.zeros((prepared.num_entries, values.shape[1]))
+        entries[index] = values
+        if prepared.copies is not None:  # an entry whose sequence repeats another's (a chunk, a text)
+            entries[prepared.copies[0]] = entries[prepared.copies[1]]
+        if info.similarity:  # the query's entry, then the item's
+            embedded = torch.from_numpy(entries).float()
+            out.append(similarity(embedded[:1], embedded[1:2], scorer.spec.similarity).double().numpy())
             continue
-        entries = _pairs(scorer, seqs) if info.pairs else _decoder(scorer, seqs)
         if prepared.chunks is not None:
             entries = aggregate(
                 entries, entries[:, scorer.spec.positive_index], prepared.chunks, scorer.chunking.aggregate
@@ -196,25 +202,24 @@ def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
     return np.stack(out) if out else np.zeros((0, len(scorer.spec.label_names)))
 
 
-def _decoder(scorer, seqs) -> np.ndarray:
-    """Each entry (chunk) alone, P + its tokens, through the model's own forward."""
+def _decoder(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
+    """(entries, [entries, labels]): each entry (chunk) alone, P + its tokens, through the model's
+    own forward."""
     from scorecli.kinds.probes import _references
 
-    singles, order = [], []
+    singles, index = [], []
     for s in seqs:
         starts = np.cumsum(s.item_lens) - s.item_lens
         for j, (start, n) in enumerate(zip(starts, s.item_lens)):
             at = s.prefix_len + int(start)
             singles.append(np.concatenate([s.input_ids[: s.prefix_len], s.input_ids[at : at + int(n)]]).tolist())
-            order.append(int(s.item_index[j]))
+            index.append(int(s.item_index[j]))
     refs = _references(scorer, singles)
-    values = np.zeros((len(order), len(refs[0][0])))
-    values[np.array(order)] = np.stack([r[0] for r in refs])
-    return values
+    return np.array(index), np.stack([r[0] for r in refs])
 
 
 @torch.inference_mode()
-def _pairs(scorer, seqs) -> np.ndarray:
+def _pairs(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
     """Each pair (chunk) through the cross-encoder's own forward, its classifier included."""
     from scorecli.kinds.heads import activate
 
@@ -227,13 +232,12 @@ def _pairs(scorer, seqs) -> np.ndarray:
             kwargs["token_type_ids"] = torch.as_tensor(s.token_type_ids[None], device=device)
         logits = model(input_ids=ids, **kwargs).logits[0]
         out.append(activate(logits, scorer.spec.activation).double().cpu().numpy())
-    return np.stack(out)
+    return np.array([int(s.item_index[0]) for s in seqs]), np.stack(out)
 
 
-def _similarity(scorer, seqs) -> np.ndarray:
-    """The query's and the item's texts embedded alone by the model's own forward, then compared."""
+def _texts(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
+    """Each text (the query's, the item's) embedded alone by the model's own forward."""
     from scorecli.kinds.probes import _embedding_references
-    from scorecli.model.sentence import similarity
 
     embedded = _embedding_references(scorer, [s.input_ids for s in seqs], [s.prefix_len for s in seqs])
-    return similarity(embedded[:1], embedded[1:2], scorer.spec.similarity).double().numpy()
+    return np.array([int(s.item_index[0]) for s in seqs]), embedded.double().numpy()
