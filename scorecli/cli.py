@@ -115,6 +115,9 @@ def score(
     cache_dir: o.CacheDir = None,
     quiet: Annotated[bool, opt("--quiet", "-q")] = False,
     resume: Annotated[bool, opt("--resume")] = False,
+    score_cache: Annotated[str | None, opt("--score-cache")] = None,
+    audit: Annotated[int, opt("--audit", min=0, max=o.MAX_INT)] = 0,
+    audit_strict: Annotated[bool, opt("--audit-strict")] = False,
     engine: Annotated[str, opt("--engine")] = "local",
     ray_address: Annotated[str | None, opt("--ray-address", envvar="RAY_ADDRESS", show_envvar=True)] = None,
     num_workers: Annotated[int | None, opt("--num-workers", min=1, max=o.MAX_INT)] = None,
@@ -126,6 +129,8 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
+    if audit and engine == "ray":
+        raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
     from scorecli.io.output import resolve_output
     from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 
@@ -378,6 +383,15 @@ def _device_name(device: str) -> str:
 
     dev = resolve_device(device)
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def _add_cache_commands() -> None:
+    from scorecli.cli_cache import cache_app
+
+    app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
+
+
+_add_cache_commands()
 
 
 def main() -> None:

@@ -81,6 +81,11 @@ class ScoreConfig:
     allow_pickle: bool = False
     cache_dir: str | None = None  # where dequantized GGUF checkpoints and ONNX (and int8) exports are kept
     extra_metadata: tuple[tuple[str, str], ...] = field(default=())
+    score_cache: str | None = (
+        None  # docs/long-jobs.md: Nightly jobs: a folder or store prefix of scores already computed
+    )
+    audit: int = 0  # pairs re-scored through the model's own float32 forward after the run (`checks.audit`)
+    audit_strict: bool = False  # an audit beyond tolerance exits 1 after the output is written
     # not a flag: about how many tokens the whole job holds (the CLI estimates it from its inputs'
     # sizes; None: unknown, e.g. stdin or the library); `--compile auto` compiles jobs long enough
     job_tokens: int | None = None
@@ -122,6 +127,10 @@ class ScoreConfig:
                 f"--chunk-overlap must be at least 0 and less than --chunk-tokens {self.chunk_tokens}, "
                 f"got {self.chunk_overlap}"
             )
+        if self.audit < 0:
+            raise UsageError(f"--audit must be at least 0, got {self.audit}")
+        if self.audit_strict and not self.audit:
+            raise UsageError("--audit-strict needs --audit N (N > 0)")
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
         if self.window_seconds is not None and not self.window_seconds > 0:

@@ -119,6 +119,20 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         None,
         "Continue the job whose finished rows OUT.partial/ (or a DIR/ output) keeps; without one, start it.",
     ),
+    "--score-cache": (
+        LONG,
+        "LOCATION",
+        "Reuse the scores of pairs scored before (a folder, or an s3://, gs:// or abfs:// prefix; made if "
+        "missing) and add the new ones: a nightly job scores only what changed.",
+    ),
+    "--audit": (
+        LONG,
+        "N",
+        "After scoring, re-score N of the run's pairs one at a time through the model's own float32 forward "
+        "and record the largest difference (default 0: no audit).",
+    ),
+    "--audit-strict": (LONG, None, "Exit 1, after the output is written, when the audit is beyond tolerance."),
+    "--older-than": (LONG, "AGE", "Remove entries added longer ago than AGE: 30d, 12h, 90m, 2w (days without a unit)."),
     "--engine": (PERF, "NAME", "local: score in this process | ray: on Ray workers (needs the ray extra)."),
     "--ray-address": (
         PERF,
@@ -197,4 +211,9 @@ EVAL_EXAMPLES = """Examples (labels: a grade per item, or the relevant items' in
 INPUTS = "JSONL/Parquet/CSV/TSV files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
 SCORES = "An output of scorecli score: a Parquet or JSON lines file, or a dataset folder."
 EVAL_K = "k of MRR@k and nDCG@k (default: 10)."
+CACHE_EXAMPLES = """Examples:
+  scorecli cache info ~/.cache/nightly-scores
+  scorecli cache prune ~/.cache/nightly-scores --older-than 30d
+  scorecli cache prune s3://bucket/scores/ --model ./old-reranker"""
+LOCATION = "A score cache: the folder or store prefix given to --score-cache."
 INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

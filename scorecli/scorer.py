@@ -28,6 +28,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
+from scorecli.core.repeats import unique_seqs
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback
@@ -64,6 +65,7 @@ class Prepared:
     num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
     labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
     planned: Any = None  # what the family's `plan` hands back to it when the window runs (`begin`)
+    copies: np.ndarray | None = None  # [2, k] entries not run, and the entry of the same sequence they copy
 
     @property
     def num_rows(self) -> int:
@@ -205,6 +207,14 @@ class Scorer:
             row, err = self._parse(raw)
             parsed.append(row)
             errors.append(err)
+        return self.prepare_parsed(rows, parsed, errors, id_type)
+
+    def prepare_parsed(
+        self, rows: list[RawRow], parsed: list[Row | None], errors: list[str | None], id_type: pa.DataType | None = None
+    ) -> Prepared:
+        """`prepare` of rows validated already (`parsed[k]` None: row k failed with `errors[k]`);
+        `rows` give the ids and where each row is."""
+        errors = list(errors)
         good = [k for k, r in enumerate(parsed) if r is not None]
         encoded = self.family.encoder.encode([parsed[k] for k in good], [rows[k].where for k in good], self.chunking)
         counts = np.zeros(len(rows), dtype=np.int64)
@@ -229,6 +239,11 @@ class Scorer:
             chunks.append(row_chunks)
         seqs = [s for k in sorted(per_row) for s in per_row[k]]
         seq_rows = np.array([k for k in sorted(per_row) for _ in per_row[k]], dtype=np.int64)
+        # a text or pair listed again is run once (docs/long-jobs.md: Nightly jobs), where an entry's
+        # result is its sequence's alone (not where items meet their query on the device: `apart`)
+        keep, copies = unique_seqs(seqs) if self.family.entries_alone else (list(range(len(seqs))), None)
+        if copies is not None:
+            seqs, seq_rows = [seqs[i] for i in keep], seq_rows[keep]
         lengths = np.array([s.length for s in seqs], dtype=np.int64)
         num_tokens = np.bincount(seq_rows, weights=lengths, minlength=len(rows)).astype(np.int64)
         shared = self._shared_prefix(prefixes)
@@ -245,7 +260,20 @@ class Scorer:
         labelled = labels if any(g is not None for g in labels) else None
         batches, planned = self.family.plan(seqs, lengths, self.max_batch_tokens, offsets, chunked)
         return Prepared(
-            ids, has_id, errors, offsets, seqs, batches, num_tokens, shared, id_type, chunked, first, labelled, planned
+            ids,
+            has_id,
+            errors,
+            offsets,
+            seqs,
+            batches,
+            num_tokens,
+            shared,
+            id_type,
+            chunked,
+            first,
+            labels=labelled,
+            planned=planned,
+            copies=copies,
         )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
@@ -277,7 +305,20 @@ class Scorer:
 
         Batches are launched back to back; their results stay on the device until the window
         ends and come back in one copy (`engine.batches.Readback`)."""
-        n_labels, chunks = len(self.spec.label_names), prepared.chunks
+        return self.table(prepared, self.values(prepared, on_batch))
+
+    def table(self, window, values: np.ndarray) -> pa.Table:
+        """The output table of `window` (a `Prepared`, or any object with its row fields) from
+        its items' values [items, labels + hidden]."""
+        n_labels = len(self.spec.label_names)
+        table = self._table(window, values[:, :n_labels], values[:, n_labels:])
+        if self.config.compact and n_labels == 1 and hasattr(self, "self_check_note"):
+            table = table.drop_columns(["scores"])  # `score` holds the same (the self-check reads `scores`)
+        return table
+
+    def values(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """[items, labels + hidden] float32: a prepared window's items' scores (and hidden states)."""
+        chunks = prepared.chunks
         done = self.family.done_entries(prepared.item_offsets, chunks)  # entries that complete an item
         readback = Readback(self.loaded.device, on_batch, done)
         if self.shares_prefix:
@@ -291,15 +332,17 @@ class Scorer:
             if checked:
                 mark("first batch launched")
         out = readback.gather(prepared.num_entries, self.family.entry_width)
+        if prepared.copies is not None:
+            dst, src = prepared.copies
+            out[dst] = out[src]
+            if on_batch is not None:  # their items are done too
+                on_batch(len(dst) if done is None else int(done[dst].sum()), 0)
         if checked:
             mark("first window scored")
         out = self.family.finish(out, prepared.item_offsets, chunks)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
-        table = self._table(prepared, out[:, :n_labels], out[:, n_labels:])
-        if self.config.compact and n_labels == 1 and checked:  # `score` holds the same (the self-check reads `scores`)
-            table = table.drop_columns(["scores"])
-        return table
+        return out
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
         """(item index, tokens, scores [N, labels + hidden] on the device) of every batch, one at a time;
@@ -388,7 +431,7 @@ class Scorer:
 
     # ---- output -----------------------------------------------------------------------
 
-    def _table(self, prepared: Prepared, scores: np.ndarray, hidden: np.ndarray) -> pa.Table:
+    def _table(self, prepared, scores: np.ndarray, hidden: np.ndarray) -> pa.Table:
         cfg = self.config
         hidden_dtype = (
             (cfg.hidden_dtype if cfg.hidden_dtype == "float16" else "float32") if self.hidden_pooling else None

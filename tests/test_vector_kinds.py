@@ -348,3 +348,30 @@ def test_given_token_ids_are_chunked_as_they_are(folders):
     whole = Scorer(path, device="cpu").score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": windows}]))
     assert got["num_chunks"].to_pylist() == [[len(windows)]]
     np.testing.assert_allclose(got["score"].to_pylist()[0][0], max(whole["score"].to_pylist()[0]), rtol=1e-6)
+
+
+# one window in which items recur under other queries and a query recurs in another row
+REPEATS = [
+    {"id": 0, "query": "lazy dog", "items": ["the quick brown fox", "yes no maybe", "passage"]},
+    {"id": 1, "query": "relevant answers", "items": ["passage", "the quick brown fox"]},
+    {"id": 2, "query": "lazy dog", "items": ["passage", "over a lazy dog"]},
+]
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
+def test_repeated_texts_and_the_score_cache_keep_each_row_its_own_query(folders, tmp_path, name):
+    """An item listed under two queries is scored against each (a window's repeated sequences are
+    run once only where an entry's result is its sequence's alone); with `--score-cache`, a second
+    night of the same rows takes every pair from the cache and writes the same scores."""
+    kind = FOLDERS[name][0]
+    rows = write(tmp_path / "rows.jsonl", jsonl(REPEATS))
+    want = reference(folders[name], REPEATS, kind)
+    one = ["--window-rows", "3"]
+    plain = score(rows, folders[name], tmp_path / "plain.parquet", *one)
+    assert_close(plain["score"].to_pylist(), want)
+    cache = ["--score-cache", str(tmp_path / "cache"), *one]
+    first = score(rows, folders[name], tmp_path / "first.parquet", *cache)
+    second = score(rows, folders[name], tmp_path / "second.parquet", *cache)
+    assert_close(first["score"].to_pylist(), want)
+    assert_close(second["score"].to_pylist(), want)
+    assert int(second.schema.metadata[b"score_cache_misses"]) == 0

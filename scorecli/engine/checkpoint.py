@@ -271,32 +271,29 @@ class Checkpoint:
                 return schema.field(field).type
         return None
 
-    def finish(self, metadata: dict[str, str], extra: dict[str, str] | None = None) -> None:
-        """Make the output from the parts: one file through the `Sink`, or the finished dataset;
-        `extra`: metadata known only at the end (ranking metrics)."""
-        extra = extra or {}
+    def finish(self, metadata: dict[str, str], closing: dict[str, str] | None = None) -> None:
+        """Make the output from the parts: one file through the `Sink`, or the finished dataset.
+        `closing`: metadata keys known only at the end (every part of a dataset gets them)."""
         if self.target.kind == "dataset":
-            self._unify_parts(extra)
+            self._unify_parts(closing or {})
             self.store.finish_dataset()
             self.written = True
         else:
-            with FileSink(self.target, metadata | extra) as sink:
+            with FileSink(self.target, metadata | (closing or {})) as sink:
                 for table in self.store.tables():
                     sink.write(table)
             self.written = True
             self.store.remove()
 
-    def _unify_parts(self, metadata: dict[str, str] | None = None) -> None:
+    def _unify_parts(self, closing: dict[str, str]) -> None:
         """Give every part the dataset's one schema: a part written before a column's type was
-        known (all null in its window), or before the end's metadata was known (ranking metrics),
-        is rewritten under the final schema."""
+        known (all null in its window), or before the metadata the run closes with, is rewritten
+        under the final schema."""
         schemas = [self.store.schema(name) for name in self.store.names()]
         final = schemas[0]
         for schema in schemas[1:]:
             final = merge_schema(final, schema)
-        final = final.with_metadata(
-            schemas[-1].metadata | {k.encode(): v.encode() for k, v in (metadata or {}).items()}
-        )
+        final = final.with_metadata((schemas[-1].metadata or {}) | {k.encode(): v.encode() for k, v in closing.items()})
         for name, schema in zip(self.store.names(), schemas):
             if not schema.equals(final, check_metadata=True):
                 table = conform(self.store.table(name), final).replace_schema_metadata(final.metadata)

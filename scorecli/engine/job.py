@@ -6,7 +6,7 @@ modification times of the files that make it: weights, configs, tokenizer), run 
 scorecli version and set every flag that changes the output's content the same way; a template
 file counts by what it holds (an edited template is another job). Flags that
 only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
-its workers, the GGUF cache folder) are left out, so a resumed run may change them (a resumed job
+its workers, the GGUF cache folder, the score cache and the audit) are left out, so a resumed run may change them (a resumed job
 still goes on in its own windows: `Checkpoint.schedule`). `--device`, `--dtype` and `--attention`
 count by what they resolve to, which only the loaded model tells (`auto` is bfloat16 and flashinfer
 on a GPU, float32 and sdpa on a CPU): the kept rows' output metadata holds it, and the rest of the
@@ -30,7 +30,7 @@ from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
+NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens", "score_cache", "audit", "audit_strict"}
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's

@@ -26,6 +26,7 @@ from scorecli.core.metrics import DEFAULT_K, Ranking
 from scorecli.engine.checkpoint import Checkpoint, Interrupted
 from scorecli.engine.progress import Counts, Tracker, note, summary
 from scorecli.engine.windows import Schedule
+from scorecli.errors import ScorecliError
 from scorecli.io.columns import add_ranking
 from scorecli.io.output import Target
 from scorecli.io.parts import Part
@@ -44,6 +45,18 @@ class Window:
     counts: Counts | None = None  # a written part's rows, skipped rows, items and tokens
     nulled: dict[str, int] = field(default_factory=dict)
     counted: bool = False  # the engine fed its items and tokens to the tracker already (per batch)
+
+
+@dataclass
+class Closing:
+    """What a run knows once every window is scored (docs/long-jobs.md: Nightly jobs): output metadata keys
+    (the score cache's counts, the audit's figures), words for the summary line, lines said after
+    it, and a failure that exits 1 once the output is written (`--audit-strict`)."""
+
+    metadata: dict[str, str] = field(default_factory=dict)
+    summary: str = ""
+    lines: list[str] = field(default_factory=list)
+    failure: str | None = None
 
 
 class Scoring(Protocol):
@@ -65,6 +78,10 @@ class Scoring(Protocol):
     def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
         """For a run that scored no window: the output of no rows (None when an earlier run's
         parts hold rows) and the output's metadata."""
+        ...
+
+    def closing(self) -> Closing:
+        """After the last window, before the output is made (the audit runs here)."""
         ...
 
 
@@ -97,11 +114,15 @@ def run_job(
             total = scoring.total()
             ranking = _kept_ranking(cfg, checkpoint)
             with Tracker(console, None if total is None else done + total, scoring.label, done) as tracker:
-                _drive(scoring, checkpoint, target, tracker, console, (ranking, cfg.labels_field))
+                closing = _drive(scoring, checkpoint, target, tracker, console, (ranking, cfg.labels_field))
     tracker.counts.resumed = done
     if console is not None:
-        line = ranking.line()
-        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note, line)
+        more = "; ".join(x for x in (ranking.line(), closing.summary) if x)
+        summary(console, tracker.counts, time.perf_counter() - start, target.out, scoring.mode_note, more)
+        for line in closing.lines:
+            note(console, line)
+    if closing.failure is not None:
+        raise ScorecliError(closing.failure)
 
 
 def _kept_ranking(cfg: ScoreConfig, checkpoint: Checkpoint | None) -> Ranking:
@@ -122,10 +143,10 @@ def _drive(
     tracker: Tracker,
     console,
     ranked: tuple[Ranking, str],
-) -> None:
+) -> Closing:
     """Windows into the sink, opened with the first window's metadata; closed at the end (the
-    output appears, with the ranking metrics of `ranked`'s labels field in its metadata),
-    aborted on failure."""
+    output appears, with what the run knows then: `Closing`, and the ranking metrics of
+    `ranked`'s labels field in its metadata), aborted on failure."""
     sink: Sink | None = None
     ranking, labels_field = ranked
 
@@ -157,7 +178,8 @@ def _drive(
             sink = opened(metadata)
             if table is not None:
                 sink.write(table)
-        sink.close(ranking.metadata())
+        closing = scoring.closing()
+        sink.close(ranking.metadata() | closing.metadata)
     except BaseException as exc:
         if sink is not None:
             sink.abort()
@@ -166,3 +188,4 @@ def _drive(
                 raise Interrupted(f"interrupted: {where} got the first {sink.streamed:,} rows at most") from exc
         raise
     tracker.counts.nan = sink.nulled.get("score", 0)
+    return closing

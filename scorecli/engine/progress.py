@@ -210,10 +210,11 @@ class EtaColumn(ProgressColumn):
         return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="progress.remaining")
 
 
-def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "", metrics: str = "") -> None:
+def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "", more: str = "") -> None:
     """One line: rows scored (and skipped), items, tokens, time (start-up and scoring apart),
     items/s of the scoring, NaN scores; `note`: how the run's mode was chosen, when it was not
-    the default; `metrics`: the ranking metrics of labelled rows (`core.metrics.Ranking.line`).
+    the default; `more`: what the run adds at its end (ranking metrics of labelled rows, the score
+    cache's hits and misses).
     `seconds`: since the process started; scoring counts from `counts.started`."""
     scoring = max(time.perf_counter() - counts.started, 0.0)
     startup = max(seconds - scoring, 0.0)
@@ -231,8 +232,8 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
         line += f"; skipped {counts.skipped:,} bad rows"
     if counts.nan:
         line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
-    if metrics:
-        line += f"; {metrics}"
+    if more:
+        line += f"; {more}"
     console.print(one_line(line), markup=False, emoji=False, soft_wrap=True)  # a newline in --out stays one line
 
 

@@ -36,12 +36,13 @@ import pyarrow as pa
 
 from scorecli.config import ScoreConfig
 from scorecli.engine.checkpoint import Checkpoint
-from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import Counts
 from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
 from scorecli.engine.ray_workers import (
     FAILED,
     FAILED_TYPE,
+    FIGURES,
     METADATA,
     PART,
     RANGE,
@@ -124,6 +125,9 @@ class _RayScoring:
         )
         used = min(self.workers, max(len(self.refs), 1))
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
+        self.hits = self.misses = 0  # what the workers' score cache gave (`ray_workers.FIGURES`)
+        self.profile = ""
+        self.metadata: dict[str, str] = {}
 
     def total(self) -> int:
         return self.rows
@@ -189,7 +193,13 @@ class _RayScoring:
         metadata = None
         with closing(blocks):
             for table in _in_order(blocks, self.rows, self.done):
-                metadata = metadata or json.loads(table[METADATA][0].as_py())
+                described = json.loads(table[METADATA][0].as_py())
+                figures = json.loads(described.pop(FIGURES, "{}"))
+                self.hits += figures.get("hits", 0)
+                self.misses += figures.get("misses", 0)
+                self.profile = figures.get("profile") or self.profile
+                metadata = metadata or described
+                self.metadata = described
                 if WRITTEN in table.column_names:
                     yield self._written(table, metadata)
                 else:
@@ -239,6 +249,18 @@ class _RayScoring:
         if status != "ok":
             raise_failure(first, second)
         return public(first, self.cfg.skip_bad_rows), second
+
+    def closing(self) -> Closing:
+        """The score cache's counts over every worker; its segments (one per block) compacted."""
+        if not self.cfg.score_cache:
+            return Closing()
+        if self.profile:
+            from scorecli.cache.store import CacheStore
+
+            CacheStore(self.cfg.score_cache, create=True).compact(self.profile)
+        figures = {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
+        said = f"score cache: {self.hits:,} hits, {self.misses:,} misses"
+        return Closing(self.metadata | figures if self.metadata else figures, said)
 
 
 def run_score_ray(

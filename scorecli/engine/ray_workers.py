@@ -34,6 +34,8 @@ FAILED, FAILED_TYPE, METADATA = "__scorecli_failed", "__scorecli_failed_type", "
 RANGE, PART = "__scorecli_range", "__scorecli_part"
 # a written part, described back: its name, rows, bytes and what the driver counts
 WRITTEN = "__scorecli_written"
+# in a block's metadata: the pairs the score cache gave and those it did not (`cache.reuse.Figures`)
+FIGURES = "__scorecli_figures"
 
 
 class ScorecliPredictor:
@@ -49,9 +51,13 @@ class ScorecliPredictor:
     """
 
     def __init__(self, model: str, id_type: pa.DataType | None = None, **flags: Any):
+        from scorecli.cache import reusing
+        from scorecli.config import ScoreConfig
         from scorecli.scorer import Scorer
 
-        self.scorer = Scorer(model, **flags)
+        cfg = flags.pop("config", None) or ScoreConfig(model=model, **flags)
+        # pairs already scored are reused (the run's --score-cache, read and added to here too)
+        self.scorer = reusing(cfg, lambda: Scorer(model, cfg))
         self.scorer.id_type = id_type
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -94,10 +100,15 @@ class EnginePredictor(ScorecliPredictor):
             if self.failure is not None:
                 raise self.failure
             ranged = RANGE in batch.column_names
+            before = (self.scorer.figures.hits, self.scorer.figures.misses)
             out = self.scorer.score_rows(self._read(batch) if ranged else _decode(batch))
             first = index[0].as_py()
             index = pa.array(range(first, first + out.num_rows), pa.int64()) if ranged else index
-            metadata = pa.array(_first_only(json.dumps(self.scorer.metadata), out.num_rows), pa.string())
+            # what the block reused, for the driver's totals (`FIGURES`: never in the output's metadata)
+            figures = {"hits": self.scorer.figures.hits - before[0], "misses": self.scorer.figures.misses - before[1]}
+            figures["profile"] = getattr(self.scorer, "profile", "")
+            described = self.scorer.metadata | {FIGURES: json.dumps(figures)}
+            metadata = pa.array(_first_only(json.dumps(described), out.num_rows), pa.string())
             out = out.add_column(0, ROW_INDEX, index).append_column(METADATA, metadata)
             if PART in batch.column_names and batch[PART][0].as_py():
                 return self._write(out, json.loads(batch[PART][0].as_py()))

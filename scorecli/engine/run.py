@@ -7,6 +7,7 @@ scored (`lifecycle.run_job` does the rest). Knows nothing about flags.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -17,7 +18,7 @@ from rich.console import Console
 
 from scorecli.config import ScoreConfig
 from scorecli.engine.checkpoint import Checkpoint
-from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
@@ -109,6 +110,7 @@ class LocalEngine:
         checkpoint's `schedule` (growing windows, `engine.windows`)."""
         from transformers.utils import logging as hf_logging
 
+        from scorecli.cache import reusing
         from scorecli.scorer import Scorer
 
         # our own progress is the only one: transformers' "Loading weights" bar would break
@@ -117,7 +119,8 @@ class LocalEngine:
         rows = self.rows if self.rows is not None else open_rows(cfg, self.paths, self.stdin, self.checkpoint)
         windows = self.checkpoint.schedule(cfg) if self.checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
         with loading(self.console, short_name(cfg.model) or cfg.model):
-            scorer = Scorer(cfg.model, cfg)
+            # pairs already scored are reused; the model loads when one is not (`scorecli.cache`)
+            scorer = reusing(cfg, lambda: Scorer(cfg.model, cfg))
         scorer.id_type = schema_id_type(self.paths, cfg.id_field)
         yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
 
@@ -148,6 +151,27 @@ class _Local:
             return None, self.scorer.metadata
         table = with_id_column(self.scorer.empty_table(), self.scorer.config.id_field, self.scorer.id_type)
         return table, self.scorer.metadata
+
+    def closing(self) -> Closing:
+        """This run's segments merged; the cache's counts and the audit's figures for the output."""
+        reuse, done = self.scorer, Closing()
+        reuse.close()
+        if figures := reuse.closing_metadata():
+            done.metadata = reuse.metadata | figures
+            done.summary = f"score cache: {reuse.figures.hits:,} hits, {reuse.figures.misses:,} misses"
+        if reuse.sampler is not None:
+            verdict = reuse.audit()
+            done.metadata = (done.metadata or reuse.metadata) | verdict.metadata()
+            done.lines.append(verdict.line())
+            if not verdict.passed:
+                beyond = (
+                    f"audit: the run's scores differ from the model's own float32 forward by up to "
+                    f"{verdict.max_diff:.2g}, beyond the tolerance {verdict.tolerance:.2g}"
+                )
+                warnings.warn(beyond, RuntimeWarning, stacklevel=2)
+                if reuse.config.audit_strict:
+                    done.failure = f"{beyond} (--audit-strict; the output was written)"
+        return done
 
 
 def run_score(

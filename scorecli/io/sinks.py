@@ -36,7 +36,8 @@ class Sink(Protocol):
 
     def write(self, table: pa.Table) -> None: ...
     def close(self, metadata: dict[str, str] | None = None) -> None:
-        """Make the output appear; `metadata`: more of it, known only at the end (ranking metrics)."""
+        """Make the output appear; `metadata`: keys known only at the end (ranking metrics, the
+        score cache's counts, the audit), added to (or replacing) the output's metadata."""
         ...
 
     def abort(self) -> None: ...

@@ -175,8 +175,8 @@ class Sink:
 
     def close(self, metadata: dict[str, str] | None = None) -> None:
         """Commit: finish the output; a regular file is fsync'ed and renamed onto its path.
-        `metadata`: more Parquet metadata, known only now (the file is written again under it,
-        once; JSON lines hold none).
+        `metadata`: keys known only at the end, added to a Parquet output's (what was written
+        is copied once under the new schema).
 
         Raises:
             RuntimeError: Parquet output with no table ever written.
@@ -184,7 +184,7 @@ class Sink:
         if self._done:
             return
         try:
-            if metadata and self._writer is not None:
+            if metadata and self.format == "parquet" and self._writer is not None:
                 self._metadata |= {k.encode(): v.encode() for k, v in metadata.items()}
                 self._rewrite(self._schema.with_metadata(self._metadata))
             self._commit()

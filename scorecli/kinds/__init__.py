@@ -160,6 +160,9 @@ class FamilyDefaults:
     fallback: str | None = None
     shares_prefix = False
     needs_check = True
+    # an entry's result is its sequence's alone, so a window's repeated sequences run once and are
+    # copied (`core.repeats`); False where items meet their row's query on the device (`apart`)
+    entries_alone = True
 
     def prefix(self, enc) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)

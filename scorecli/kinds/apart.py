@@ -160,6 +160,7 @@ class ApartFamily(FamilyDefaults):
     `self.backend_name` and implement `query_reps` and `item_scores`."""
 
     padded = True
+    entries_alone = False  # an item's entry is its score against its own row's query
     pooling: str | None = None  # no pooled hidden states (refused in the spec)
 
     def __init__(self, setup: Setup):

@@ -1,0 +1,354 @@
+"""A Scorer behind pair keys (docs/long-jobs.md: Nightly jobs): what a window's pairs already have is reused,
+only the rest is scored.
+
+`Reusing` is what the engines score windows with (`engine.run`, `engine.ray_workers`): the same
+`prepare` / `run` / `metadata` / `empty_table` as `scorecli.scorer.Scorer`, which it loads only
+when a window has a pair to score. Per window: rows are validated, their pairs keyed
+(`keys`), looked up (`index`: the cache's segments and this job's own entries), split into hits,
+pairs to score and repeats (`window.plan`); the Scorer prepares and scores the rows of missing
+items only; the values are merged back in item order and the output table is built as for an
+uncached window; the new entries are added as the window ends (one segment, durable before
+the next window's output is). Without `--score-cache` the job's own entries still make a pair that
+recurs be scored once.
+
+The settings a run's flags resolve to are known only once a model is loaded; the cache maps the
+flags as given (`identity.request_digest`) to them (`requests/`), so a later run whose every
+pair hits loads no model at all. A window whose rows fail (a bad row) is prepared whole, without
+reuse, so that its errors read exactly as an uncached run's. Knows nothing about files beyond
+the cache, progress or the command line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from scorecli import __version__
+from scorecli.cache.identity import model_identity, request_digest, settings_digest, settings_of
+from scorecli.cache.index import Index
+from scorecli.cache.keys import keys_of
+from scorecli.cache.segments import Entries
+from scorecli.cache.store import CacheStore
+from scorecli.cache.window import Plan, plan
+from scorecli.core.rows import Fields, Row, parse_row
+from scorecli.errors import InputError
+from scorecli.io.columns import Columns, window_table
+from scorecli.io.readers import RawRow
+
+# entries of its own a job keeps in memory to find repeats across windows (16 bytes of key and a
+# few of scores each; with a cache they are in its segments too): beyond it the oldest are
+# dropped, and a pair met again is scored again
+JOB_ENTRIES = 4_000_000
+
+
+@dataclass
+class Figures:
+    """What the reuse did: pairs found (`hits`) and not (`misses`) in the cache or earlier in the job."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def add(self, other: Figures) -> None:
+        self.hits += other.hits
+        self.misses += other.misses
+
+
+@dataclass
+class CachedWindow:
+    """A prepared window: its rows, their plan, and the Scorer's `Prepared` of the rows to score."""
+
+    rows: list[RawRow]
+    parsed: list[Row | None]
+    errors: list[str | None]
+    keys: np.ndarray
+    plan: Plan
+    hit_scores: np.ndarray
+    hit_chunks: np.ndarray | None
+    inner: Any = None  # scorer.Prepared of the items to score (None: nothing to score)
+    whole: bool = False  # prepared without reuse (a bad row): `inner` is the whole window
+    id_type: pa.DataType | None = None
+    figures: Figures = field(default_factory=Figures)
+    version: int = 0  # the job's entries it was looked up in (`Index.version`)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def num_items(self) -> int:
+        return int(self.plan.offsets[-1])
+
+    @property
+    def num_tokens(self) -> np.ndarray:
+        """Tokens the window's forward passes compute, per row scored (hits and repeats cost none:
+        the ETA counts what is left to compute)."""
+        return np.zeros(0, dtype=np.int64) if self.inner is None else self.inner.num_tokens
+
+
+@dataclass
+class _Merged:
+    """The row fields of a window's output table (`io.columns.window_table`)."""
+
+    ids: list
+    has_id: bool
+    errors: list[str | None]
+    item_offsets: np.ndarray
+    num_tokens: np.ndarray
+    id_type: pa.DataType | None
+    chunks: np.ndarray | None
+    labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
+
+    @property
+    def num_items(self) -> int:
+        return int(self.item_offsets[-1])
+
+
+class Reusing:
+    """Scores windows with what is known reused. Args: the run's config; `load()` builds the
+    Scorer (called at most once, when a pair must be scored or the settings are not known yet);
+    `cache`: the score cache (None: repeats within the job only)."""
+
+    def __init__(self, cfg, load: Callable[[], Any], cache: CacheStore | None = None):
+        self.config, self._load, self.cache = cfg, load, cache
+        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.id_type: pa.DataType | None = None
+        self.scorer: Any = None
+        self.figures = Figures()
+        self.lookups = not cfg.pooled_hidden_states  # hidden states are not cached: every pair is scored
+        self.own: list[str] = []  # segments this run wrote
+        self.sampler: Any = None  # the audit's (`checks.audit.Sampler`), when asked
+        self.record: dict | None = None
+        self.identity: str | None = None
+        self.request: str | None = None
+        if cache is not None:
+            import torch
+
+            device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+            self.identity = model_identity(cfg.model, cache.memo)
+            if self.identity is not None:
+                self.request = request_digest(cfg, self.identity, device, __version__)
+                self.record = cache.request(self.request)
+        if self.record is None:
+            self.loaded()  # the settings come from the model
+        else:
+            self._use(self.record)
+        if cfg.audit:
+            from scorecli.checks.audit import Sampler, cost_note
+            from scorecli.errors import notice
+
+            notice(cost_note(cfg.audit))
+            self.sampler = Sampler(cfg.audit, int(self.record["labels"]), int(self.record["positive_index"]))
+
+    # ---- the model, the settings ------------------------------------------------------
+
+    def loaded(self):
+        """The Scorer, loaded now if it was not (and the settings it resolves recorded)."""
+        if self.scorer is not None:
+            return self.scorer
+        scorer = self._load()
+        scorer.id_type = self.id_type
+        self.scorer = scorer
+        if self.cache is None:
+            record = {"settings": os.urandom(16).hex()}  # repeats within this job only
+        else:
+            if self.identity is None:  # a Hub model downloaded just now
+                self.identity = model_identity(self.config.model, self.cache.memo)
+            settings = settings_digest(settings_of(scorer, self.identity or "unknown"))
+            record = {"settings": settings, "metadata": scorer.metadata, "identity": self.identity}
+        record |= {"labels": len(scorer.spec.label_names), "positive_index": scorer.spec.positive_index}
+        if self.cache is not None and self.identity is None:
+            self.cache = None  # nothing to key it by: this run reuses within itself only
+        elif (
+            self.cache is not None
+            and self.request is not None
+            and (self.record or {}).get("settings") != record["settings"]
+        ):
+            self.cache.save_request(self.request, record)
+        if self.record is None or self.record.get("settings") != record["settings"]:
+            self._use(record)
+        self.record = record
+        return scorer
+
+    def _use(self, record: dict) -> None:
+        """Key pairs under `record`'s settings, and open what the cache holds for them."""
+        self.record = record
+        self.salt = bytes.fromhex(record["settings"])
+        self.profile = record["settings"]
+        chunked = self.config.chunk_tokens is not None
+        self.index = Index(int(record["labels"]), chunked, JOB_ENTRIES)
+        if self.cache is not None and self.lookups:
+            for name in self.cache.segment_names(self.profile):
+                entries = self.cache.read(self.profile, name)
+                if entries is not None and (entries.chunks is not None) == chunked:
+                    self.index.open(entries)
+
+    @property
+    def model_info(self) -> dict[str, str]:
+        return {"identity": self.identity or "", "name": str(self.config.model)}
+
+    # ---- windows ----------------------------------------------------------------------
+
+    def _parse(self, raw: RawRow) -> tuple[Row | None, str | None]:
+        try:
+            if raw.error is not None:
+                raise InputError(f"{raw.where}: {raw.error}")
+            return parse_row(raw.data, raw.where, self.fields), None  # type: ignore[arg-type]
+        except InputError as exc:
+            if not self.config.skip_bad_rows:
+                raise
+            return None, str(exc)
+
+    def prepare(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> CachedWindow:
+        """Validate and key a window's rows, look their pairs up, and prepare the rows of the
+        pairs still to score (loading the model if it is not)."""
+        parsed, errors = zip(*(self._parse(r) for r in rows)) if rows else ((), ())
+        parsed, errors = list(parsed), list(errors)
+        keys, offsets = keys_of(self.salt, parsed)
+        if self.lookups:
+            found, hit_scores, hit_chunks = self.index.lookup(keys)
+        else:
+            found, hit_scores, hit_chunks = np.zeros(len(keys), bool), np.zeros((len(keys), 0), np.float32), None
+        p = plan(parsed, keys, offsets, found)
+        window = CachedWindow(rows, parsed, errors, keys, p, hit_scores, hit_chunks, id_type=id_type or self.id_type)
+        window.figures = Figures(p.hits, p.misses)
+        window.version = self.index.version
+        if len(p.scored):
+            scorer = self.loaded()
+            try:
+                window.inner = scorer.prepare_parsed(rows, p.rows, errors, window.id_type)
+                failed = any(e is not None and errors[k] is None for k, e in enumerate(window.inner.errors))
+            except InputError:
+                failed = True
+            if failed:  # a bad row: the window as an uncached run prepares it, errors and all
+                window.inner, window.whole = scorer.prepare(rows, window.id_type), True
+                window.figures = Figures(0, window.inner.num_items)
+        return window
+
+    def run(self, window: CachedWindow, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
+        """Score a prepared window's missing pairs; its output table, as an uncached run's."""
+        p, inner = window.plan, window.inner
+        if window.whole:
+            self.figures.add(window.figures)
+            values = self.scorer.values(inner, on_batch)
+            good = [k for k, e in enumerate(inner.errors) if e is None and window.parsed[k] is not None]
+            keys = [window.keys[p.offsets[k] : p.offsets[k + 1]] for k in good]
+            self._remember(np.concatenate(keys) if keys else window.keys[:0], values, inner.chunks)
+            return self.scorer.table(inner, values)
+        if inner is not None and self.lookups and self.index.version != window.version:
+            window = self._again(window)  # the window before added entries after this one was prepared
+            p, inner = window.plan, window.inner
+        self.figures.add(window.figures)
+        if on_batch is not None and (p.hits or len(p.repeats)):
+            on_batch(p.hits + len(p.repeats), 0)  # items done without a forward
+        if inner is not None:
+            scored = self.scorer.values(inner, on_batch)
+            self._remember(window.keys[p.scored], scored, inner.chunks)
+        else:
+            scored = np.zeros((0, int(self.record["labels"])), np.float32)
+        values = p.merge(window.hit_scores, scored, scored.shape[1])
+        chunks = p.merge_chunks(window.hit_chunks, inner.chunks if inner is not None else None)
+        merged = self._merged(window, chunks, inner)
+        if self.sampler is not None:
+            self.sampler.offer(window, values)
+        if self.scorer is not None:
+            return self.scorer.table(merged, values)
+        return self._table(merged, values)
+
+    def _again(self, window: CachedWindow) -> CachedWindow:
+        """`window` with the pairs the job scored since it was prepared (in the window before,
+        which ran while this one was prepared) taken as hits, and its rows prepared again if
+        there were any (else as it was)."""
+        p = window.plan
+        found, scores, chunks = self.index.lookup(window.keys[p.scored])
+        if not found.any():
+            return window
+        hit = p.scored[found]
+        window.plan.found[hit] = True
+        window.hit_scores[hit] = scores[found]
+        if window.hit_chunks is not None and chunks is not None:
+            window.hit_chunks[hit] = chunks[found]
+        window.plan = plan(window.parsed, window.keys, p.offsets, window.plan.found)
+        window.figures = Figures(window.plan.hits, window.plan.misses)
+        window.inner = None
+        if len(window.plan.scored):
+            window.inner = self.scorer.prepare_parsed(window.rows, window.plan.rows, window.errors, window.id_type)
+        return window
+
+    def _remember(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> None:
+        """Add a window's newly scored pairs (keys [m, 2], values [m, labels + hidden], chunks
+        [m] or None) to the job's entries and, durably, to the cache."""
+        if not len(keys):
+            return
+        labels = int(self.record["labels"])
+        if self.config.chunk_tokens is not None:
+            chunks = (chunks if chunks is not None else np.ones(len(keys))).astype(np.int32)
+        else:
+            chunks = None
+        entries = Entries.of(keys, np.ascontiguousarray(values[:, :labels]), chunks)
+        self.index.add(entries)
+        if self.cache is not None:
+            self.own.append(self.cache.write(self.profile, entries, self.model_info))
+
+    def _merged(self, window: CachedWindow, chunks: np.ndarray | None, inner) -> _Merged:
+        ids = [None if r.data is None else r.data.get(self.fields.id) for r in window.rows]
+        has_id = window.id_type is not None or any(r.data is not None and self.fields.id in r.data for r in window.rows)
+        tokens = inner.num_tokens if inner is not None else np.zeros(len(window.rows), np.int64)
+        labels = [None if r is None else r.labels for r in window.parsed]
+        labelled = labels if any(g is not None for g in labels) else None
+        return _Merged(ids, has_id, window.errors, window.plan.offsets, tokens, window.id_type, chunks, labelled)
+
+    def _table(self, merged: _Merged, values: np.ndarray) -> pa.Table:
+        """A window's table with no model loaded (every pair a hit): as the Scorer builds it."""
+        cfg, labels = self.config, int(self.record["labels"])
+        cols = Columns(
+            id_field=cfg.id_field,
+            labels_field=cfg.labels_field,
+            positive_index=int(self.record["positive_index"]),
+            top_k=cfg.top_k,
+            chunked=cfg.chunk_tokens is not None,
+            hidden_dtype=None,
+            errors=cfg.skip_bad_rows,
+        )
+        table = window_table(merged, values[:, :labels], values[:, labels:labels], cols, self.metadata)
+        return table.drop_columns(["scores"]) if cfg.compact and labels == 1 else table
+
+    def score_rows(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> pa.Table:
+        return self.run(self.prepare(rows, id_type))
+
+    def empty_table(self) -> pa.Table:
+        return self.run(self.prepare([]))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The output's metadata: the Scorer's, or (no model loaded) the run's that resolved these settings."""
+        if self.scorer is not None:
+            return self.scorer.metadata
+        meta = dict((self.record or {}).get("metadata") or {})
+        return meta | {"model": str(self.config.model), "self_check": "not run (every pair came from the score cache)"}
+
+    def closing_metadata(self) -> dict[str, str]:
+        """Keys known once every window is scored: the cache's counts."""
+        if self.cache is None:
+            return {}
+        return {"score_cache_hits": str(self.figures.hits), "score_cache_misses": str(self.figures.misses)}
+
+    def audit(self):
+        """The audit's verdict on the pairs sampled from this run (`checks.audit`)."""
+        from scorecli.checks.audit import audit
+
+        return audit(self.sampler, self.config, self.scorer, self.loaded, self.metadata.get("dtype", "float32"))
+
+    def close(self) -> None:
+        """After the last window: this run's segments become one, and a cache whose segments
+        piled up is compacted."""
+        if self.cache is None or not self.own:
+            return
+        if len(self.own) > 1:
+            self.cache.merge(self.profile, self.own, self.model_info)
+        self.cache.compact(self.profile, self.model_info)
+        self.own = []

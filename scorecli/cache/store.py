@@ -1,0 +1,272 @@
+"""A score cache's LOCATION: a local folder or a prefix in an object store (`io.folders`).
+
+    LOCATION/scorecli-score-cache.json       what the folder is, and its format version
+    LOCATION/requests/<request>.json         flags as given -> the settings they resolved to
+    LOCATION/models/<files>.json             a model folder's file stamps -> its content digest
+    LOCATION/segments/<settings>/<t>-<id>.arrow   immutable segments of entries (`segments`)
+
+Every file is written whole or not at all (a local temporary name, fsync and rename; one PUT in
+a store) under a name no other run uses, and never changed afterwards: two runs writing one cache
+at once each add their own segments, and a run killed at any instant leaves the segments of the
+windows it finished and at most a temporary file (`.NAME.tmp`, which readers ignore and `prune`
+removes). Compaction writes the merged segment before it deletes what it merged: a crash between
+leaves duplicate entries (the same scores), never a lost one; a reader that listed a segment just
+deleted passes over it (its pairs are in the merged one). Knows nothing about rows or models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+
+from scorecli.cache.identity import Memo
+from scorecli.cache.segments import SUFFIX, Damaged, Entries, read_entries, read_metadata, to_ipc
+from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.io.folders import Folder, folder_at
+from scorecli.io.urls import is_url
+
+MARKER = "scorecli-score-cache.json"
+FORMAT_NAME = "scorecli score cache"
+FORMAT_VERSION = 1
+MAX_SEGMENTS = 8  # a settings' segments before the smaller ones are merged
+KEEP_LARGEST = 3  # the largest segments a merge leaves alone (size-tiered: big ones are rewritten rarely)
+STALE_TEMP_SECONDS = 3600  # a temporary file this old is a killed writer's
+
+
+def _join(base: str, *names: str) -> str:
+    if is_url(base):
+        return "/".join([base.rstrip("/"), *names])
+    return os.path.join(base, *names)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    profile: str
+    name: str
+    size: int
+    meta: dict[str, str]
+
+    @property
+    def rows(self) -> int:
+        return int(self.meta.get("rows", 0))
+
+
+class _FolderMemo(Memo):
+    """Model identities remembered in the cache's `models/` folder."""
+
+    def __init__(self, folder: Folder):
+        self.folder = folder
+
+    def get(self, key: str) -> str | None:
+        try:
+            data = self.folder.read(f"{key}.json")
+            return json.loads(data)["identity"] if data else None
+        except (ValueError, KeyError, TypeError, OSError, ScorecliError):
+            return None  # unreadable: hash the files again
+
+    def put(self, key: str, value: str) -> None:
+        try:
+            self.folder.make()
+            self.folder.write(f"{key}.json", lambda f: f.write(json.dumps({"identity": value}).encode()))
+        except (OSError, ScorecliError):
+            pass  # a cache we cannot write to still serves lookups
+
+
+class CacheStore:
+    """The cache at `location`. `create`: make it when the folder is missing or empty (a run);
+    otherwise a missing LOCATION is an error (`cache info`, `cache prune`).
+
+    Raises:
+        UsageError: no cache there (and not `create`), a folder holding other files, an
+            unreadable marker, or a format this version cannot read.
+    """
+
+    def __init__(self, location: str, create: bool):
+        self.location = location.rstrip("/") if is_url(location) else location
+        self.shown = self.location
+        self.root = folder_at(self.location)
+        self._open(create)
+        self.memo = _FolderMemo(self._folder("models"))
+
+    def _folder(self, *names: str) -> Folder:
+        return folder_at(_join(self.location, *names))
+
+    def _open(self, create: bool) -> None:
+        try:
+            names = self.root.names() if self.root.exists() else None
+        except OSError as exc:
+            raise UsageError(f"score cache {self.shown}: cannot read it ({exc.strerror or exc})") from exc
+        if not is_url(self.location) and os.path.exists(self.location) and not os.path.isdir(self.location):
+            raise UsageError(f"score cache {self.shown}: a file, not a folder")
+        if names is None or not names:
+            if not create:
+                raise UsageError(f"score cache {self.shown}: no such cache (a run with --score-cache makes one)")
+            self._make()
+            return
+        data = self.root.read(MARKER) if MARKER in names else None
+        if data is None:
+            raise UsageError(
+                f"score cache {self.shown}: the folder holds other files and no {MARKER}: "
+                "give a new or empty folder (scorecli writes nothing into a folder it did not make)"
+            )
+        try:
+            marker = json.loads(data)
+            name, version = marker["format"], int(marker["version"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"score cache {self.shown}: {MARKER} cannot be read ({first_line(exc)})") from exc
+        if name != FORMAT_NAME or version != FORMAT_VERSION:
+            raise UsageError(
+                f"score cache {self.shown}: format {name!r} version {version}, which this scorecli "
+                f"(format version {FORMAT_VERSION}) cannot read: give another --score-cache folder"
+            )
+
+    def _make(self) -> None:
+        marker = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}).encode()
+        try:
+            self.root.make()
+            self.root.write(MARKER, lambda f: f.write(marker))
+        except OSError as exc:
+            raise UsageError(f"score cache {self.shown}: cannot create it ({exc.strerror or exc})") from exc
+
+    # ---- requests ---------------------------------------------------------------------
+
+    def request(self, digest: str) -> dict | None:
+        """What an earlier run recorded for request `digest` (None: none, or unreadable)."""
+        try:
+            data = self._folder("requests").read(f"{digest}.json")
+            return json.loads(data) if data else None
+        except (ValueError, OSError, ScorecliError):
+            return None
+
+    def save_request(self, digest: str, record: dict) -> None:
+        folder = self._folder("requests")
+        folder.make()
+        folder.write(f"{digest}.json", lambda f: f.write(json.dumps(record, sort_keys=True).encode()))
+
+    # ---- segments ---------------------------------------------------------------------
+
+    def profiles(self) -> list[str]:
+        """The settings digests that have segments."""
+        if is_url(self.location):
+            from pyarrow.fs import FileType
+
+            folder = self._folder("segments")
+            listing = folder.store.listing(folder.key)  # type: ignore[attr-defined]
+            return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in listing if i.type == FileType.Directory)
+        base = _join(self.location, "segments")
+        return (
+            sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d))) if os.path.isdir(base) else []
+        )
+
+    def segment_names(self, profile: str) -> list[str]:
+        folder = self._folder("segments", profile)
+        try:
+            names = folder.names() if folder.exists() else []
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+
+    def read(self, profile: str, name: str, with_added: bool = False) -> Entries | None:
+        """A segment's entries; None when it is gone (merged by another run) or damaged (one
+        warning: its pairs are scored again)."""
+        folder = self._folder("segments", profile)
+        try:
+            source = folder.source(name) if not is_url(self.location) else folder.read(name)
+            if source is None:
+                return None
+            entries, _ = read_entries(source, profile, with_added)
+            return entries
+        except FileNotFoundError:
+            return None
+        except Damaged as exc:
+            warnings.warn(
+                f"score cache {self.shown}: segment {profile}/{name} {exc}; passed over (its pairs are scored again)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+
+    def infos(self, profile: str) -> list[SegmentInfo | tuple[str, str]]:
+        """Each segment's metadata, or (name, why) for a damaged one."""
+        folder = self._folder("segments", profile)
+        out: list[SegmentInfo | tuple[str, str]] = []
+        for name in self.segment_names(profile):
+            try:
+                meta = read_metadata(folder.source(name))
+                out.append(SegmentInfo(profile, name, folder.size(name) or 0, meta))
+            except FileNotFoundError:
+                continue
+            except Damaged as exc:
+                out.append((name, str(exc)))
+        return out
+
+    def write(self, profile: str, entries: Entries, model: dict[str, str]) -> str:
+        """Add a segment of `entries` (any order); returns its name."""
+        data = to_ipc(entries.sorted_unique(), profile, model)
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}{SUFFIX}"
+        folder = self._folder("segments", profile)
+        folder.make()
+        folder.write(name, lambda f: f.write(data))
+        return name
+
+    def delete(self, profile: str, name: str) -> None:
+        try:
+            self._folder("segments", profile).delete(name)
+        except (FileNotFoundError, ScorecliError):
+            pass  # deleted by another run's merge already
+
+    def merge(self, profile: str, names: list[str], model: dict[str, str] | None = None) -> str | None:
+        """Merge segments `names` into one (written first, then they are deleted); `model`: what
+        the merged one says about its model (None: what the first of them says)."""
+        parts = [e for e in (self.read(profile, n, with_added=True) for n in names) if e is not None]
+        if not parts:
+            return None
+        if model is None:
+            info = next((i for i in self.infos(profile) if isinstance(i, SegmentInfo) and i.name in names), None)
+            meta = info.meta if info else {}
+            model = {"identity": meta.get("model_identity", ""), "name": meta.get("model_name", "")}
+        merged = self.write(profile, Entries.concat(parts), model)
+        for name in names:
+            self.delete(profile, name)
+        return merged
+
+    def compact(self, profile: str, model: dict[str, str] | None = None) -> None:
+        """When a settings' segments pile up, merge all but the few largest."""
+        infos = [i for i in self.infos(profile) if isinstance(i, SegmentInfo)]
+        if len(infos) <= MAX_SEGMENTS:
+            return
+        infos.sort(key=lambda i: i.size)
+        self.merge(profile, [i.name for i in infos[: len(infos) - KEEP_LARGEST]], model)
+
+    def forget_requests(self, identity: str) -> None:
+        """Remove what requests of the model `identity` (or an identity starting so) resolved to."""
+        folder = self._folder("requests")
+        try:
+            names = folder.names() if folder.exists() else []
+        except FileNotFoundError:
+            return
+        for name in names:
+            record = self.request(name.removesuffix(".json")) if name.endswith(".json") else None
+            if record is not None and str(record.get("identity") or "").startswith(identity):
+                folder.delete(name)
+
+    def temp_files(self, profile: str) -> list[str]:
+        """Temporary files killed writers left (local folders only: a store has none)."""
+        if is_url(self.location):
+            return []
+        base = _join(self.location, "segments", profile)
+        now = time.time()
+        try:
+            return [
+                n
+                for n in os.listdir(base)
+                if n.startswith(".")
+                and n.endswith(".tmp")
+                and now - os.path.getmtime(os.path.join(base, n)) > STALE_TEMP_SECONDS
+            ]
+        except OSError:
+            return []

@@ -1,0 +1,58 @@
+"""The real `scorecli`, with a test-only hook, for the score cache and audit tests
+(tests/test_score_cache.py, tests/test_audit.py):
+
+    python -m tests.cache_cli HOOK score ...
+
+HOOK is one of:
+- `no-model`: building a Scorer (loading a model) fails the run: a run whose pairs all hit in
+  the cache must not need one;
+- `perturb:X`: every other item's scores a run computes are off by X (the self-check's probe and the audit's
+  reference, the model's own forward, are not): a deliberately broken path for `--audit`;
+- `slow:S`: every batch of the run sleeps S seconds first (to kill a run in the middle);
+- `none`: nothing changed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from scorecli import scorer
+from scorecli.cli import main
+
+
+def patch(hook: str) -> None:
+    name, _, arg = hook.partition(":")
+    if name == "no-model":
+
+        def refuse(self, *args, **kwargs):
+            raise RuntimeError("the model was loaded")
+
+        scorer.Scorer.__init__ = refuse  # type: ignore[method-assign]
+    elif name == "perturb":
+        values = scorer.Scorer.values
+
+        def perturbed(self, prepared, on_batch=None):
+            out = values(self, prepared, on_batch)
+            if hasattr(self, "self_check_note"):  # a window of the run, not the self-check's probe
+                out[::2, : len(self.spec.label_names)] += float(arg)  # every other item: orders change
+            return out
+
+        scorer.Scorer.values = perturbed  # type: ignore[method-assign]
+    elif name == "slow":
+        score_batch = scorer.Scorer._score_batch
+
+        def slow(self, batch, forward=None):
+            if hasattr(self, "self_check_note"):
+                time.sleep(float(arg))
+            return score_batch(self, batch, forward)
+
+        scorer.Scorer._score_batch = slow  # type: ignore[method-assign]
+    elif name != "none":
+        raise SystemExit(f"unknown hook {hook}")
+
+
+if __name__ == "__main__":
+    patch(sys.argv[1])
+    sys.argv = ["scorecli", *sys.argv[2:]]
+    main()

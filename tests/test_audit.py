@@ -1,0 +1,115 @@
+"""`--audit N` through the console script (docs/long-jobs.md: Nightly jobs): a sound run passes; a deliberately
+broken path (a test-only hook that perturbs the run's scores, tests/cache_cli.py) is found, said,
+recorded, and with --audit-strict exits 1 after the output is written; wrong scores kept in a
+cache are found on a run whose pairs all hit; every kind's reference is the model's own forward."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import Case, jsonl, run_cli, write
+from tests.test_score_cache import FIRST, SECOND, embedder, hooked, items_of, meta, score  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> str:
+    return write(tmp_path_factory.mktemp("audit") / "rows.jsonl", jsonl(SECOND))
+
+
+def audited(path) -> dict[str, float]:
+    m = meta(path)
+    return {k: float(v) for k, v in m.items() if k.startswith("audit_")}
+
+
+def test_sound_run_passes(rows, qwen3_seq_cls, tmp_path):
+    """MIS, chunked items, top-k: the audit re-scores 8 pairs and finds float noise only."""
+    out = tmp_path / "out.parquet"
+    args = score(rows, qwen3_seq_cls, out, "--chunk-tokens", "6", "--top-k", "2", "--audit", "8", "--audit-strict")
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    figures = audited(out)
+    assert figures["audit_pairs"] == 8 and figures["audit_max_score_diff"] <= 1e-5
+    assert figures["audit_rows_reordered"] == 0 and figures["audit_tolerance"] == 1e-4
+    assert "--audit 8: after the last window, 8 pairs are re-scored" in result.stderr  # its cost, said first
+    assert result.stderr.index("--audit 8") < result.stderr.index("scored ")
+    (line,) = [x for x in result.lines() if x.startswith("audit: ")]
+    assert line.endswith("passed") and "warning" not in result.stderr
+    plain = run_cli(Case(score(rows, qwen3_seq_cls, tmp_path / "plain.parquet")))
+    assert plain.rc == 0 and not audited(tmp_path / "plain.parquet") and "audit" not in plain.stderr
+
+
+def test_broken_path_is_found(rows, qwen3_seq_cls, tmp_path):
+    """Every other item's scores off by 0.5: the audit says so, records it, and --audit-strict
+    exits 1 with the output written."""
+    out = tmp_path / "out.parquet"
+    result = hooked("perturb:0.5", score(rows, qwen3_seq_cls, out, "--audit", str(items_of(SECOND)), "--audit-strict"))
+    assert result.rc == 1, result.stderr
+    assert out.exists() and pq.read_table(out).num_rows == len(SECOND)
+    figures = audited(out)
+    assert figures["audit_pairs"] == items_of(SECOND)  # every pair: the perturbed ones among them
+    assert abs(figures["audit_max_score_diff"] - 0.5) < 1e-4 and figures["audit_rows_reordered"] > 0
+    assert [x for x in result.lines() if x.startswith("warning: audit:")], result.stderr
+    assert result.lines()[-1].startswith("error: audit:") and "--audit-strict" in result.lines()[-1]
+    relaxed = hooked("perturb:0.01", score(rows, qwen3_seq_cls, tmp_path / "relaxed.parquet", "--audit", "4"))
+    assert relaxed.rc == 0 and "warning: audit:" in relaxed.stderr, relaxed.stderr
+
+
+def test_wrong_scores_in_a_cache_are_found(qwen3_seq_cls, tmp_path):
+    """A cache filled by a broken run: the next run's pairs all hit (no model for scoring), and its
+    audit loads the model and finds them wrong."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    cache = tmp_path / "cache"
+    broken = hooked("perturb:0.01", score(inp, qwen3_seq_cls, tmp_path / "a.parquet", "--score-cache", str(cache)))
+    assert broken.rc == 0, broken.stderr
+    result = run_cli(
+        Case(score(inp, qwen3_seq_cls, tmp_path / "b.parquet", "--score-cache", str(cache), "--audit", "7"))
+    )
+    assert result.rc == 0, result.stderr
+    assert meta(tmp_path / "b.parquet")["score_cache_hits"] == str(items_of(FIRST))
+    assert abs(audited(tmp_path / "b.parquet")["audit_max_score_diff"] - 0.01) < 1e-4
+    assert "(7 of them reused)" in result.stderr and "warning: audit:" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["cross-encoder", "embedding", "causal-lm"])
+def test_every_kind_passes(kind, rows, tmp_path, bert_cross_encoder, embedder, qwen3_causal_lm):  # noqa: F811
+    model = {"cross-encoder": bert_cross_encoder, "embedding": embedder, "causal-lm": qwen3_causal_lm}[kind]
+    extra = ["--label-tokens", "yes,no", "--activation", "softmax"] if kind == "causal-lm" else []
+    out = tmp_path / "out.parquet"
+    result = run_cli(Case(score(rows, model, out, "--audit", "5", "--audit-strict", *extra)))
+    assert result.rc == 0, result.stderr
+    figures = audited(out)
+    assert figures["audit_pairs"] == 5 and figures["audit_max_score_diff"] <= 1e-5, figures
+
+
+def test_sixteen_bit_runs_get_their_dtypes_noise(rows, qwen3_seq_cls, tmp_path):
+    out = tmp_path / "out.parquet"
+    result = run_cli(Case(score(rows, qwen3_seq_cls, out, "--dtype", "bfloat16", "--audit", "5")))
+    assert result.rc == 0, result.stderr
+    figures = audited(out)
+    assert figures["audit_tolerance"] > 1e-4 and figures["audit_max_score_diff"] > 0
+
+
+def test_audit_with_ray_is_refused(rows, qwen3_seq_cls, tmp_path):
+    result = run_cli(Case([*score(rows, qwen3_seq_cls, tmp_path / "o.parquet", "--audit", "3"), "--engine", "ray"]))
+    assert result.rc == 2 and len(result.lines()) == 1 and "--audit" in result.stderr
+
+
+def test_reference_of_a_text_that_repeats(tmp_path):
+    """The reference runs each distinct sequence once and copies repeats, as a run does: an item
+    that is its query's text (an embedding model without prompts) is its own cosine, 1."""
+    import numpy as np
+
+    from scorecli.checks.audit import Pair, reference_scores
+    from scorecli.core.rows import Row
+    from scorecli.io.readers import RawRow
+    from scorecli.scorer import Scorer
+    from tests.embedding_models import build_sentence_model
+
+    scorer = Scorer(build_sentence_model(tmp_path / "plain"), self_check=False)
+    rows = [Row("a lazy dog", ["a lazy dog"], None, None), Row("a lazy dog", ["the quick brown fox"], None, None)]
+    pairs = [Pair(r, f"row {k}", 0, np.zeros(1), np.zeros(1), (0, k), False) for k, r in enumerate(rows)]
+    theirs = reference_scores(scorer, pairs)
+    ours = scorer.score_rows([RawRow({"query": r.query, "items": r.items}, "row") for r in rows])["score"].to_pylist()
+    assert abs(theirs[0, 0] - 1.0) < 1e-5
+    assert np.abs(theirs[:, 0] - np.array([s[0] for s in ours])).max() < 1e-5

@@ -1,0 +1,96 @@
+"""The score cache's pieces in process (the console tests are tests/test_score_cache*.py): lookups,
+high words that collide included, in small and bucketed segments; segments written and read back,
+and refused when cut short or changed; a window's plan and merge."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scorecli.cache.index import Index
+from scorecli.cache.keys import keys_of
+from scorecli.cache.segments import Damaged, Entries, read_entries, to_ipc
+from scorecli.cache.window import plan
+from scorecli.core.rows import Row
+
+
+def entries(n: int, seed: int = 0, collide: int = 0) -> Entries:
+    """n random entries; the first `collide` share one high word (keys differing in the low word)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 2**63, size=(n, 2), dtype=np.uint64)
+    keys[:collide, 0] = keys[0, 0]
+    return Entries.of(keys, rng.standard_normal((n, 2)).astype(np.float32), None)
+
+
+@pytest.mark.parametrize("n", [50, 20_000])  # searched directly; through the bucket table
+def test_lookup_finds_exactly_the_keys_it_holds(n):
+    e = entries(n, collide=7)
+    index = Index(2, False)
+    index.open(e.sorted_unique())
+    rng = np.random.default_rng(1)
+    present = rng.choice(n, size=min(n, 500), replace=False)
+    present[:7] = np.arange(7)  # every key of the shared high word
+    absent = rng.integers(0, 2**63, size=(100, 2), dtype=np.uint64)
+    absent[:5, 0] = e.hi[0]  # a shared high word with another low word: absent still
+    q = np.concatenate([np.stack([e.hi[present], e.lo[present]], 1), absent])
+    found, scores, _ = index.lookup(q)
+    assert found[: len(present)].all() and not found[len(present) :].any()
+    np.testing.assert_array_equal(scores[: len(present)], e.scores[present])
+
+
+def test_own_entries_are_found_and_the_newest_wins():
+    index = Index(2, False, limit=10_000)
+    old = entries(100)
+    index.open(old.sorted_unique())
+    newer = Entries(old.hi[:10], old.lo[:10], old.scores[:10] + 1)
+    index.add(newer)
+    found, scores, _ = index.lookup(np.stack([old.hi[:20], old.lo[:20]], 1))
+    assert found.all()
+    np.testing.assert_array_equal(scores[:10], old.scores[:10] + 1)
+    np.testing.assert_array_equal(scores[10:], old.scores[10:20])
+    for seed in range(2, 12):  # runs merge as they pile up; the limit drops the oldest
+        index.add(entries(2000, seed))
+    assert index.size <= 10_000 + 100
+
+
+def test_segment_round_trip_and_damage(tmp_path):
+    e = entries(1000).sorted_unique()
+    data = to_ipc(e, "p" * 32, {"identity": "abc", "name": "m"})
+    path = tmp_path / "s.arrow"
+    path.write_bytes(data)
+    for source in (data, str(path)):
+        back, meta = read_entries(source, "p" * 32)
+        np.testing.assert_array_equal(back.hi, e.hi)
+        np.testing.assert_array_equal(back.scores, e.scores)
+        assert meta["model_identity"] == "abc" and meta["rows"] == "1000"
+    with pytest.raises(Damaged, match="other settings"):
+        read_entries(data, "q" * 32)
+    with pytest.raises(Damaged, match="cannot be read"):
+        read_entries(data[: len(data) // 2], "p" * 32)
+    flipped = bytearray(data)
+    at = flipped.find(e.scores[5].tobytes())
+    flipped[at + 3] ^= 0x80
+    with pytest.raises(Damaged, match="checksum"):
+        read_entries(bytes(flipped), "p" * 32)
+
+
+def test_plan_and_merge():
+    rows = [
+        Row("q1", ["a", "b", "a", "c"], None, 1),
+        None,  # failed validation
+        Row("q1", ["b", "d"], None, 2),
+        Row("q2", ["a"], None, 3),
+    ]
+    keys, offsets = keys_of(bytes(16), rows)
+    assert offsets.tolist() == [0, 4, 4, 6, 7]
+    found = np.zeros(7, dtype=bool)
+    found[2] = True  # the row's second "a" was in the cache (a hit comes before any repeat)
+    p = plan(rows, keys, offsets, found)
+    # "a", "b", "c", "d", and q2's "a" (another query) scored once each; q1's later "b" repeats
+    assert p.scored.tolist() == [0, 1, 3, 5, 6] and p.source.tolist() == [-1, -1, -1, -1, 1, -1, -1]
+    assert [r.items if r else None for r in p.rows] == [["a", "b", "c"], None, ["d"], ["a"]]
+    hits = np.zeros((7, 2), np.float32)
+    hits[2] = [9, 9]
+    scored = np.arange(10, dtype=np.float32).reshape(5, 2)
+    merged = p.merge(hits, scored, 2)
+    assert merged.tolist() == [[0, 1], [2, 3], [9, 9], [4, 5], [2, 3], [6, 7], [8, 9]]

@@ -1,0 +1,151 @@
+"""A score cache survives what nightly jobs meet (docs/long-jobs.md: Nightly jobs), through the console script:
+a run killed with SIGKILL keeps its finished windows' entries and leaves the cache readable; two
+runs writing one cache at once lose nothing; a truncated segment is passed over with one warning,
+never read as a score; `cache info` and `cache prune` say and remove what they should."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from tests.test_cli import Case, _env, jsonl, run_cli, write
+from tests.test_score_cache import FIRST, ROOT, SECOND, assert_same, counts, hooked, items_of, score
+
+ROWS = [{"id": i, "query": f"query {i % 3}", "items": [f"item {i} {j}" for j in range(3)]} for i in range(8)]
+
+
+def segments(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "segments").glob("*/*.arrow"))
+
+
+def start(hook: str, args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.cache_cli", hook, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
+def test_kill_keeps_finished_windows(tmp_path, qwen3_seq_cls):
+    """SIGKILL after some windows: their entries are in the cache, which reads; the next run
+    hits them and writes what an uncached run writes."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(ROWS))
+    cache = tmp_path / "cache"
+    proc = start(
+        "slow:1.5",
+        score(inp, qwen3_seq_cls, tmp_path / "killed.parquet", "--window-rows", "1", "--score-cache", str(cache)),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(segments(cache)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(segments(cache)) >= 2, proc.stderr.read().decode() if proc.poll() is not None else "too slow"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    kept = len(segments(cache))
+    info = run_cli(Case(["cache", "info", str(cache)]))
+    assert info.rc == 0 and f"{3 * kept:,} entries in {kept} segments" in info.stdout.decode(), info.stdout
+    result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "whole.parquet", "--score-cache", str(cache))))
+    assert result.rc == 0, result.stderr
+    hits, misses = counts(tmp_path / "whole.parquet")
+    assert hits >= 3 * kept and hits + misses == items_of(ROWS)
+    uncached = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "uncached.parquet")))
+    assert uncached.rc == 0, uncached.stderr
+    assert_same(pq.read_table(tmp_path / "whole.parquet"), pq.read_table(tmp_path / "uncached.parquet"))
+    assert len(segments(cache)) <= kept + 1  # the finished run's windows merged into one segment
+
+
+def test_concurrent_writers_lose_nothing(tmp_path, qwen3_seq_cls):
+    """Two runs write one cache at once; a run of both jobs' rows then hits every pair (and loads
+    no model)."""
+    first, second = write(tmp_path / "first.jsonl", jsonl(FIRST)), write(tmp_path / "second.jsonl", jsonl(SECOND))
+    cache = tmp_path / "cache"
+    procs = [
+        start(
+            "none",
+            score(inp, qwen3_seq_cls, tmp_path / f"{k}.parquet", "--window-rows", "1", "--score-cache", str(cache)),
+        )
+        for k, inp in enumerate((first, second))
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    both = write(tmp_path / "both.jsonl", jsonl(FIRST + SECOND))
+    result = hooked("no-model", score(both, qwen3_seq_cls, tmp_path / "both.parquet", "--score-cache", str(cache)))
+    assert result.rc == 0, result.stderr
+    assert counts(tmp_path / "both.parquet") == (items_of(FIRST + SECOND), 0)
+
+
+def test_truncated_segment_is_passed_over(tmp_path, qwen3_seq_cls):
+    """A segment cut short (a disk that lost its tail): one warning line, its pairs scored again,
+    the output an uncached run's; `cache info` counts it damaged and `cache prune` removes it."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    cache = tmp_path / "cache"
+    result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "a.parquet", "--score-cache", str(cache))))
+    assert result.rc == 0, result.stderr
+    (segment,) = segments(cache)
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) // 2])
+    result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "b.parquet", "--score-cache", str(cache))))
+    assert result.rc == 0, result.stderr
+    warnings = [line for line in result.lines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and segment.name in warnings[0] and "passed over" in warnings[0], result.stderr
+    assert counts(tmp_path / "b.parquet") == (0, items_of(FIRST))
+    assert_same(pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "a.parquet"))
+    info = run_cli(Case(["cache", "info", str(cache)])).stdout.decode()
+    assert "1 damaged segments" in info, info
+    pruned = run_cli(Case(["cache", "prune", str(cache)]))
+    assert pruned.rc == 0 and "tidied 1" in pruned.stdout.decode(), pruned.stdout
+    assert not segment.exists() and len(segments(cache)) == 1
+
+
+def test_a_flipped_byte_fails_the_checksum(tmp_path, qwen3_seq_cls):
+    """A changed byte inside a segment's scores (its file still opens): never read as a score."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    cache = tmp_path / "cache"
+    assert run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "a.parquet", "--score-cache", str(cache)))).rc == 0
+    (segment,) = segments(cache)
+    from scorecli.cache.segments import read_entries
+
+    entries, meta = read_entries(str(segment), segment.parent.name)
+    data = bytearray(segment.read_bytes())
+    at = data.find(entries.scores[0].tobytes())
+    assert at > 0
+    data[at + 3] ^= 0x80  # the sign of the first score: a wrong score, were it read
+    segment.write_bytes(bytes(data))
+    result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "b.parquet", "--score-cache", str(cache))))
+    assert result.rc == 0 and "fails its checksum" in result.stderr, result.stderr
+    assert counts(tmp_path / "b.parquet") == (0, items_of(FIRST))
+    assert_same(pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "a.parquet"))
+
+
+def test_prune_by_model_and_age(tmp_path, qwen3_seq_cls, bert_cross_encoder):
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    cache = tmp_path / "cache"
+    for k, model in enumerate((qwen3_seq_cls, bert_cross_encoder)):
+        result = run_cli(Case(score(inp, model, tmp_path / f"{k}.parquet", "--score-cache", str(cache))))
+        assert result.rc == 0, result.stderr
+    info = run_cli(Case(["cache", "info", str(cache)])).stdout.decode().splitlines()
+    assert f"{2 * items_of(FIRST):,} entries in 2 segments" in info[0], info
+    assert len([line for line in info if line.startswith("  model ")]) == 2
+    pruned = run_cli(Case(["cache", "prune", str(cache), "--model", bert_cross_encoder]))
+    assert pruned.rc == 0 and f"removed {items_of(FIRST)} entries" in pruned.stdout.decode(), pruned.stdout
+    info = run_cli(Case(["cache", "info", str(cache)])).stdout.decode()
+    assert "qwen3_seq_cls" in info and "bert" not in info, info
+    # the cross-encoder's pairs miss now; the decoder's still hit
+    result = run_cli(Case(score(inp, bert_cross_encoder, tmp_path / "again.parquet", "--score-cache", str(cache))))
+    assert result.rc == 0 and counts(tmp_path / "again.parquet") == (0, items_of(FIRST))
+    time.sleep(1.1)
+    pruned = run_cli(Case(["cache", "prune", str(cache), "--older-than", "1s"]))
+    assert pruned.rc == 0 and f"removed {2 * items_of(FIRST)} entries" in pruned.stdout.decode(), pruned.stdout
+    assert run_cli(Case(["cache", "prune", str(tmp_path / "nowhere")])).rc == 2
+    assert run_cli(Case(["cache", "prune", str(cache), "--older-than", "soon"])).rc == 2

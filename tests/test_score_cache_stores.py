@@ -1,0 +1,103 @@
+"""The score cache where nightly jobs keep it and run (docs/long-jobs.md: Nightly jobs), through the console
+script: under a prefix of the local S3 server; with `--engine ray` (workers read the cache and add
+their own entries); with `--resume` after a kill."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests import s3_server
+from tests.test_cli import Case, _env, jsonl, run_cli, write
+from tests.test_objectstores import s3  # noqa: F401 - the module's local S3 server
+from tests.test_score_cache import FIRST, SECOND, assert_same, counts, hooked, items_of, score
+from tests.test_score_cache_durable import ROWS, start
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("inputs")
+    return {
+        "first": write(root / "first.jsonl", jsonl(FIRST)),
+        "second": write(root / "second.jsonl", jsonl(SECOND)),
+        "rows": write(root / "rows.jsonl", jsonl(ROWS)),
+    }
+
+
+@pytest.fixture(scope="module")
+def uncached(tmp_path_factory, inputs, qwen3_seq_cls):
+    root = tmp_path_factory.mktemp("uncached")
+    for name in ("second", "rows"):
+        result = run_cli(Case(score(inputs[name], qwen3_seq_cls, root / f"{name}.parquet")))
+        assert result.rc == 0, result.stderr
+    return {name: pq.read_table(root / f"{name}.parquet") for name in ("second", "rows")}
+
+
+def test_cache_in_a_store(s3, inputs, uncached, qwen3_seq_cls, tmp_path):  # noqa: F811
+    """Under s3://: partial hits equal an uncached run; then every pair hits with no model."""
+    s3_server.client(s3).create_bucket(Bucket="caches")
+    env = _env(**s3.env())
+    cache = "s3://caches/nightly/"
+    for name in ("first", "second"):
+        result = run_cli(
+            Case(score(inputs[name], qwen3_seq_cls, tmp_path / f"{name}.parquet", "--score-cache", cache), env=env)
+        )
+        assert result.rc == 0, result.stderr
+    assert_same(pq.read_table(tmp_path / "second.parquet"), uncached["second"])
+    hits, misses = counts(tmp_path / "second.parquet")
+    assert hits == 11 and hits + misses == items_of(SECOND)
+    again = hooked(
+        "no-model", score(inputs["second"], qwen3_seq_cls, tmp_path / "again.parquet", "--score-cache", cache), env
+    )
+    assert again.rc == 0, again.stderr
+    assert counts(tmp_path / "again.parquet") == (items_of(SECOND), 0)
+    assert_same(pq.read_table(tmp_path / "again.parquet"), uncached["second"])
+    info = run_cli(Case(["cache", "info", cache], env=env))
+    assert info.rc == 0 and "score cache s3://caches/nightly" in info.stdout.decode(), info.stderr
+    missing = run_cli(Case(["cache", "info", "s3://caches/nothing/"], env=env))
+    assert missing.rc == 2 and len(missing.lines()) == 1, missing.stderr
+
+
+def test_cache_with_ray_workers(inputs, uncached, qwen3_seq_cls, tmp_path):
+    """Ray workers look pairs up in the cache a local run filled, and add the pairs they score:
+    a local run after them hits every pair without a model."""
+    cache = tmp_path / "cache"
+    result = run_cli(
+        Case(score(inputs["first"], qwen3_seq_cls, tmp_path / "first.parquet", "--score-cache", str(cache)))
+    )
+    assert result.rc == 0, result.stderr
+    args = score(inputs["second"], qwen3_seq_cls, tmp_path / "ray.parquet", "--score-cache", str(cache))
+    result = run_cli(Case([*args, "--engine", "ray", "--num-workers", "2"]))
+    assert result.rc == 0, result.stderr
+    assert_same(pq.read_table(tmp_path / "ray.parquet"), uncached["second"])
+    hits, misses = counts(tmp_path / "ray.parquet")
+    assert hits >= 3 + 3 + 2 + 1 + 1 and hits + misses == items_of(SECOND)  # which worker saw a repeat first varies
+    assert f"score cache: {hits:,} hits" in result.stderr
+    again = hooked(
+        "no-model", score(inputs["second"], qwen3_seq_cls, tmp_path / "again.parquet", "--score-cache", str(cache))
+    )
+    assert again.rc == 0, again.stderr
+    assert counts(tmp_path / "again.parquet") == (items_of(SECOND), 0)
+
+
+def test_cache_with_resume(inputs, uncached, qwen3_seq_cls, tmp_path):
+    """A cached job killed and resumed: the output an uninterrupted run writes."""
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    args = score(inputs["rows"], qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
+    proc = start("slow:1.5", args)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.parquet.partial/part-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not out.exists()
+    result = run_cli(Case([*args, "--resume"]))
+    assert result.rc == 0, result.stderr
+    assert "resumed after" in result.stderr
+    assert_same(pq.read_table(out), uncached["rows"])
