@@ -163,11 +163,12 @@ class Checkpoint:
         cap = int(settings.get("window_rows") or cfg.window_rows)
         seconds = settings["window_seconds"] if "window_seconds" in settings else cfg.window_seconds
 
-        def record(size: int) -> None:
-            self.store.settings["part_rows"] = size
+        def record(size: int, first: int) -> None:
+            self.store.settings["part_rows"], self.store.settings["part_rows_from"] = size, first
             self.store.save_settings()
 
-        return Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
+        kept = [p.rows for p in self.store.parts]
+        return Schedule(cap, seconds, kept, settings.get("part_rows"), record, settings.get("part_rows_from") or 0)
 
     def record(self, part: Part, nulled: dict[str, int]) -> None:
         """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""
