@@ -56,6 +56,8 @@ class ScoreConfig:
     attention: str = "auto"
     compile: str = "auto"
     runtime: str = "auto"  # CPU encoders: torch, or ONNX Runtime on a cached export (`runtime_onnx`), or its int8 copy
+    # not a flag: why a resumed job runs the runtime `auto` chose for its kept rows (their metadata's)
+    runtime_reason: str | None = None
     max_batch_tokens: int | None = None  # None: by device and model (`runtimes.budget`)
     max_seq_len: int | None = None
     truncate: str = "item"

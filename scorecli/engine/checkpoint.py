@@ -192,8 +192,10 @@ class Checkpoint:
     def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
         """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.
 
-        The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed;
-        a job resumed after installing it would otherwise mix two runtimes' scores.
+        The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed
+        and on which runtime measured faster (`runtimes.auto`); a job resumed after either changed
+        would otherwise mix two runtimes' scores. The kept rows' reason goes with it, so that the
+        metadata is the uninterrupted run's.
 
         Raises:
             UsageError: the kept rows ran ONNX Runtime, which this run cannot import.
@@ -202,7 +204,8 @@ class Checkpoint:
             return cfg
         from scorecli.runtimes import RUNTIMES, installed
 
-        kept = self.metadata().get("runtime")
+        metadata = self.metadata()
+        kept = metadata.get("runtime")
         info = RUNTIMES.get(kept or "")
         if info is None or not info.auto:
             return cfg
@@ -211,7 +214,7 @@ class Checkpoint:
                 f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
                 f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
             )
-        return replace(cfg, runtime=kept)
+        return replace(cfg, runtime=kept, runtime_reason=metadata.get("runtime_reason") or None)
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""

@@ -24,7 +24,7 @@ from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
+NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens", "runtime_reason"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
 MODEL_SUFFIXES = (
