@@ -62,7 +62,7 @@ class ScoreConfig:
     max_seq_len: int | None = None
     truncate: str = "item"
     window_rows: int = 2048  # rows per window; with `window_seconds`, the most rows a window grows to
-    # windows start at one row and double while one takes less than this (`engine.windows`); None: all `window_rows`
+    # windows of 1, 2, 4 rows, then the rows one window scores in this many seconds (`engine.windows`); None: all `window_rows`
     window_seconds: float | None = None
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)
