@@ -232,6 +232,20 @@ def read_scores(path: Path) -> list[list[float]]:
     return pq.read_table(path, columns=["score"]).column("score").to_pylist()
 
 
+def read_metadata(path: Path) -> dict[str, str]:
+    """The Parquet file's key-value metadata (which runtime ran, and why)."""
+    import pyarrow.parquet as pq
+
+    return {k.decode(): v.decode() for k, v in (pq.read_schema(path).metadata or {}).items()}
+
+
+def has_module(name: str) -> bool:
+    """Whether `name` imports in this interpreter."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
     if len(a) != len(b):
         raise SystemExit(f"row counts differ: {len(a)} vs {len(b)}")

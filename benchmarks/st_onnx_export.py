@@ -1,4 +1,5 @@
-"""Export a cross-encoder with sentence-transformers' own ONNX helpers (issue 21's real ONNX peers).
+"""Export a cross-encoder (or, with `--embedding`, a SentenceTransformer) with sentence-transformers'
+own ONNX helpers (the real ONNX peers of issues 21 and 36).
 
 Run under the ST-ONNX peer interpreter (benchmarks/make_st_onnx_env.sh: optimum does not import
 under the project's transformers 5). Copies MODEL to OUT (default MODEL-st-onnx, replaced if
@@ -26,10 +27,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="a local cross-encoder folder (left untouched)")
     ap.add_argument("out", nargs="?", help="the copy to export into (default MODEL-st-onnx)")
+    ap.add_argument("--embedding", action="store_true", help="MODEL is a SentenceTransformer folder")
     args = ap.parse_args()
 
     import torch
-    from sentence_transformers import CrossEncoder
+    from sentence_transformers import CrossEncoder, SentenceTransformer
     from sentence_transformers.backend import export_dynamic_quantized_onnx_model, export_optimized_onnx_model
 
     src = Path(args.model)
@@ -40,7 +42,10 @@ def main() -> None:
         shutil.rmtree(out)
     shutil.copytree(src, out)
 
-    ce = CrossEncoder(str(out), backend="onnx", activation_fn=torch.nn.Identity())  # exports onnx/model.onnx
+    if args.embedding:
+        ce = SentenceTransformer(str(out), backend="onnx", device="cpu")  # exports onnx/model.onnx
+    else:
+        ce = CrossEncoder(str(out), backend="onnx", activation_fn=torch.nn.Identity())  # exports onnx/model.onnx
     ce.save_pretrained(str(out))
     export_optimized_onnx_model(ce, "O3", str(out))
     export_dynamic_quantized_onnx_model(ce, "avx2", str(out))

@@ -58,11 +58,13 @@ class ScoreConfig:
     attention: str = "auto"
     compile: str = "auto"
     runtime: str = "auto"  # CPU encoders: torch, or ONNX Runtime on a cached export (`runtime_onnx`), or its int8 copy
+    # not a flag: why a resumed job runs the runtime `auto` chose for its kept rows (their metadata's)
+    runtime_reason: str | None = None
     max_batch_tokens: int | None = None  # None: by device and model (`runtimes.budget`)
     max_seq_len: int | None = None
     truncate: str = "item"
     window_rows: int = 2048  # rows per window; with `window_seconds`, the most rows a window grows to
-    # windows start at one row and double while one takes less than this (`engine.windows`); None: all `window_rows`
+    # windows of 1, 2, 4 rows, then the rows one window scores in this many seconds (`engine.windows`); None: all `window_rows`
     window_seconds: float | None = None
     share_prefix: bool = True  # compute a prefix every row of a window starts with once (decoders)
     self_check: bool = True  # compare a probe row with the model's own forward first (`selfcheck`)

@@ -76,13 +76,13 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--window-rows": (
         LONG,
         "N",
-        "Rows per window (read, scored, written and kept as one part): N each (default: windows start at "
-        "one row and double, up to 2048 rows, while one takes less than --window-seconds).",
+        "Rows per window (read, scored, written and kept as one part): N each (default: windows of 1, 2 "
+        "and 4 rows, then the rows one window scores in --window-seconds, up to 2048).",
     ),
     "--window-seconds": (
         LONG,
         "S",
-        "Windows grow until one takes about S seconds, so that the first rows are kept, and progress "
+        "After the first three, windows take about S seconds, so that the first rows are kept, and progress "
         "shows, within seconds on any model (default: 30; with --window-rows, windows grow up to N).",
     ),
     "--skip-bad-rows": (INPUT, None, "Write bad rows with null scores and an error column."),

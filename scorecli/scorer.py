@@ -471,6 +471,7 @@ class Scorer:
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": self.backend_name,
             "runtime": self.runtime,
+            "runtime_reason": getattr(self.family, "runtime_reason", "the only runtime of this kind"),
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         } | (self.drift.metadata() if getattr(self, "drift", None) else {})

@@ -462,6 +462,9 @@ def test_a_truncated_cached_export_is_rebuilt_or_bypassed(tmp_path, bert_cross_e
         export.write_bytes(export.read_bytes()[:1000])  # a full disk, a killed copy
         return export
 
+    from tests.auto_runtime import keep_verdict
+
+    keep_verdict(bert_cross_encoder, cache, "onnx")  # auto runs ONNX Runtime for this model here
     first = score("first.parquet")
     assert first.rc == 0 and first.stderr == "", first.stderr
     expected = pq.read_table(tmp_path / "first.parquet")

@@ -145,6 +145,9 @@ def test_no_self_check_refused(cross_encoder, tmp_path):
 
 
 def test_auto_and_onnx_never_pick_int8(cross_encoder, tmp_path):
+    from tests.auto_runtime import keep_verdict
+
+    keep_verdict(cross_encoder, tmp_path / "cache", "onnx")  # auto's choice between fp32 runtimes: onnx here
     for runtime in ("auto", "onnx"):
         scorer = Scorer(cross_encoder, device="cpu", runtime=runtime, cache_dir=str(tmp_path / "cache"))
         assert scorer.runtime == "onnx" and scorer.drift is None

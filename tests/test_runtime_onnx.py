@@ -13,6 +13,7 @@ import torch
 
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
+from tests.auto_runtime import keep_verdict
 from tests.models import build_bert_cross_encoder, build_minilm_cross_encoder
 
 pytest.importorskip("onnxruntime")
@@ -123,10 +124,65 @@ def test_missing_onnxruntime_falls_back_with_one_line(tmp_path, monkeypatch):
 
 def test_runtime_recorded_and_forced_torch(tmp_path):
     path = build_bert_cross_encoder(tmp_path / "m")
+    keep_verdict(path, tmp_path / "cache", "onnx")
     _, meta = _scores(path, "auto", tmp_path / "cache")
-    assert meta["runtime"] == "onnx"
+    assert meta["runtime"] == "onnx" and meta["runtime_reason"].startswith("auto: onnx ran 2.00x as fast as torch")
     _, meta = _scores(path, "torch", tmp_path / "cache")
-    assert meta["runtime"] == "torch"
+    assert meta["runtime"] == "torch" and meta["runtime_reason"] == "--runtime torch"
+
+
+def _slowed(cls, seconds: float):
+    """`cls.__call__` taking `seconds` more of this thread's CPU per call (a slower runtime)."""
+    import time
+
+    call = cls.__call__
+
+    def slow(self, *args, **kwargs):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+        return call(self, *args, **kwargs)
+
+    return slow
+
+
+@pytest.mark.parametrize("what", ["pairs", "texts"])
+def test_auto_runs_the_runtime_measured_faster(tmp_path, monkeypatch, what):
+    """`--runtime auto` times torch and ONNX Runtime on this machine and runs the faster: a runtime
+    made slower loses, whichever it is; the verdict is kept in the cache and read by later runs,
+    and the metadata says which ran and why."""
+    import scorecli.runtimes.auto as auto
+    from scorecli.kinds.embedding import EmbeddingForward
+    from scorecli.kinds.forward import EncoderForward
+    from scorecli.runtimes.onnx import OnnxForward, OnnxTextForward
+    from tests.embedding_models import build_sentence_model
+
+    if what == "pairs":
+        path, slow_torch, slow_onnx = build_bert_cross_encoder(tmp_path / "m"), EncoderForward, OnnxForward
+    else:
+        path, slow_torch, slow_onnx = build_sentence_model(tmp_path / "e"), EmbeddingForward, OnnxTextForward
+
+    def scorer(cache: str) -> Scorer:
+        return Scorer(str(path), device="cpu", runtime="auto", cache_dir=str(tmp_path / cache))
+
+    for slower, cache, faster in ((slow_onnx, "c1", "torch"), (slow_torch, "c2", "onnx")):
+        with monkeypatch.context() as patch:
+            patch.setattr(slower, "__call__", _slowed(slower, 0.02))
+            first = scorer(cache)
+        assert first.runtime == faster and first.metadata["runtime"] == faster
+        reason = first.metadata["runtime_reason"]
+        assert reason.startswith(f"auto: {faster} ran ") and "as fast as" in reason and "\n" not in reason
+        (record,) = (tmp_path / cache / "runtime").iterdir()
+        monkeypatch.setattr(auto, "measure", lambda *a: pytest.fail("measured again"))
+        again = scorer(cache)  # the verdict kept, though nothing is slowed now
+        assert again.runtime == faster and again.metadata["runtime_reason"] == reason
+        monkeypatch.undo()
+    # another machine, or other library versions: another record, measured again
+    monkeypatch.setattr(auto, "machine", lambda: "another CPU, 64 cores")
+    measured = []
+    monkeypatch.setattr(auto, "measure", lambda forwards, *a: measured.append(1) or dict.fromkeys(forwards, 1.0))
+    assert scorer("c1").runtime == "torch" and measured == [1]  # a tie goes to torch
+    assert len(list((tmp_path / "c1" / "runtime").iterdir())) == 2
 
 
 def test_forced_onnx_refused_where_it_cannot_run(tmp_path):
@@ -264,6 +320,7 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg, paths = ScoreConfig(model=model, window_rows=2, cache_dir=str(tmp_path / "cache")), [str(inp)]
+    keep_verdict(model, tmp_path / "cache", "onnx")  # where onnxruntime is installed, auto runs it here
 
     def run(out: str, installed: bool, resume: bool = False, stop: int | None = None):
         if installed:
@@ -292,3 +349,4 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
         got = run(out, True, resume=True)  # with onnxruntime (back): the kept rows' runtime either way
         assert got.select(["id", "scores"]).equals(whole[first].select(["id", "scores"]))
         assert got.schema.metadata[b"runtime"] == whole[first].schema.metadata[b"runtime"]
+        assert got.schema.metadata[b"runtime_reason"] == whole[first].schema.metadata[b"runtime_reason"]

@@ -186,11 +186,12 @@ class Checkpoint:
         cap = int(settings.get("window_rows") or cfg.window_rows)
         seconds = settings["window_seconds"] if "window_seconds" in settings else cfg.window_seconds
 
-        def record(size: int) -> None:
-            self.store.settings["part_rows"] = size
+        def record(size: int, first: int) -> None:
+            self.store.settings["part_rows"], self.store.settings["part_rows_from"] = size, first
             self.store.save_settings()
 
-        return Schedule(cap, seconds, [p.rows for p in self.store.parts], settings.get("part_rows"), record)
+        kept = [p.rows for p in self.store.parts]
+        return Schedule(cap, seconds, kept, settings.get("part_rows"), record, settings.get("part_rows_from") or 0)
 
     def record(self, part: Part, nulled: dict[str, int]) -> None:
         """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""
@@ -216,8 +217,10 @@ class Checkpoint:
     def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
         """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.
 
-        The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed;
-        a job resumed after installing it would otherwise mix two runtimes' scores.
+        The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed
+        and on which runtime measured faster (`runtimes.auto`); a job resumed after either changed
+        would otherwise mix two runtimes' scores. The kept rows' reason goes with it, so that the
+        metadata is the uninterrupted run's.
 
         Raises:
             UsageError: the kept rows ran ONNX Runtime, which this run cannot import.
@@ -226,7 +229,8 @@ class Checkpoint:
             return cfg
         from scorecli.runtimes import RUNTIMES, installed
 
-        kept = self.metadata().get("runtime")
+        metadata = self.metadata()
+        kept = metadata.get("runtime")
         info = RUNTIMES.get(kept or "")
         if info is None or not info.auto:
             return cfg
@@ -235,7 +239,7 @@ class Checkpoint:
                 f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
                 f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
             )
-        return replace(cfg, runtime=kept)
+        return replace(cfg, runtime=kept, runtime_reason=metadata.get("runtime_reason") or None)
 
     def same_choices(self, metadata: dict[str, str] | None) -> None:
         """Refuse to go on with a resumed job on another device, dtype or attention backend than

@@ -21,7 +21,7 @@ from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.forward import with_encoder
-from scorecli.kinds.pairs import CPU_STREAMS
+from scorecli.kinds.pairs import CPU_STREAMS, open_runtime
 from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.model.sentence import (
@@ -207,11 +207,13 @@ class EmbeddingFamily(FamilyDefaults):
         )
         from scorecli.runtimes import onnx as runtime_onnx
 
-        self.runtime = runtime_onnx.choose(cfg, loaded, fast)
-        self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "texts")
-        if self.forward is None:  # torch, chosen or fallen back to
-            self.runtime = "torch"
-            self.forward = EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast)
+        self.runtime, self.runtime_reason, self.forward = open_runtime(
+            setup,
+            fast,
+            None,
+            "texts",
+            lambda: EmbeddingForward(loaded.model, loaded.device, loaded.dtype, backend, fast),
+        )
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
         self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (

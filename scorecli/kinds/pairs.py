@@ -82,10 +82,9 @@ class PairFamily(FamilyDefaults):
         why_not = (
             None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
         )
-        self.runtime = runtime_onnx.choose(cfg, loaded, fast, why_not)
-        self.forward = runtime_onnx.open_forward(self.runtime, cfg, loaded, "pairs")
-        if self.forward is None:  # torch, chosen or fallen back to
-            self.runtime, self.forward = "torch", EncoderForward(loaded.model, loaded.device, fast=fast)
+        self.runtime, self.runtime_reason, self.forward = open_runtime(
+            setup, fast, why_not, "pairs", lambda: EncoderForward(loaded.model, loaded.device, fast=fast)
+        )
         self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
@@ -130,3 +129,32 @@ class PairFamily(FamilyDefaults):
         from scorecli.kinds.probes import pair_scores
 
         return pair_scores(scorer, items)
+
+
+def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_torch) -> tuple[str, str, object]:
+    """(runtime, why, forward) of an encoder family (`what`: pairs or texts): ONNX Runtime's or
+    the torch forward `make_torch` builds, as `--runtime` asks; under `auto` the one measured
+    faster here (`runtimes.auto`)."""
+    from scorecli.runtimes import auto
+    from scorecli.runtimes import onnx as runtime_onnx
+
+    cfg, loaded = setup.config, setup.loaded
+    runtime, reason = runtime_onnx.choose(cfg, loaded, fast, why_not)
+    threads = auto.stream_threads(CPU_STREAMS)
+    folder = loaded.model.name_or_path
+
+    def call(forward, batch):
+        return forward(batch, None) if what == "pairs" else forward(batch)
+
+    runtime, forward, reason = auto.settle(
+        cfg,
+        runtime,
+        reason,
+        lambda: runtime_onnx.open_forward(runtime, cfg, loaded, what, threads),
+        make_torch,
+        call,
+        lambda: auto.record_path(runtime_onnx.cache_path(folder, cfg.cache_dir, what), threads, CPU_STREAMS),
+        lambda: auto.probe_batches(loaded.model, setup.spec.max_seq_len, what == "pairs"),
+        threads,
+    )
+    return runtime, cfg.runtime_reason or reason, forward

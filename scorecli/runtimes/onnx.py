@@ -14,8 +14,9 @@ cached, ONNX Runtime's scores of a probe batch are compared with the torch forwa
 `--runtime onnx-int8` runs a dynamically quantized copy of the export (`runtime_int8`).
 
 Knows nothing about tokenization, pooling, activations, files of rows or the CLI; which runtime
-a run uses is decided by `choose` from the frozen config, and `open_forward` opens it or, under
-`--runtime auto`, falls back to torch (both called by the families).
+a run may use is decided by `choose` from the frozen config, `open_forward` opens it or, under
+`--runtime auto`, falls back to torch, and `runtimes.auto` keeps the faster of it and torch
+(all called by the families).
 """
 
 from __future__ import annotations
@@ -291,15 +292,15 @@ class OnnxTextForward:
         return torch.from_numpy(hidden).flatten(0, 1)[where]  # [T, H]
 
 
-def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
-    """torch, onnx or onnx-int8: `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can run
-    this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
-    family's own reason it cannot), else a UsageError. `auto` picks onnx there when onnxruntime
-    is installed (its forward of the same batches ran 1-6% faster than torch's on the CPUs
-    measured, benchmarks/RESULTS.md, issue 21), torch with a one-line note when it is not; never
-    onnx-int8 (opt-in only)."""
+def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> tuple[str, str]:
+    """(torch, onnx or onnx-int8; why): `--runtime onnx` (or `onnx-int8`) where ONNX Runtime can
+    run this model exactly (a local float32 BERT-family encoder on the CPU, `fast`; `why_not`: a
+    family's own reason it cannot), else a UsageError. `auto` offers onnx there when onnxruntime
+    is installed, and `runtimes.auto` keeps whichever of it and torch it measured faster on this
+    machine; torch with a one-line warning when onnxruntime is not installed; never onnx-int8
+    (opt-in only)."""
     if cfg.runtime == "torch":
-        return "torch"
+        return "torch", "--runtime torch"
     import warnings
 
     why = why_not
@@ -312,23 +313,28 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> str:
     if why is not None:
         if cfg.runtime in ONNX_RUNTIMES:
             raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
-        return "torch"
+        return "torch", f"auto: ONNX Runtime cannot run this model ({why})"
     if not available():
         if cfg.runtime in ONNX_RUNTIMES:
             raise UsageError(f"--runtime {cfg.runtime} needs onnxruntime: pip install 'scorecli[onnx]'")
         warnings.warn(
             "--runtime auto: onnxruntime is not installed, running torch (pip install 'scorecli[onnx]' "
-            "for the faster CPU runtime)",
+            "for the other CPU runtime, which auto runs where it measures faster)",
             RuntimeWarning,
             stacklevel=3,
         )
-        return "torch"
-    return cfg.runtime if cfg.runtime in ONNX_RUNTIMES else "onnx"
+        return "torch", "auto: onnxruntime is not installed"
+    if cfg.runtime in ONNX_RUNTIMES:
+        return cfg.runtime, f"--runtime {cfg.runtime}"
+    return "onnx", "auto"
 
 
-def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward | OnnxTextForward | None:
-    """The ONNX forward of a run with `runtime` (from `choose`): `OnnxForward` for pairs,
-    `OnnxTextForward` for texts; None for torch.
+def open_forward(
+    runtime: str, cfg, loaded, what: str = "pairs", threads: int = 1
+) -> tuple[OnnxForward | OnnxTextForward | None, str | None]:
+    """(the ONNX forward of a run with `runtime` (from `choose`), or None for torch; why not, when
+    `auto` falls back): `OnnxForward` for pairs, `OnnxTextForward` for texts, each session on
+    `threads` threads.
 
     A cached export that does not load (a truncated or corrupt `model.onnx`) is set aside and
     built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
@@ -336,16 +342,16 @@ def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward 
     (docs/cli.md: the `--runtime` flag); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
     """
     if runtime not in ONNX_RUNTIMES:
-        return None
+        return None, None
     make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.model.name_or_path
     try:
         path = model_file(runtime, loaded.model, folder, cfg.cache_dir, what)
         try:
-            return make(path)
+            return make(path, threads), None
         except Exception:
             if not _set_aside(cache_path(folder, cfg.cache_dir, what)):
                 raise
-            return make(model_file(runtime, loaded.model, folder, cfg.cache_dir, what))
+            return make(model_file(runtime, loaded.model, folder, cfg.cache_dir, what), threads), None
     except Exception as exc:
         if cfg.runtime == "auto":
             import warnings
@@ -356,7 +362,7 @@ def open_forward(runtime: str, cfg, loaded, what: str = "pairs") -> OnnxForward 
                 RuntimeWarning,
                 stacklevel=2,
             )
-            return None
+            return None, f"auto: ONNX Runtime cannot run here ({why})"
         if isinstance(exc, UsageError):
             raise
         raise UsageError(f"--runtime {runtime}: {error_line(exc)}") from exc
