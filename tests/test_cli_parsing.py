@@ -14,6 +14,7 @@ from scorecli.errors import UsageError
 from tests.test_cli import GOOD_LINE, SCORECLI, TIMEOUT, _env, write
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "words,expect",
     [

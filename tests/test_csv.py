@@ -69,6 +69,7 @@ def scores_of(path) -> list:
     return [(r.get("id"), r.get("qid"), r["score"], r.get("labels")) for r in table.to_pylist()]
 
 
+@pytest.mark.e2e
 def test_csv_and_grouped_csv_score_as_json_lines_do(tmp_path, qwen3_seq_cls):
     """The same rows as JSON lines, as CSV (items in a JSON array cell), and as grouped pairs give
     the same output; a bad record stops the run in one line naming FILE:LINE."""
@@ -98,6 +99,7 @@ def test_csv_and_grouped_csv_score_as_json_lines_do(tmp_path, qwen3_seq_cls):
     assert not (tmp_path / "bad.parquet").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flag", [["--group-by", "id", "--engine", "ray"]])
 def test_group_by_needs_the_local_engine(tmp_path, flag):
     inp = write(tmp_path / "rows.csv", b"id,query,items\n1,q,a\n")

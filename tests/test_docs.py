@@ -79,6 +79,7 @@ def test_the_quickstart_has_offline_commands():
     assert any("--model" not in c for c in cmds) and any("smollm2-judge" in c for c in cmds)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("command", _quickstart_commands())
 def test_readme_quickstart_command_runs_as_written(command, tmp_path):

@@ -305,6 +305,7 @@ def test_what_a_folder_reads_that_scorecli_cannot_reproduce_is_refused_by_name(b
         Scorer(str(path))
 
 
+@pytest.mark.e2e
 def test_chat_message_folder_through_the_console_script(built, tmp_path):
     """A folder saved by sentence-transformers 6.2 that reads chat messages: scored, not refused,
     its embeddings those of `encode`; `inspect` says how it reads text."""
@@ -331,6 +332,7 @@ def test_chat_message_folder_through_the_console_script(built, tmp_path):
     assert "text:           chat messages (flat format) through the chat template" in inspect.stdout, inspect.stdout
 
 
+@pytest.mark.e2e
 def test_console_script(built, tmp_path):
     """One scoring run (top-k, pooled embeddings, dot), `--mode mis` (exit 2, one line), `inspect`."""
     path = built("bert-cls-dense-normalize-prompts")
@@ -419,6 +421,7 @@ def test_kind_embedding_on_a_plain_base_model(built):
     assert_matches(ours, reference(base, ROWS))
 
 
+@pytest.mark.e2e
 def test_quiet_run_of_a_model_with_a_short_maximum_prints_nothing(tmp_path):
     """A tokenizer whose `model_max_length` is small (8): no transformers warning about long
     sequences under --quiet, not even for scorecli's own tokenizer probe at load."""

@@ -21,6 +21,8 @@ import pytest
 
 from tests.test_cli import GOOD_LINE, SCORECLI, Case, Result, _env, run_cli, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 FULL = "/dev/full"
 
 

@@ -35,6 +35,7 @@ def predictions(events: list[dict]) -> tuple[list[tuple[float, float | None]], f
     return batches, start, batches[-1][0]
 
 
+@pytest.mark.e2e
 def test_the_eta_shows_from_the_first_batch_and_holds_within_20_percent(tmp_path, qwen3_seq_cls):
     inp = write(tmp_path / "in.jsonl", jsonl(rows(36)))
     out, events = tmp_path / "o.parquet", tmp_path / "events.jsonl"
@@ -49,6 +50,7 @@ def test_the_eta_shows_from_the_first_batch_and_holds_within_20_percent(tmp_path
     assert max(errors) <= 0.2, [round(e, 2) for e in errors]
 
 
+@pytest.mark.e2e
 def test_a_resumed_run_estimates_its_own_rows(tmp_path, qwen3_seq_cls):
     inp = write(tmp_path / "in.jsonl", jsonl(rows(30, seed=5)))
     out = tmp_path / "o.parquet"

@@ -194,6 +194,7 @@ def _cached_causal(model_type: str, root: str, build) -> str:
     return build(model_type, f"{root}/{model_type}-causal")
 
 
+@pytest.mark.e2e
 def test_bench_on_a_single_item_only_model(tmp_path_factory):
     """`scorecli bench` with its default modes times single-item alone on a model that runs
     only that way, and says why; `--modes mis` asked for is refused as `score` refuses it."""
@@ -225,6 +226,7 @@ def test_bench_on_a_single_item_only_model(tmp_path_factory):
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
+@pytest.mark.e2e
 def test_console_script_on_families(tmp_path_factory, tmp_path):
     """Through the real console script: a single-item-only family scores (exit 0, mode and why
     in the metadata and the summary); MIS on it, a family whose attention builds its own mask,

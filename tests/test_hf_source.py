@@ -114,6 +114,7 @@ main()
 """
 
 
+@pytest.mark.e2e
 def test_scored_through_the_command_line_as_the_local_folder_is(hub, qwen3_seq_cls, tmp_path):
     local = str(hub / "datasets" / "org" / "name" / "data")
     outs = {}

@@ -426,6 +426,7 @@ def test_resolve_output_refusals(tmp_path):
         sock.close()
 
 
+@pytest.mark.e2e
 def test_stale_temps_of_dead_unlocked_runs_are_removed(tmp_path):
     import fcntl
     import subprocess

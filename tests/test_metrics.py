@@ -98,6 +98,7 @@ def labelled_rows(n: int = 9) -> list[dict]:
     return rows
 
 
+@pytest.mark.e2e
 def test_a_run_keeps_labels_and_reports_metrics_and_eval_agrees(tmp_path, qwen3_seq_cls):
     rows = labelled_rows()
     inp = write(tmp_path / "in.jsonl", jsonl(rows))
@@ -126,6 +127,7 @@ def test_a_run_keeps_labels_and_reports_metrics_and_eval_agrees(tmp_path, qwen3_
     assert run_cli(Case(["eval", str(out), "--labels", other])).rc == 2
 
 
+@pytest.mark.e2e
 def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
     rows = [{"id": 1, "query": "q", "items": ["a", "b"], "labels": [0, 1]}, {"id": 2, "query": "q", "items": ["a"]}]
     rows.append({"id": 3, "query": "q", "items": ["a", "b"], "labels": [7]})
@@ -139,6 +141,7 @@ def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
     assert "over 1 labelled rows" in skipped.lines()[-1] and json.loads(json.dumps(pq.read_table(out).num_rows)) == 3
 
 
+@pytest.mark.e2e
 def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
     """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
     rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""

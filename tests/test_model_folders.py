@@ -17,6 +17,8 @@ import pytest
 
 from tests.test_cli import GOOD_LINE, Case, Result, run_cli, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 
 def _copy(src: str, dst: Path, config: dict | None = None, drop: tuple[str, ...] = ()) -> str:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*drop))

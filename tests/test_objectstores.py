@@ -137,6 +137,7 @@ def keys(s3, bucket: str, prefix: str = "") -> list[str]:
     return sorted(o["Key"] for o in listed)
 
 
+@pytest.mark.e2e
 def test_folder_of_jsonl_gzip_parquet_to_a_file_equals_the_local_run(s3, uploaded, qwen3_seq_cls, local_run):
     result = run_cli(score(s3, [uploaded], "s3://outputs/file/scores.parquet", qwen3_seq_cls))
     assert result.rc == 0, result.stderr
@@ -148,6 +149,7 @@ def test_folder_of_jsonl_gzip_parquet_to_a_file_equals_the_local_run(s3, uploade
     ]  # no parts, no temp
 
 
+@pytest.mark.e2e
 def test_glob_to_a_dataset_equals_the_local_run(s3, uploaded, qwen3_seq_cls, local_run):
     result = run_cli(
         score(s3, ["s3://inputs/rows/*.jsonl*", "s3://inputs/rows/c.parquet"], "s3://outputs/ds/", qwen3_seq_cls)
@@ -158,6 +160,7 @@ def test_glob_to_a_dataset_equals_the_local_run(s3, uploaded, qwen3_seq_cls, loc
     same(pl.read_parquet("s3://outputs/ds/*.parquet"), local_run)
 
 
+@pytest.mark.e2e
 def test_jsonl_output_and_file_urls(s3, uploaded, local_inputs, qwen3_seq_cls, local_run):
     result = run_cli(score(s3, [f"file://{local_inputs}/a.jsonl"], "s3://outputs/a.jsonl.gz", qwen3_seq_cls))
     assert result.rc == 0, result.stderr
@@ -185,6 +188,7 @@ def _wait_for_parts(s3, proc: subprocess.Popen, bucket: str, journal: str, parts
         time.sleep(0.05)
 
 
+@pytest.mark.e2e
 def test_kill_9_then_resume_equals_the_local_run(s3, uploaded, qwen3_seq_cls, local_run):
     case = score(s3, [uploaded], "s3://outputs/job.parquet", qwen3_seq_cls)
     proc = _start(case)
@@ -205,6 +209,7 @@ def test_kill_9_then_resume_equals_the_local_run(s3, uploaded, qwen3_seq_cls, lo
     assert kept  # the kept part was read, not scored again: its rows were skipped ("resumed after")
 
 
+@pytest.mark.e2e
 def test_dataset_resume_and_a_second_run_on_the_prefix(s3, uploaded, qwen3_seq_cls, local_run):
     case = score(s3, [uploaded], "s3://outputs/busy/", qwen3_seq_cls)
     # the first run's batches take a second more (tests/slow_cli.py): it is still scoring when
@@ -237,6 +242,7 @@ def test_dataset_resume_and_a_second_run_on_the_prefix(s3, uploaded, qwen3_seq_c
     assert not [k for k in keys(s3, "outputs", "busy/") if "_scorecli_" in k]
 
 
+@pytest.mark.e2e
 def test_denied_bucket_missing_key_and_bad_urls_are_one_line_exit_2(s3, uploaded, qwen3_seq_cls, tmp_path):
     s3.deny("secret")
     cases = {
@@ -262,6 +268,7 @@ def test_denied_bucket_missing_key_and_bad_urls_are_one_line_exit_2(s3, uploaded
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.e2e
 def test_throttled_requests_are_retried(s3, uploaded, qwen3_seq_cls, local_run):
     rule = s3.throttle(r"^GET /inputs/rows/a\.jsonl", times=12)  # more in a row than the SDK retries by itself
     result = run_cli(score(s3, [uploaded], "s3://outputs/throttled.parquet", qwen3_seq_cls, "--quiet"))
@@ -270,6 +277,7 @@ def test_throttled_requests_are_retried(s3, uploaded, qwen3_seq_cls, local_run):
     same(pl.read_parquet("s3://outputs/throttled.parquet"), local_run)
 
 
+@pytest.mark.e2e
 def test_a_store_failure_is_exit_1_with_the_rows_kept(s3, uploaded, qwen3_seq_cls, local_run):
     # the final server-side copy is refused as S3 refuses a copy of more than 5 GB
     s3.fail(r"^PUT /outputs/stuck\.parquet( |$|\?)", 400, s3_server.TOO_LARGE)
@@ -288,6 +296,7 @@ def test_a_store_failure_is_exit_1_with_the_rows_kept(s3, uploaded, qwen3_seq_cl
     same(pl.read_parquet("s3://outputs/stuck.parquet"), local_run)
 
 
+@pytest.mark.e2e
 def test_ray_workers_read_and_write_the_store_and_resume_after_a_kill(s3, uploaded, qwen3_seq_cls, local_run):
     """--engine ray on a local cluster of 2 workers: the workers read their blocks from the store
     (the driver only lists and indexes the inputs, on worker tasks) and write their parts there;

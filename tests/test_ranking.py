@@ -460,6 +460,7 @@ def test_resume_continues_a_chunked_ranked_job_and_refuses_other_flags(tmp_path,
         assert got[name].to_pylist() == want[name].to_pylist(), name
 
 
+@pytest.mark.e2e
 def test_console_script(tmp_path, qwen3_seq_cls, llama_reward):
     """The flags through the real `scorecli` (the same output as the library), and bad values:
     exit 2, one line, nothing written."""

@@ -26,6 +26,8 @@ from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
 from scorecli.io.readers import resolve_inputs  # noqa: E402
 from tests.test_invariance import make_rows  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_cli import GOOD_LINE, SCORECLI, _env, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 pytest.importorskip("ray")
 
 

@@ -98,6 +98,7 @@ def stop_after(proc: subprocess.Popen, folder: Path, parts: int, signum: int = s
     return done, stderr.decode("utf-8", "replace")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("parts", [1, 3, PARTS - 1], ids=["after-1", "after-3", "all-but-one"])
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path, job_input, qwen3_seq_cls, uninterrupted, parts):
     out = tmp_path / "scores.parquet"
@@ -120,6 +121,7 @@ def journaled_rows(parts: int) -> int:
     return parts * WINDOW
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_signal_keeps_parts_and_says_resume(tmp_path, job_input, qwen3_seq_cls, uninterrupted, signum, code):
     out = tmp_path / "scores.jsonl"
@@ -138,6 +140,7 @@ def test_signal_keeps_parts_and_says_resume(tmp_path, job_input, qwen3_seq_cls, 
     assert [pa.array(r["score"], pa.float32()).to_pylist() for r in rows] == uninterrupted.column("score").to_pylist()
 
 
+@pytest.mark.e2e
 def test_interrupted_message_names_rows_kept_and_resume(tmp_path, job_input, qwen3_seq_cls):
     out = tmp_path / "scores.parquet"
     folder = Path(str(out) + ".partial")
@@ -154,6 +157,7 @@ def test_interrupted_message_names_rows_kept_and_resume(tmp_path, job_input, qwe
     assert f"{kept:,} rows kept in {folder}" in lines[-1] and "--resume" in lines[-1]
 
 
+@pytest.mark.e2e
 def test_changed_flag_input_or_model_is_refused(tmp_path, job_input, qwen3_seq_cls):
     model = tmp_path / "model"
     shutil.copytree(qwen3_seq_cls, model)
@@ -187,6 +191,7 @@ def test_changed_flag_input_or_model_is_refused(tmp_path, job_input, qwen3_seq_c
     refused(args, "model file model.safetensors")
 
 
+@pytest.mark.e2e
 def test_changed_engine_settings_are_not_a_different_job(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     out = tmp_path / "scores.parquet"
     folder = Path(str(out) + ".partial")
@@ -198,6 +203,7 @@ def test_changed_engine_settings_are_not_a_different_job(tmp_path, job_input, qw
     assert pq.read_table(out).equals(uninterrupted)
 
 
+@pytest.mark.e2e
 def test_resume_keeps_the_jobs_windows_so_scores_are_identical(tmp_path, job_input, qwen3_seq_cls):
     """Which rows share a batch moves float32 scores in their last bits, and windows decide it:
     a job resumed with another --window-rows goes on in its own windows (with a warning), and
@@ -223,6 +229,7 @@ def test_resume_keeps_the_jobs_windows_so_scores_are_identical(tmp_path, job_inp
     assert pq.read_table(out).equals(whole[WINDOW])
 
 
+@pytest.mark.e2e
 def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
     stdin = run_cli(
         Case(
@@ -239,6 +246,7 @@ def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
     assert device.rc == 0, device.stderr  # a device keeps no parts: --resume just runs the job (docs/long-jobs.md)
 
 
+@pytest.mark.e2e
 def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     out = tmp_path / "scores.parquet"
     folder = Path(str(out) + ".partial")
@@ -254,6 +262,7 @@ def test_resume_without_a_folder_starts_and_a_leftover_is_replaced(tmp_path, job
     assert pq.read_table(out).equals(uninterrupted)
 
 
+@pytest.mark.e2e
 def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     """Two runs never interleave their parts: while one run holds `<out>.partial/` (here stopped
     with SIGSTOP), another on the same --out (another job, or the same one with --resume, as
@@ -284,6 +293,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_s
     assert pq.read_table(out).equals(uninterrupted) and not folder.exists()
 
 
+@pytest.mark.e2e
 def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_rows(tmp_path, job_input, qwen3_seq_cls):
     """A run of another job on a leftover folder, failing or interrupted before its first part,
     does not say the old job's rows are kept for it to --resume, and leaves them as they were."""
@@ -309,6 +319,7 @@ def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_row
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.e2e
 def test_directory_output_is_a_dataset_readers_agree_on(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     out = tmp_path / "ds"
     args = score_args(job_input, qwen3_seq_cls, Path(str(out) + "/"))
@@ -330,6 +341,7 @@ def test_directory_output_is_a_dataset_readers_agree_on(tmp_path, job_input, qwe
     assert polars.read_parquet(f"{out}/*.parquet")["id"].to_list() == list(range(ROWS))
 
 
+@pytest.mark.e2e
 def test_directory_output_resumes(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     out = str(tmp_path / "ds") + "/"
     args = score_args(job_input, qwen3_seq_cls, Path(out))
@@ -345,6 +357,7 @@ def test_directory_output_resumes(tmp_path, job_input, qwen3_seq_cls, uninterrup
     assert sorted(os.listdir(out))[0] == "_SUCCESS" and len(os.listdir(out)) == PARTS + 1
 
 
+@pytest.mark.e2e
 def test_full_disk_fails_clearly_and_resumes_when_there_is_room(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     mnt = tmp_path / "small"
     mnt.mkdir()
@@ -368,6 +381,7 @@ def test_full_disk_fails_clearly_and_resumes_when_there_is_room(tmp_path, job_in
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+@pytest.mark.e2e
 def test_ray_engine_resumes_a_job_and_keeps_its_blocks_as_parts(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     pytest.importorskip("ray")
     out = tmp_path / "scores.parquet"
@@ -395,6 +409,7 @@ main()
 """
 
 
+@pytest.mark.e2e
 def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
     import sys
 
@@ -412,6 +427,7 @@ def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]  # the stale temporary file is gone
 
 
+@pytest.mark.e2e
 def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     """An embedding model's job (docs/models.md: Which models, embedding models) killed after its first part continues with --resume
     to what an uninterrupted run writes; its own flags are part of the job."""

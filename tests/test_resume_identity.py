@@ -18,6 +18,8 @@ import pytest
 from tests.test_cli import TIMEOUT, Case, _env, run_cli
 from tests.test_resume import job_input  # noqa: F401 - the module fixture: rows that grow longer
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 # the console script, SIGKILLed once TEST_KILL_AFTER_PARTS parts are kept; with TEST_AUTO_DTYPE,
 # on a machine where `--dtype auto` resolves to that dtype (as a GPU's bfloat16)
 WRAPPER = """import os, signal, sys

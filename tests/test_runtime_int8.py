@@ -60,6 +60,7 @@ def _int8_files(cache) -> list[str]:
     return sorted(glob.glob(os.path.join(str(cache), "onnx", "*", "model_quint8-*.onnx")))
 
 
+@pytest.mark.e2e
 def test_cli_int8_end_to_end_records_the_drift(cross_encoder, tmp_path):
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     cache, out = tmp_path / "cache", tmp_path / "out.parquet"
@@ -122,6 +123,7 @@ def _pairs(ours: np.ndarray, theirs: np.ndarray):
     return [((ours[i], theirs[i]), (ours[j], theirs[j])) for i in range(n) for j in range(i + 1, n)]
 
 
+@pytest.mark.e2e
 def test_no_self_check_refused(cross_encoder, tmp_path):
     (tmp_path / "in.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
     run = _cli(

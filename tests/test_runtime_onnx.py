@@ -208,6 +208,7 @@ def test_onnx_cls_hidden_states_equal_torch(tmp_path):
     assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-4
 
 
+@pytest.mark.e2e
 def test_cli_runtime_flag(tmp_path):
     import json
     import subprocess

@@ -19,6 +19,8 @@ import pytest
 
 from tests.test_cli import TIMEOUT, Case, Result, _env, jsonl, run_cli, write
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "the quick brown fox jumps over a lazy dog while yes no maybe relevant passage answers query"
 

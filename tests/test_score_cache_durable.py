@@ -12,9 +12,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.test_cli import Case, _env, jsonl, run_cli, write
 from tests.test_score_cache import FIRST, ROOT, SECOND, assert_same, counts, hooked, items_of, score
+
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
 
 ROWS = [{"id": i, "query": f"query {i % 3}", "items": [f"item {i} {j}" for j in range(3)]} for i in range(8)]
 

@@ -16,6 +16,8 @@ from tests.test_objectstores import s3  # noqa: F401 - the module's local S3 ser
 from tests.test_score_cache import FIRST, SECOND, assert_same, counts, hooked, items_of, score
 from tests.test_score_cache_durable import ROWS, start
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, str]:

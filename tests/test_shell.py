@@ -267,6 +267,7 @@ ERRORS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ERRORS)
 def test_error_is_one_line_exit_2_and_writes_nothing(runs, name):
     result, exp = runs.results[name], runs.expect[name]
@@ -284,11 +285,13 @@ def test_error_is_one_line_exit_2_and_writes_nothing(runs, name):
 # ---- item 1: --out -----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_dev_null_stays_a_device(runs):
     ok(runs, "dev_null")
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+@pytest.mark.e2e
 def test_symlink_is_written_through(runs):
     ok(runs, "symlink")
     link = runs.tmp / "link" / "scores.parquet"
@@ -297,17 +300,20 @@ def test_symlink_is_written_through(runs):
     assert sorted(os.listdir(runs.tmp / "link" / "real")) == ["target.parquet"]  # no temp file left
 
 
+@pytest.mark.e2e
 def test_dev_stdout_is_like_dash(runs):
     result = ok(runs, "dev_stdout")
     assert [r["id"] for r in read_jsonl(result.stdout)] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.e2e
 def test_jsonl_gz_is_compressed_json_lines(runs):
     ok(runs, "jsonl_gz")
     rows = read_jsonl(gzip.decompress((runs.tmp / "gz" / "scores.jsonl.gz").read_bytes()))
     assert [r["id"] for r in rows] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.e2e
 def test_stale_temp_of_a_dead_run_is_removed(runs):
     ok(runs, "stale_temp")
     names = sorted(os.listdir(runs.tmp / "stale"))
@@ -317,6 +323,7 @@ def test_stale_temp_of_a_dead_run_is_removed(runs):
 # ---- items 4-5: ids ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_id_appearing_after_the_first_windows(runs):
     ok(runs, "id_late")
     table = pq.read_table(runs.tmp / "late.parquet")
@@ -324,12 +331,14 @@ def test_id_appearing_after_the_first_windows(runs):
     assert table["id"].to_pylist() == [None] * 5 + [7]
 
 
+@pytest.mark.e2e
 def test_float_ids_come_back_as_the_same_json_values(runs):
     result = ok(runs, "id_floats_jsonl")
     assert [r["id"] for r in read_jsonl((runs.tmp / "floats_out.jsonl").read_bytes())] == [2.5, 1000.0, -0.5]
     assert "scored 3 rows" in result.stderr
 
 
+@pytest.mark.e2e
 def test_bad_ids_are_bad_rows_named_by_line_and_field(runs):
     ok(runs, "bad_ids_skipped")
     rows = pq.read_table(runs.tmp / "bad_ids.parquet").to_pylist()
@@ -341,6 +350,7 @@ def test_bad_ids_are_bad_rows_named_by_line_and_field(runs):
         assert rows[line - 1]["scores"] is None
 
 
+@pytest.mark.e2e
 def test_parquet_ids_keep_their_schema_type(runs):
     ok(runs, "parquet_id_type")
     table = pq.read_table(runs.tmp / "int32_out.parquet")
@@ -350,17 +360,20 @@ def test_parquet_ids_keep_their_schema_type(runs):
 # ---- item 6: shells and pipes ------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_closed_stdin_does_not_matter_when_reading_files(runs):
     ok(runs, "stdin_closed_file")
     assert pq.read_table(runs.tmp / "closed.parquet").num_rows == 5
 
 
+@pytest.mark.e2e
 def test_closed_stdout_does_not_matter_when_writing_files(runs):
     """With descriptor 1 closed, no file the run opens takes its number: the output is whole."""
     ok(runs, "stdout_closed_file")
     assert pq.read_table(runs.tmp / "closed3.parquet")["id"].to_pylist() == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.e2e
 def test_fifo_output_is_streamed_into_not_replaced(tmp_path, qwen3_seq_cls):
     fifo = tmp_path / "scores.jsonl"
     os.mkfifo(fifo)
@@ -375,6 +388,7 @@ def test_fifo_output_is_streamed_into_not_replaced(tmp_path, qwen3_seq_cls):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+@pytest.mark.e2e
 def test_fifo_input_is_read_once(tmp_path, qwen3_seq_cls):
     fifo = tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
@@ -395,6 +409,7 @@ def _popen(args: list[str], **kw) -> subprocess.Popen:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["SIGTERM", "SIGINT-twice"])
 def test_signal_with_a_stalled_stdin_producer(tmp_path, qwen3_seq_cls, signals):
     out = tmp_path / "scores.parquet"
@@ -425,6 +440,7 @@ def test_signal_with_a_stalled_stdin_producer(tmp_path, qwen3_seq_cls, signals):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.e2e
 def test_closed_pipe_ends_the_run_quietly_and_promptly(tmp_path, qwen3_seq_cls):
     rows = make_rows(3000, 0, 5)
     inp = write(tmp_path / "big.jsonl", jsonl(rows))
@@ -448,11 +464,13 @@ def test_closed_pipe_ends_the_run_quietly_and_promptly(tmp_path, qwen3_seq_cls):
 # ---- item 8: messages --------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_skipped_rows_are_counted_apart(runs):
     summary = ok(runs, "skipped_counted").lines()[-1]
     assert summary.startswith("scored 1 rows, 2 items") and "skipped 4 bad rows" in summary, summary
 
 
+@pytest.mark.e2e
 def test_nan_scores_are_null_and_counted(runs):
     result = ok(runs, "nan_scores")
     rows = read_jsonl((runs.tmp / "nan.jsonl").read_bytes())  # strict JSON: no bare NaN
@@ -485,6 +503,7 @@ def test_corrupt_parquet_page_names_rows_without_control_bytes(tmp_path):
 # ---- item 9: noise and early checks ------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_flex_on_cpu_is_quiet(runs):
     assert ok(runs, "flex_quiet").stderr == ""
 
@@ -505,6 +524,7 @@ main()
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("delay", ["0", "3"])
 def test_success_runs_exit_handlers_and_waits_for_live_threads(tmp_path, qwen3_seq_cls, delay):
     import sys

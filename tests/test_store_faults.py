@@ -22,6 +22,8 @@ from tests.test_cli import Case, Result, _env, jsonl, make_rows, run_cli
 from tests.test_firstrun import ROOT
 from tests.test_objectstores import env, keys, s3  # noqa: F401 - s3 is a fixture
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 ROWS = 12
 KEPT = 4  # part-00002 is where the store fails: two parts of two rows are kept
 

@@ -18,6 +18,8 @@ from tests import s3_server
 from tests.test_cli import Case, jsonl, make_rows, run_cli, write
 from tests.test_objectstores import env, keys, s3  # noqa: F401 - s3 is a fixture
 
+pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
+
 ROWS = make_rows(3, first_id=0, seed=11)
 
 

@@ -85,6 +85,7 @@ def assert_close(got: list, want: list) -> None:
         np.testing.assert_allclose(np.array(g, dtype=np.float64), w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", list(FOLDERS))
 def test_scores_equal_sentence_transformers(folders, rows_file, tmp_path, name):
     """Several windows and batches; empty items, an empty query, a row without items, texts cut at
@@ -96,6 +97,7 @@ def test_scores_equal_sentence_transformers(folders, rows_file, tmp_path, name):
     assert_close(table["score"].to_pylist(), reference(folders[name], ROWS, kind))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
 @pytest.mark.parametrize("attention", ["sdpa", "eager", "flex"])
 def test_every_attention_choice_that_applies(folders, rows_file, tmp_path, name, attention):
@@ -181,6 +183,7 @@ def _chunks(tokenizer, prompt: str, text: str, n: int, m: int) -> list[list[int]
     return [full[:lead] + body[s : s + n] + tail for s in starts]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mv-skiplist", "sparse"])
 def test_long_items_in_chunks(folders, tmp_path, name):
     """--chunk-tokens: each chunk scored as its own document (the item's special tokens and prompt
@@ -203,6 +206,7 @@ def test_long_items_in_chunks(folders, tmp_path, name):
     assert table["top_k"].to_pylist() == [list(np.argsort(-np.array(want), kind="stable")[:2])]
 
 
+@pytest.mark.e2e
 def test_resume_equals_the_uninterrupted_run(folders, tmp_path):
     """A job killed after its first part continues with --resume to what an uninterrupted run writes."""
     from tests.test_resume import start, stop_after
@@ -244,6 +248,7 @@ def test_ray_engine_gives_the_local_output(folders, rows_file, tmp_path):
         ray.shutdown()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("name", "flag", "said"),
     [
@@ -264,6 +269,7 @@ def test_flags_that_do_not_apply_are_refused_in_one_line(folders, rows_file, tmp
     assert not out.exists()
 
 
+@pytest.mark.e2e
 def test_inspect_and_bench(folders, tmp_path):
     said = run_cli(Case(["inspect", folders["mv-skiplist"]]))
     assert said.rc == 0, said.stderr
@@ -327,6 +333,7 @@ def test_the_self_check_catches_a_broken_maxsim(folders, monkeypatch):
         Scorer(folders["mv-skiplist"], device="cpu")
 
 
+@pytest.mark.e2e
 def test_console_stdin_and_detection_without_flags(folders):
     """Rows on stdin, JSON lines out; the kind detected from the folder alone."""
     result = run_cli(Case(["score", "-", "--model", folders["stanford"], "--out", "-"], stdin=jsonl(ROWS[:2])))
@@ -358,6 +365,7 @@ REPEATS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
 def test_repeated_texts_and_the_score_cache_keep_each_row_its_own_query(folders, tmp_path, name):
     """An item listed under two queries is scored against each (a window's repeated sequences are

@@ -30,7 +30,16 @@ from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 
 # ScoreConfig fields that do not change the output's content
-NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens", "score_cache", "audit", "audit_strict", "runtime_reason"}
+NOT_CONTENT = {
+    "window_rows",
+    "window_seconds",
+    "cache_dir",
+    "job_tokens",
+    "score_cache",
+    "audit",
+    "audit_strict",
+    "runtime_reason",
+}
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
