@@ -1,5 +1,5 @@
 """The real `scorecli` with a slow forward, recording what the run showed and kept, for tests of
-progress and checkpoints on a slow model (tests/test_firstrun.py):
+progress and checkpoints on a slow model (tests/test_new_user.py):
 
     python -m tests.slow_cli EVENTS SECONDS_PER_BATCH score ...
     python -m tests.slow_cli EVENTS SECONDS_PER_TOKENt score ...   (e.g. 0.002t)

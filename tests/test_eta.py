@@ -13,7 +13,7 @@ import pytest
 
 from scorecli.engine.progress import Eta
 from tests.test_cli import WORDS, jsonl, write
-from tests.test_firstrun import read_events, slow_run
+from tests.test_new_user import read_events, slow_run
 from tests.test_resume import stop_after
 
 SECONDS_PER_TOKEN = "0.004t"

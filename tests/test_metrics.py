@@ -145,7 +145,7 @@ def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
 def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
     """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
     rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""
-    from tests.test_firstrun import slow_run
+    from tests.test_new_user import slow_run
     from tests.test_resume import stop_after
 
     inp = write(tmp_path / "in.jsonl", jsonl(labelled_rows(12)))

@@ -21,7 +21,7 @@ import pytest
 
 from tests import s3_server
 from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
-from tests.test_firstrun import slow_run
+from tests.test_new_user import slow_run
 
 ROWS = 24
 WINDOW = 2

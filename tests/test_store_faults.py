@@ -19,7 +19,7 @@ import pytest
 
 from tests import s3_server
 from tests.test_cli import Case, Result, _env, jsonl, make_rows, run_cli
-from tests.test_firstrun import ROOT
+from tests.test_new_user import ROOT
 from tests.test_objectstores import env, keys, s3  # noqa: F401 - s3 is a fixture
 
 pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end

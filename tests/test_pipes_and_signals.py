@@ -1,4 +1,4 @@
-"""The real console script in a real shell's situations (issue 17): what `--out` points at,
+"""The real console script in a real shell's situations: what `--out` points at,
 usage errors, ids across windows, pipes, closed stdin, signals, and the exact shape of
 messages (exit code, one line, location, no traceback, nothing written).
 

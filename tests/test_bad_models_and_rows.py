@@ -1,4 +1,4 @@
-"""Issue 17, models and rows, through the real console script: a model that does not fit the
+"""Models and rows that cannot be scored, through the real console script: a model that does not fit the
 flags, a folder without tokenizer files, a sequence limit without room, corrupt or NaN
 weights, custom code, missing local paths, and rows that the tokenizer or numpy would choke
 on. Each bad case: exit 2, one line naming what (and for rows where: file:line and field),

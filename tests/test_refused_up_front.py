@@ -1,4 +1,4 @@
-"""Issue 27, through the real console script: an output that is, holds or lies inside an input
+"""Refused before any work, through the real console script: an output that is, holds or lies inside an input
 (a dataset folder over its input shards, globs, symlinked folders, `..`, relative paths,
 `<out>.partial/`, stdin and stdout redirected from or into an input), a folder of files scorecli
 did not write, a zero-row Parquet input's id column, integer flags out of range, `bench`'s

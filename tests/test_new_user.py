@@ -1,4 +1,4 @@
-"""A new user's first ten minutes (issue 30), through the real console script: the default model
+"""A new user's first ten minutes, through the real console script: the default model
 ranks the sample data; windows grow from one row, so a slow model keeps its first part and shows
 an ETA at once, and a resumed job cuts its rows as it began; `--help` fits 80 columns; a Hub id
 that cannot be reached fails in one line; JSON lines hold float32 digits; `bench` runs every kind;
