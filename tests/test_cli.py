@@ -534,7 +534,8 @@ def test_help_is_quick(argv):
 def big_input(tmp_path_factory) -> str:
     """3000 rows: tens of seconds of scoring with tiny batches, far more than the tests wait."""
     items = [" ".join(WORDS[j : j + 8]) for j in range(4)]
-    rows = [{"id": i, "query": " ".join(WORDS[i % 7 : i % 7 + 6]), "items": items} for i in range(3000)]
+    # every query differs: a window runs each repeated sequence once, so 7 queries would be 7 sequences
+    rows = [{"id": i, "query": " ".join(WORDS[i % 7 : i % 7 + 6]) + f" {i}", "items": items} for i in range(3000)]
     return write(tmp_path_factory.mktemp("big") / "big.jsonl", jsonl(rows))
 
 

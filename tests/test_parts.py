@@ -290,7 +290,7 @@ def test_a_kill_while_dataset_parts_get_their_final_schema_keeps_them(tmp_path):
     cp.write(pa.table({"id": pa.nulls(2), "score": [[1.0], [2.0]]}).replace_schema_metadata(meta))
     cp.write(pa.table({"id": [7, 8], "score": [[3.0], [4.0]]}).replace_schema_metadata(meta))
     before = os.path.getsize(tmp_path / "ds" / "part-00000.parquet")
-    cp._unify_parts()  # then killed, before the bookkeeping goes and _SUCCESS is written
+    cp._unify_parts({})  # then killed, before the bookkeeping goes and _SUCCESS is written
     assert os.path.getsize(tmp_path / "ds" / "part-00000.parquet") != before
     resumed = Checkpoint.open(target, cfg, [str(data)], resume=True)
     assert resumed.rows_done == 4

@@ -250,7 +250,7 @@ class Checkpoint:
         Raises:
             FingerprintMismatch: they differ (nothing changed; the parts stay).
         """
-        if metadata is None or not self.store.resumed or not self.store.parts:
+        if not metadata or not self.store.resumed or not self.store.parts:
             return
         kept = self.metadata()
         then, now = _choices(kept), _choices(metadata)

@@ -104,7 +104,7 @@ class _RayScoring:
     ) -> None:
         self.ray, self.cfg, self.paths, self.checkpoint = ray, cfg, paths, checkpoint
         self.mode_note = ""
-        self.metadata = None  # the workers' Scorers say it with their first block
+        self.metadata: dict[str, str] | None = None  # the workers' Scorers say it with their first block
         self.ids: tuple | None = None  # the id kind the job's first id fixed, for ranged blocks
         self.done = checkpoint.rows_done if checkpoint else 0
         self.id_type = schema_id_type(paths, cfg.id_field)
@@ -127,7 +127,6 @@ class _RayScoring:
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
         self.hits = self.misses = 0  # what the workers' score cache gave (`ray_workers.FIGURES`)
         self.profile = ""
-        self.metadata: dict[str, str] = {}
 
     def total(self) -> int:
         return self.rows
