@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
@@ -41,6 +40,7 @@ from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
+from scorecli.version import __version__
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
 # (`attention.shared`); shorter ones stay in every sequence.

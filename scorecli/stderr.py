@@ -62,9 +62,7 @@ def one_line_warnings(quiet: bool) -> None:
     torch's note that flex attention runs uncompiled (as documented on CPU) is not shown."""
     import warnings
 
-    import scorecli
-
-    ours = os.path.dirname(os.path.abspath(scorecli.__file__))
+    ours = os.path.dirname(os.path.abspath(__file__))  # scorecli's own modules
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     warnings.filterwarnings("ignore", module=r"torch\._(inductor|dynamo)")  # the compiler's notes to its developers
 

@@ -18,10 +18,10 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
+from scorecli.version import __version__
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {"window_rows", "window_seconds", "cache_dir", "job_tokens"}
