@@ -24,8 +24,11 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from scorecli.config import ACTIVATIONS
 from scorecli.errors import UsageError
+
+# what turns a head's logits into scores, as a template or `--activation` names it (applied by
+# `kinds.heads.activate`)
+ACTIVATIONS = ("none", "softmax", "sigmoid")
 
 PRESETS = ("plain", "qwen3-reranker", "yes-no-chat")
 
