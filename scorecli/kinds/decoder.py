@@ -28,7 +28,8 @@ from scorecli.kinds.spec import (
     positive_index,
     template_room,
 )
-from scorecli.runtimes import compile_layers, runtime_info
+from scorecli.runtimes import runtime_info
+from scorecli.runtimes.compiled import compile_layers
 from scorecli.runtimes.fused_norms import fuse_norms
 
 # the architecture names each decoder kind is detected by
