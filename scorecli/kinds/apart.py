@@ -27,11 +27,11 @@ from scorecli.core.rows import Row
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
-from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts
 from scorecli.runtimes import runtime_info
+from scorecli.runtimes.forward import with_encoder
 
 
 def refuse_flags(kind: str, cfg, template) -> None:

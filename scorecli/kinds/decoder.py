@@ -17,7 +17,6 @@ from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, trun
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.kinds.spec import (
     RunSpec,
@@ -30,6 +29,7 @@ from scorecli.kinds.spec import (
 )
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.compiled import compile_layers
+from scorecli.runtimes.forward import DecoderForward
 from scorecli.runtimes.fused_norms import fuse_norms
 
 # the architecture names each decoder kind is detected by

@@ -20,7 +20,6 @@ from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
@@ -35,6 +34,7 @@ from scorecli.model.sentence import (
     similarity,
 )
 from scorecli.runtimes import fast_encoder
+from scorecli.runtimes.forward import with_encoder
 from scorecli.runtimes.fused_norms import fuse_norms
 
 

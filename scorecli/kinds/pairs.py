@@ -16,9 +16,9 @@ from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import EncoderForward
 from scorecli.kinds.heads import activate
 from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
+from scorecli.runtimes.forward import EncoderForward
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all

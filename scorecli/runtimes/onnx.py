@@ -29,10 +29,10 @@ import torch
 from scorecli.attention import pad_ragged
 from scorecli.core.batching import Batch
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line
-from scorecli.kinds.forward import Pooled
 from scorecli.model import gguf
 from scorecli.model.cache import build_once
 from scorecli.runtimes import RUNTIMES
+from scorecli.runtimes.forward import Pooled, with_encoder
 from scorecli.runtimes.int8 import quantized
 from scorecli.version import __version__
 
@@ -150,7 +150,6 @@ def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
-    from scorecli.kinds.forward import with_encoder
     from scorecli.runtimes.fast_encoder import FastEncoder
 
     with torch.no_grad():  # the fused weights become constants of the graph

@@ -1,10 +1,11 @@
-"""Run a batch through the model and gather hidden states at the pooled positions.
+"""The torch runtime: run a batch through the model and gather hidden states at the pooled positions.
 
 Decoders run their base model (no lm_head, no classifier) with the attention backend's
 masks and explicit position ids (`DecoderForward`); cross-encoders run their own full
-forward on padded pairs (`EncoderForward`); embedding models' forward is their kind's
-(`kinds.embedding`), and speed-ups wrap these (`runtimes`). Knows nothing about
-tokenization, activations or output.
+forward on padded pairs (`EncoderForward`; `onnx.OnnxForward` is its ONNX Runtime twin, with
+the same `Pooled` results); embedding models' forward is their kind's (`kinds.embedding`), and
+speed-ups wrap these (`compiled`, `fused_norms`, `fast_encoder`). The kinds choose and build
+these forwards. Knows nothing about tokenization, kinds, activations or output.
 """
 
 from __future__ import annotations
