@@ -22,9 +22,15 @@ from typing import Annotated
 import typer
 
 from scorecli import options as o
+from scorecli import timings
 from scorecli.config import ScoreConfig
+from scorecli.core.templates import load_template
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
 from scorecli.help import Command, Group
+from scorecli.inspect import bundled_lines, describe
+from scorecli.inspect import check as self_check
+from scorecli.model.cache import check_writable
+from scorecli.model.default_model import resolve_model
 from scorecli.options import opt
 from scorecli.process import finish, pipe_closed, reserve_standard_fds, watch_signals
 from scorecli.stderr import err, fail, interrupted, noting_interrupts, one_line_warnings, say, say_interrupted
@@ -191,8 +197,6 @@ def score(
             checkpoint=checkpoint,
             started=_STARTED[-1] if _STARTED else None,
         )
-    from scorecli import timings
-
     timings.mark("done")
     if (line := timings.line()) and not quiet:
         say(line)
@@ -205,15 +209,12 @@ def _check_template(name: str) -> None:
     """Unknown template names and bad template files fail before the model loads
     (`yes-no-chat` needs the model's tokenizer: it is checked with the model)."""
     if name != "yes-no-chat":
-        from scorecli.core.templates import load_template
-
         load_template(name)
 
 
 def _check_cache_and_runtime(cache_dir: str | None, runtime: str = "auto") -> None:
     """An explicit --cache-dir that cannot be written, or an explicit ONNX runtime whose packages
     are missing, stop the run before the model loads (`--runtime auto` falls back instead)."""
-    from scorecli.model.cache import check_writable
     from scorecli.runtimes.onnx import check_packages
 
     check_writable(cache_dir)
@@ -224,8 +225,6 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
     model's short name), else the default model (docs/models.md: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
-    from scorecli.model.default_model import resolve_model
-
     choice = resolve_model(model)
     if choice.note and not quiet:
         say(f"note: {choice.note}")
@@ -254,8 +253,6 @@ def inspect(
     """Show what scorecli sees in a model: kind, labels, sizes, MIS.
 
     Without MODEL: the models the set-up installs, by short name."""
-    from scorecli.inspect import bundled_lines, describe
-
     if model is None:
         for line in bundled_lines():
             typer.echo(line)
@@ -266,8 +263,6 @@ def inspect(
     for line in describe(path, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
         typer.echo(line)
     if check:
-        from scorecli.inspect import check as self_check
-
         one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
         lines, ok = self_check(path, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
@@ -378,8 +373,6 @@ def main() -> None:
     """Console entry point: run the app and map errors to exit codes (docs/cli.md: Exit codes)."""
     _STARTED.append(time.perf_counter())
     if os.environ.get("SCORECLI_TIMINGS"):
-        from scorecli import timings
-
         timings.enable(_STARTED[-1])
     watch_signals(say_interrupted)
     reserve_standard_fds()

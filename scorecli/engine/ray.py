@@ -35,6 +35,7 @@ from itertools import islice
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
+from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Window, run_job
 from scorecli.engine.progress import Counts
@@ -289,8 +290,6 @@ def _stage(ray, block_rows: int, cfg: ScoreConfig, rows: Iterator[RawRow], done:
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
     """
-    from scorecli.core.rows import Fields, parse_row
-
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     refs, total = [], 0
     while window := list(islice(rows, block_rows)):

@@ -16,6 +16,7 @@ import pyarrow as pa
 from rich.console import Console
 
 from scorecli.config import ScoreConfig
+from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Window, run_job
 from scorecli.engine.progress import loading
@@ -64,8 +65,6 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
     unless `cfg.skip_bad_rows`.
     """
-    from scorecli.core.rows import Fields, parse_row
-
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     firsts: list[RawRow] = []
     peeked = next(rows, None) if paths and _is_stream(paths[0]) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention import backends as attention_backends
 from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
@@ -96,7 +97,6 @@ class DecoderFamily(FamilyDefaults):
         return lines, None, multi
 
     def __init__(self, setup: Setup):
-        from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for, text_config
 

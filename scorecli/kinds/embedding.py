@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention import backends as attention_backends
 from scorecli.attention import bound, pad_ragged, to_device
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
@@ -179,7 +180,6 @@ class EmbeddingFamily(FamilyDefaults):
         return lines, modules.max_seq_length, "no (query and items are embedded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention import backends as attention_backends
         from scorecli.attention import make_backend
         from scorecli.model.compat import backend_for
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention.backends import capabilities
 from scorecli.core.batching import Batch
 from scorecli.core.encode import EncodedPairs, PairEncoder
 from scorecli.core.pack import Seq
@@ -70,7 +71,6 @@ class PairFamily(FamilyDefaults):
         return lines, None, "no (bidirectional encoder: single-item)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention.backends import capabilities
         from scorecli.runtimes import onnx as runtime_onnx
         from scorecli.runtimes.fast_encoder import supports
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scorecli.attention.backends import capabilities
 from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError
@@ -99,7 +100,6 @@ class SparseFamily(ApartFamily):
         return lines, item, "no (query and items are encoded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention.backends import capabilities
         from scorecli.runtimes.fast_encoder import supports
 
         super().__init__(setup)

@@ -20,6 +20,7 @@ from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
+from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 
@@ -130,8 +131,6 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     is dequantized into a cached folder first; the kind is `cfg.kind`, else detected."""
     path, gguf_file = locate(cfg.model)
     if gguf_file:
-        from scorecli.model.gguf import materialize
-
         path = materialize(path, gguf_file, cfg.cache_dir)
     checkpoint = read_checkpoint(path, cfg)
     hf_config = checkpoint.config
