@@ -22,12 +22,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
+from scorecli.engine.progress import loading
 from scorecli.errors import UsageError
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
 from scorecli.kinds.spec import any_label_ids
 from scorecli.model.default_model import short_name
+from scorecli.model.load import load_model
+from scorecli.scorer import Scorer
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
@@ -120,10 +123,6 @@ def run_bench(
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
     that way (a cross-encoder, an embedding model, a decoder `compat.Support` keeps single); modes
     given are run as asked, and refused as `score` refuses. Progress on `console` (a terminal)."""
-    from scorecli.engine.progress import loading
-    from scorecli.model.load import load_model
-    from scorecli.scorer import Scorer
-
     with loading(console, short_name(cfg.model) or cfg.model):
         loaded = load_model(cfg)
     vocab = loaded.model.get_input_embeddings().num_embeddings

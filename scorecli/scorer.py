@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from scorecli.checks.drift import measure_drift
+from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
 from scorecli.config import ScoreConfig
 from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
@@ -30,11 +32,13 @@ from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback
+from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
+from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
 from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes import runtime_info
@@ -116,8 +120,6 @@ class Scorer:
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
-        from scorecli.model.compat import support_of
-
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
@@ -171,12 +173,8 @@ class Scorer:
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
         if runtime_info(self.runtime).approximate:  # drift measured and recorded, not judged
-            from scorecli.checks.drift import measure_drift
-
             self.drift = measure_drift(self)
             return self.drift.note
-        from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
-
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
         except SelfCheckError as err:
@@ -377,8 +375,6 @@ class Scorer:
         id_type = table.schema.field(name).type if name in table.column_names else None
         if not self.progress:
             return self.score_rows(rows, id_type)
-        from scorecli.engine.progress import tracked
-
         with tracked(len(rows)) as tracker:
             prepared = self.prepare(rows, id_type)
             tracker.window(prepared)

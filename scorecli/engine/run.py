@@ -19,6 +19,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Window, run_job
+from scorecli.engine.local import score_stream
 from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
@@ -136,8 +137,6 @@ class _Local:
         return None if self.total_rows is None else max(self.total_rows - done, 0)
 
     def windows(self, work, begin=None) -> Iterator[Window]:
-        from scorecli.engine.local import score_stream
-
         for prepared, table in score_stream(self.scorer, self.rows, work, windows=self.schedule, on_window=begin):
             yield Window(prepared.num_rows, self.scorer.metadata, table, counted=True)
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import backends as attention_backends
+from scorecli.attention import make_backend
 from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
@@ -28,6 +29,7 @@ from scorecli.kinds.spec import (
     positive_index,
     template_room,
 )
+from scorecli.model.compat import backend_for, check_backend, stateful_reason, text_config
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.compiled import compile_layers
 from scorecli.runtimes.forward import DecoderForward
@@ -50,8 +52,6 @@ class DecoderFamily(FamilyDefaults):
 
     @classmethod
     def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
-        from scorecli.model.compat import check_backend
-
         mis = cfg.mode != "single" and support.packed
         if cfg.mode == "mis" and not support.packed:
             check_backend(support, cfg.attention, mis=True)
@@ -80,8 +80,6 @@ class DecoderFamily(FamilyDefaults):
 
     @classmethod
     def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
-        from scorecli.model.compat import stateful_reason
-
         if KINDS[kind].label_tokens:
             lines = ["labels:         label tokens (pass --label-tokens)"]
         else:
@@ -97,9 +95,6 @@ class DecoderFamily(FamilyDefaults):
         return lines, None, multi
 
     def __init__(self, setup: Setup):
-        from scorecli.attention import make_backend
-        from scorecli.model.compat import backend_for, text_config
-
         cfg, loaded, spec, support = setup.config, setup.loaded, setup.spec, setup.support
         if runtime_info(cfg.runtime).encoders_only:
             raise UsageError(
@@ -193,8 +188,6 @@ class DecoderFamily(FamilyDefaults):
         return torch.cat(parts, dim=1)
 
     def use_backend(self, name: str) -> None:
-        from scorecli.attention import make_backend
-
         backend = make_backend(name, self.loaded.device, self.loaded.dtype)
         self.forward.backend, self.backend_name = backend, backend.name
 

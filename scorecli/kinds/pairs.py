@@ -19,6 +19,7 @@ from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import activate
 from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
+from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.forward import EncoderForward
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
@@ -71,7 +72,6 @@ class PairFamily(FamilyDefaults):
         return lines, None, "no (bidirectional encoder: single-item)"
 
     def __init__(self, setup: Setup):
-        from scorecli.runtimes import onnx as runtime_onnx
         from scorecli.runtimes.fast_encoder import supports
 
         cfg, loaded = setup.config, setup.loaded

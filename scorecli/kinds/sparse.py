@@ -37,6 +37,7 @@ from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
 from scorecli.kinds.spec import RunSpec
 from scorecli.kinds.texts import TextEncoder
+from scorecli.model.sentence import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
 
 SIMILARITIES = ("dot", "cosine")
@@ -47,8 +48,6 @@ def _static_cut(folder: SparseFolder) -> int | None:
     """The static query side's cut: its own tokenizer's `model_max_length` (None: no static side)."""
     if folder.static_query is None:
         return None
-    from scorecli.model.sentence import json_file
-
     config = json_file(f"{folder.static_query}/tokenizer_config.json", folder.static_query, missing_ok=True)
     return int(config.get("model_max_length") or 512)  # type: ignore[union-attr]
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from scorecli.attention import bound
 from scorecli.attention.backends import capabilities
+from scorecli.attention.kernel import attention
 from scorecli.errors import UsageError, error_line
 from scorecli.kinds import KINDS
 
@@ -132,8 +134,6 @@ class _Counter:
         self.callers: set[int] = set()
 
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
-        from scorecli.attention.kernel import attention
-
         self.callers.add(id(module))
         return (
             attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
@@ -170,8 +170,6 @@ def _probe(model: torch.nn.Module, counter: _Counter) -> list[torch.Tensor]:
     """The first 4 hidden states of two 8-token inputs that differ after them, under `counter`
     (transformers' notes about fallback kernels stay quiet: our output is one line)."""
     from transformers.utils import logging as hf_logging
-
-    from scorecli.attention import bound
 
     device = next(model.parameters()).device
     vocab = getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from scorecli.attention import ATTN_NAME, register, set_implementation
 from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
@@ -113,8 +114,6 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         sentence = sentence.resolved(path, hf_config).to(device)
         sentence.adapt_tokenizer(tokenizer)
     if declared.scorecli_attention and not encoder:
-        from scorecli.attention import ATTN_NAME, register, set_implementation
-
         register()
         set_implementation(model, ATTN_NAME)
     elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
