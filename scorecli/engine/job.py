@@ -77,7 +77,7 @@ def _model_files(name: str) -> dict[str, list]:
         return {os.path.basename(name): _stamp(name)}
     if not os.path.isdir(name):
         return {}
-    from scorecli.model.sentence import module_folders
+    from scorecli.model.sentence import module_folders  # torch: only for a local folder's fingerprint
 
     return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
         os.path.join(sub, n): _stamp(os.path.join(name, sub, n))

@@ -123,7 +123,7 @@ def _drive(
     ranking, labels_field = ranked
 
     def opened(metadata: dict[str, str]) -> Sink:
-        from scorecli.checks.drift import stderr_line
+        from scorecli.checks.drift import stderr_line  # checks load torch, which the lifecycle does not need
 
         note(console, stderr_line(metadata))  # approximate scores (onnx-int8) say so
         return checkpoint.sink(metadata) if checkpoint else open_sink(target, metadata)

@@ -30,7 +30,7 @@ from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts
-from scorecli.runtimes import runtime_info
+from scorecli.runtimes import fast_encoder, runtime_info
 from scorecli.runtimes.forward import with_encoder
 
 
@@ -123,8 +123,6 @@ class PaddedForward:
     encoder stack (`fast_encoder`), every row computed."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, output: str, fast: bool, fused=None):
-        from scorecli.runtimes import fast_encoder
-
         self.source, self.model, self.device, self.output = model, model, device, output
         self.fast = None
         if fast:

@@ -20,6 +20,7 @@ from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
+from scorecli.kinds.probes import decoder_errors, probe_rows
 from scorecli.kinds.spec import (
     RunSpec,
     check_room,
@@ -192,8 +193,6 @@ class DecoderFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.kinds.probes import decoder_errors, probe_rows
-
         return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))
 
 

@@ -22,6 +22,7 @@ from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
+from scorecli.kinds.probes import embedding_errors, embedding_probe
 from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.model.compat import backend_for
@@ -280,15 +281,11 @@ class EmbeddingFamily(FamilyDefaults):
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.kinds.probes import embedding_errors
-
         return embedding_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(the run's, the model's own) similarities [items + 1] of the probe query with `items`
         and a long text."""
-        from scorecli.kinds.probes import embedding_probe
-
         return embedding_probe(scorer, items)["scores"]
 
 

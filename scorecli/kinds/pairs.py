@@ -18,8 +18,10 @@ from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import activate
+from scorecli.kinds.probes import pair_errors, pair_scores
 from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
 from scorecli.runtimes import onnx as runtime_onnx
+from scorecli.runtimes.fast_encoder import supports
 from scorecli.runtimes.forward import EncoderForward
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
@@ -72,8 +74,6 @@ class PairFamily(FamilyDefaults):
         return lines, None, "no (bidirectional encoder: single-item)"
 
     def __init__(self, setup: Setup):
-        from scorecli.runtimes.fast_encoder import supports
-
         cfg, loaded = setup.config, setup.loaded
         self.loaded, self.spec = loaded, setup.spec
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
@@ -121,12 +121,8 @@ class PairFamily(FamilyDefaults):
 
     def probe_errors(self, scorer) -> dict[str, float] | None:
         """None when the probe's pairs do not fit --max-seq-len."""
-        from scorecli.kinds.probes import pair_errors
-
         return pair_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
-        from scorecli.kinds.probes import pair_scores
-
         return pair_scores(scorer, items)

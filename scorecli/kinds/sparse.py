@@ -39,6 +39,7 @@ from scorecli.kinds.spec import RunSpec
 from scorecli.kinds.texts import TextEncoder
 from scorecli.model.sentence import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
+from scorecli.runtimes.fast_encoder import supports
 
 SIMILARITIES = ("dot", "cosine")
 ITEM_PROMPTS = ("document", "passage", "corpus")
@@ -99,8 +100,6 @@ class SparseFamily(ApartFamily):
         return lines, item, "no (query and items are encoded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.runtimes.fast_encoder import supports
-
         super().__init__(setup)
         cfg, loaded = setup.config, setup.loaded
         self.folder: SparseFolder = loaded.sentence

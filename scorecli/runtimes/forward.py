@@ -20,6 +20,7 @@ import torch
 from scorecli.attention import AttentionBackend, bound, pad_ragged, to_device
 from scorecli.attention.shared import Recorder, SharedKV, records_layers
 from scorecli.core.batching import Batch
+from scorecli.runtimes.fast_encoder import FastEncoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +163,6 @@ class EncoderForward:
         self.source, self.model, self.device = model, model, device
         self.fast = None
         if fast:
-            from scorecli.runtimes.fast_encoder import FastEncoder
-
             self.fast = FastEncoder(model, fused)
             self.model = with_encoder(model, self.fast)
 

@@ -32,6 +32,7 @@ from scorecli.errors import ScorecliError, UsageError, error_line, first_line
 from scorecli.model import gguf
 from scorecli.model.cache import build_once
 from scorecli.runtimes import RUNTIMES
+from scorecli.runtimes.fast_encoder import FastEncoder
 from scorecli.runtimes.forward import Pooled, with_encoder
 from scorecli.runtimes.int8 import quantized
 from scorecli.version import __version__
@@ -150,8 +151,6 @@ def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
-    from scorecli.runtimes.fast_encoder import FastEncoder
-
     with torch.no_grad():  # the fused weights become constants of the graph
         fast = FastEncoder(model)
     fast.cls_only = what == "pairs"
