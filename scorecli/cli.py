@@ -26,9 +26,13 @@ from scorecli import timings
 from scorecli.config import ScoreConfig
 from scorecli.core.templates import load_template
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
+from scorecli.evaluate import evaluate
 from scorecli.help import Command, Group
 from scorecli.inspect import bundled_lines, describe
 from scorecli.inspect import check as self_check
+from scorecli.io.groups import grouping
+from scorecli.io.output import resolve_output
+from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 from scorecli.model.cache import check_writable
 from scorecli.model.default_model import resolve_model
 from scorecli.options import opt
@@ -131,9 +135,6 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
-    from scorecli.io.output import resolve_output
-    from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
-
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
     # what the flags alone tell fails before anything about the model is looked up
@@ -288,9 +289,6 @@ def eval_(
     """Ranking metrics of scores against relevance labels: MRR@k, nDCG@k, accuracy@1.
 
     The labels the output kept, or those of the input it was scored from (--labels)."""
-    from scorecli.evaluate import evaluate
-    from scorecli.io.groups import grouping
-
     ranking = evaluate(
         scores, labels, labels_field, id_field, grouping(group_by, query_field, items_field, labels_field), top_k
     )
