@@ -29,7 +29,7 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
 from scorecli.kinds.spec import any_label_ids
 from scorecli.model.default_model import short_name
-from scorecli.model.load import load_model
+from scorecli.model.load import load_model, resolve_device
 from scorecli.scorer import Scorer
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
@@ -226,7 +226,7 @@ def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device
     }
 
 
-def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None, device: str) -> None:
+def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None) -> None:
     """The results as a table (on stderr when JSON takes stdout), and as JSON to `json_out`."""
     import json
 
@@ -244,9 +244,15 @@ def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_ou
     Console(stderr=json_out == "-").print(table)
     if not json_out:
         return
-    text = json.dumps(as_json(results, work, cfg, device), indent=2)
+    text = json.dumps(as_json(results, work, cfg, device_name(cfg.device)), indent=2)
     if json_out == "-":
         print(text, flush=True)
     else:
         with open(json_out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+
+
+def device_name(device: str) -> str:
+    """The GPU's name (`cuda`), else `cpu`: where the figures were measured."""
+    dev = resolve_device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"

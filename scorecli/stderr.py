@@ -79,3 +79,12 @@ def one_line_warnings(quiet: bool) -> None:
 def interrupted(message: str = "") -> None:
     say_interrupted(message)
     finish(interrupted_code())
+
+
+def quiet_transformers() -> None:
+    """Our output is the only output: no "Loading weights" bars and no advice to model authors
+    (e.g. a padding warning from a model's own forward) from transformers; its errors still show."""
+    from transformers.utils import logging as hf_logging  # transformers loads only for a command that runs a model
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -28,6 +28,7 @@ class RuntimeInfo:
             self-check measures and records the drift instead of judging it.
         auto: `--runtime auto` may choose it (where it can run here).
         needs: a package it imports (None: torch alone).
+        help: what `--runtime`'s help says of it, beside its name ("": its name says it).
     """
 
     description: str
@@ -35,20 +36,28 @@ class RuntimeInfo:
     approximate: bool = False
     auto: bool = True
     needs: str | None = None
+    help: str = ""
 
 
 RUNTIMES: dict[str, RuntimeInfo] = {
     "torch": RuntimeInfo("torch"),
-    "onnx": RuntimeInfo("onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime"),
+    "onnx": RuntimeInfo(
+        "onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime", help="exported once, cached"
+    ),
     "onnx-int8": RuntimeInfo(
         "onnxruntime (fused encoder export, int8 dynamic quantization)",
         encoders_only=True,
         approximate=True,
         auto=False,
         needs="onnxruntime",
+        help="opt-in, int8 dynamic quantization; its drift is measured and recorded",
     ),
 }
 NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
+# what `--runtime auto` runs (`onnx.choose`), as `--runtime`'s help says it; which models a runtime
+# other than torch may run
+AUTO_HELP = "onnx where installed and it applies, else torch"
+APPLIES_TO = "CPU BERT-family encoders"
 
 
 class Speedup:
