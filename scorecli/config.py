@@ -94,7 +94,7 @@ class ScoreConfig:
         check_choice("--compile", self.compile, COMPILES)
         if self.runtime in RUNTIMES[1:] and runtime_info(self.runtime).approximate and not self.self_check:
             raise UsageError(
-                "--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
+                f"--runtime {self.runtime} needs the self-check, which measures and records how far its "
                 "scores drift from the model's own forward: drop --no-self-check"
             )
         check_choice("--dtype", self.dtype, DTYPES)

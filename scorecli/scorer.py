@@ -11,11 +11,9 @@ Knows nothing about files, progress bars or the command line.
 
 from __future__ import annotations
 
-import queue
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,12 +24,11 @@ import torch
 from scorecli.checks.drift import measure_drift
 from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
 from scorecli.config import ScoreConfig
-from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
-from scorecli.engine.batches import Readback
+from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
 from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
@@ -300,31 +297,20 @@ class Scorer:
         return table
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
-        """(item index, tokens, scores [N, labels + hidden] on the device) of every batch, one at a time;
-        a batch that runs out of device memory is retried as two halves."""
-        pending = list(reversed(prepared.batches))
-        while pending:
-            index = pending.pop()
-            batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
-            try:
-                result = self._score_batch(batch)
-            except torch.OutOfMemoryError:
-                if len(index) == 1:
-                    raise
-                half = len(index) // 2
-                warnings.warn(
-                    f"out of memory on a batch of {len(index)} sequences; retrying as two halves", stacklevel=2
-                )
-                _free_cache(self.loaded.device)
-                pending += [index[half:], index[:half]]
-                continue
-            except Exception as err:
-                if self.fallback is None:
-                    raise
-                self._fall_back(err)
-                pending.append(index)
-                continue
-            yield batch.item_index, batch.num_tokens, result
+        """Every batch's (item index, tokens, scores on the device), one at a time (`engine.batches`)."""
+        shared, device = len(prepared.shared), self.loaded.device
+        return run_serial(prepared.seqs, prepared.batches, shared, self._score_batch, self._switch, device)
+
+    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
+        """The same, computed by `self.streams` in threads (`engine.batches`)."""
+        return run_streams(prepared.seqs, prepared.batches, len(prepared.shared), self._score_batch, self.streams)
+
+    def _switch(self, err: Exception) -> bool:
+        """After a batch failed with `err`: switch to the `auto` fallback (False: there is none)."""
+        if self.fallback is None:
+            return False
+        self._fall_back(err)
+        return True
 
     def _fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
@@ -335,30 +321,7 @@ class Scorer:
         )
         self.family.use_backend(self.fallback)
         self.fallback = None
-        _free_cache(self.loaded.device)
-
-    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
-        """(item index, tokens, scores) of every batch, in plan order, computed by `self.streams`
-        in threads that split torch's CPU threads between them."""
-        threads = torch.get_num_threads()
-        free: queue.SimpleQueue = queue.SimpleQueue()
-        for forward in self.streams:
-            free.put(forward)
-
-        def score(index: np.ndarray) -> tuple[np.ndarray, int, torch.Tensor]:
-            forward = free.get()
-            try:
-                batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
-                return batch.item_index, batch.num_tokens, self._score_batch(batch, forward)
-            finally:
-                free.put(forward)
-
-        per_stream = max(1, threads // len(self.streams))
-        try:
-            with ThreadPoolExecutor(len(self.streams), "scorecli-stream", torch.set_num_threads, (per_stream,)) as pool:
-                yield from pool.map(score, prepared.batches)
-        finally:
-            torch.set_num_threads(threads)
+        free_cache(self.loaded.device)
 
     def _score_batch(self, batch, forward=None) -> torch.Tensor:
         return self.family.score_batch(batch, forward)
@@ -427,8 +390,3 @@ class Scorer:
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         } | (self.drift.metadata() if getattr(self, "drift", None) else {})
-
-
-def _free_cache(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

@@ -166,7 +166,7 @@ class ApartFamily(FamilyDefaults):
         self.held: list[tuple[np.ndarray, tuple[torch.Tensor, ...]]] = []  # query batches of the window
         self.reps: tuple[torch.Tensor, ...] | None = None
         self.slot = np.zeros(0, dtype=np.int64)
-        # CPU streams (`Scorer._run_streams`) run a window's batches two at a time, in plan order:
+        # CPU streams (`Scorer._run_streams`, `engine.batches.run_streams`) run a window's batches two at a time, in plan order:
         # an item batch waits until every query batch of its window is held
         self.lock, self.queries_held, self.queries = threading.Lock(), threading.Event(), 0
         self.held_queries = 0
