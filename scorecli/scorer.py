@@ -1,12 +1,13 @@
 """The one scoring core: raw rows in, an Arrow table of scores out, in input order.
 
 `Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
-`Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
-table; batch results come back once per window, `engine.batches`); `engine.local.score_stream`
-overlaps the two across windows. What depends on the model's kind (encoding, packing,
-forward, heads, the self-check's reference) is its family's (`scorecli.kinds`, built from a
-frozen `Setup`): the Scorer asks the family what it can do and never which kind it runs.
-Knows nothing about files, progress bars or the command line.
+`Scorer.run` the model work (its batches run by `engine.batches`: halved when out of memory, in
+CPU streams, results read back once per window; the `auto` fallback, unsort, the output table);
+`engine.local.score_stream` overlaps the two across windows. What depends on the model's kind
+(encoding, packing, forward, heads, the self-check's reference) is its family's
+(`scorecli.kinds`, built from a frozen `Setup`): the Scorer asks the family what it can do and
+never which kind it runs. It sits in the engine layer (docs/ARCHITECTURE.md: Layers). Knows
+nothing about files or the command line (a library caller's progress line is `engine.progress`'s).
 """
 
 from __future__ import annotations
