@@ -2,7 +2,8 @@
 which modules form each layer, top first; a module imports only from its own layer and the layers
 below it, nothing imports in a circle (counting imports under `if TYPE_CHECKING:` and inside
 functions), and an import inside a function is of a scorecli module that loads a heavy or
-optional package (torch, transformers, pyarrow, ray, onnx, flashinfer, ...) as it is imported.
+optional package (torch, transformers, pyarrow, ray, onnx, flashinfer, ...) that the importing
+module does not load already.
 Read from the source with `ast` (no module is imported), so it runs in `make lint`."""
 
 from __future__ import annotations
