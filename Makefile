@@ -32,11 +32,13 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# ruff (lint and format, rules in pyproject.toml) and mypy over the protocols; .ci/run runs it
+# ruff (lint and format, rules in pyproject.toml), mypy over the protocols, and the import layers of
+# docs/ARCHITECTURE.md (tests/test_layers.py reads the source, imports nothing); .ci/run runs it
 lint: install
 	$(BIN)/ruff check scorecli tests benchmarks
 	$(BIN)/ruff format --check scorecli tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_layers.py
 
 # the inner loop: every test function of every stage, on at most two of its parameter sets, without
 # the real SmolLM2 model or the console script in subprocesses (`make test` and CI run everything)

@@ -8,7 +8,7 @@
 command line uses too.
 """
 
-__version__ = "0.1.0"
+from scorecli.version import __version__
 
 
 def __getattr__(name: str):

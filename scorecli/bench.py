@@ -22,9 +22,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
+from scorecli.engine.progress import loading
 from scorecli.errors import ScorecliError, UsageError
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
+from scorecli.kinds import KINDS
+from scorecli.kinds.spec import any_label_ids
+from scorecli.model.default_model import short_name
+from scorecli.model.load import load_model, resolve_device
+from scorecli.scorer import Scorer
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
@@ -117,13 +123,6 @@ def run_bench(
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
     that way (a cross-encoder, an embedding model, a decoder `compat.Support` keeps single); modes
     given are run as asked, and refused as `score` refuses. Progress on `console` (a terminal)."""
-    from scorecli.engine.progress import loading
-    from scorecli.kinds import KINDS
-    from scorecli.kinds.spec import any_label_ids
-    from scorecli.model.default_model import short_name
-    from scorecli.model.load import load_model
-    from scorecli.scorer import Scorer
-
     with loading(console, short_name(cfg.model) or cfg.model):
         loaded = load_model(cfg)
     vocab = loaded.model.get_input_embeddings().num_embeddings
@@ -227,7 +226,7 @@ def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device
     }
 
 
-def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None, device: str) -> None:
+def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_out: str | None) -> None:
     """The results as a table (on stderr when JSON takes stdout), and as JSON to `json_out`."""
     import json
 
@@ -245,7 +244,7 @@ def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_ou
     Console(stderr=json_out == "-").print(table)
     if not json_out:
         return
-    text = json.dumps(as_json(results, work, cfg, device), indent=2)
+    text = json.dumps(as_json(results, work, cfg, device_name(cfg.device)), indent=2)
     if json_out == "-":
         print(text, flush=True)
         return
@@ -254,3 +253,9 @@ def report(results: list[BenchResult], work: Workload, cfg: ScoreConfig, json_ou
             f.write(text + "\n")
     except OSError as exc:  # a full disk, /dev/full: the results are in the table above
         raise ScorecliError(f"--json: cannot write {json_out}: {exc.strerror or exc}") from exc
+
+
+def device_name(device: str) -> str:
+    """The GPU's name (`cuda`), else `cpu`: where the figures were measured."""
+    dev = resolve_device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"

@@ -16,18 +16,37 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import fields
 from typing import Annotated
 
 import typer
 
 from scorecli import options as o
+from scorecli import timings
+from scorecli.cli_cache import cache_app
 from scorecli.config import ScoreConfig
+from scorecli.core.templates import check_template
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
-from scorecli.help import Command, Group
+from scorecli.evaluate import evaluate
+from scorecli.help import Command, Group, usage_errors
+from scorecli.inspect import bundled_lines, describe
+from scorecli.inspect import check as self_check
+from scorecli.io.groups import grouping
+from scorecli.io.output import resolve_output
+from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
+from scorecli.model.cache import check_writable
+from scorecli.model.default_model import resolve_model
 from scorecli.options import opt
 from scorecli.process import finish, pipe_closed, reserve_standard_fds, watch_signals
-from scorecli.stderr import err, fail, interrupted, noting_interrupts, one_line_warnings, say, say_interrupted
+from scorecli.stderr import (
+    err,
+    fail,
+    interrupted,
+    noting_interrupts,
+    one_line_warnings,
+    quiet_transformers,
+    say,
+    say_interrupted,
+)
 
 app = typer.Typer(
     cls=Group,
@@ -36,33 +55,6 @@ app = typer.Typer(
     epilog=o.APP_EXAMPLES,
     help="Offline batch scoring with transformer rerankers, classifiers, embedding and reward models.",
 )
-# `score` flags passed to ScoreConfig as they are (the rest are converted in `score`)
-_SAME_NAMES = {f.name for f in fields(ScoreConfig)} - {
-    "model",
-    "template",
-    "label_tokens",
-    "label_token_ids",
-    "activation",
-    "window_rows",
-    "window_seconds",
-}
-
-
-def _csv(value: str | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(v.strip() for v in value.split(","))
-
-
-def _csv_ints(value: str | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    try:
-        ids = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
-    for i in ids:
-        if not 0 <= i <= o.MAX_INT:
-            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {o.MAX_INT})")
-    return ids
 
 
 @app.command(cls=Command, epilog=o.SCORE_EXAMPLES)
@@ -131,36 +123,64 @@ def score(
         raise UsageError("--num-workers needs --engine ray")
     if audit and engine == "ray":
         raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
-    from scorecli.io.output import resolve_output
-    from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
-
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
     # what the flags alone tell fails before anything about the model is looked up
-    token_ids = _csv_ints(label_token_ids)
+    token_ids = o.csv_ints(label_token_ids)
     if template is not None:
-        _check_template(template)
+        check_template(template)
     _check_cache_and_runtime(ctx, cache_dir, runtime)
     model_path, default_template = _resolve_model(model)
-    given = {
-        name: value for name, value in locals().items() if name in _SAME_NAMES
-    }  # flags named as the config's fields
-    cfg = ScoreConfig(
-        **given,
+    cfg = ScoreConfig(  # each flag's field
         model=model_path,
+        kind=kind,
+        mode=mode,
         template=template or default_template,
-        label_tokens=_csv(label_tokens),
+        instruction=instruction,
+        label_tokens=o.csv(label_tokens),
         label_token_ids=token_ids,
         activation="softmax" if apply_softmax and activation is None else activation,
+        positive_label=positive_label,
+        pooled_hidden_states=pooled_hidden_states,
+        pooling=pooling,
+        hidden_dtype=hidden_dtype,
+        query_field=query_field,
+        items_field=items_field,
+        id_field=id_field,
+        labels_field=labels_field,
+        group_by=group_by,
+        device=device,
+        dtype=dtype,
+        attention=attention,
         compile=compile_layers,
+        runtime=runtime,
+        max_batch_tokens=max_batch_tokens,
+        max_seq_len=max_seq_len,
+        truncate=truncate,
         window_rows=window_rows or o.WINDOW_ROWS,
         window_seconds=window_seconds if window_seconds or window_rows else o.WINDOW_SECONDS,
+        self_check=self_check,
+        skip_bad_rows=skip_bad_rows,
+        compact=compact,
+        top_k=top_k,
+        chunk_tokens=chunk_tokens,
+        chunk_overlap=chunk_overlap,
+        chunk_aggregate=chunk_aggregate,
+        similarity=similarity,
+        query_prompt=query_prompt,
+        item_prompt=item_prompt,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        cache_dir=cache_dir,
+        score_cache=score_cache,
+        audit=audit,
+        audit_strict=audit_strict,
         job_tokens=estimate_tokens(paths),
     )
     if apply_softmax and activation not in (None, "softmax"):
         raise UsageError("--apply-softmax contradicts --activation " + activation)
     if template is None:
-        _check_template(cfg.template)
+        check_template(cfg.template)
     one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
@@ -197,8 +217,6 @@ def score(
             checkpoint=checkpoint,
             started=_STARTED[-1] if _STARTED else None,
         )
-    from scorecli import timings
-
     timings.mark("done")
     if (line := timings.line()) and not quiet:
         say(line)
@@ -207,20 +225,10 @@ def score(
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
 
 
-def _check_template(name: str) -> None:
-    """Unknown template names and bad template files fail before the model loads
-    (`yes-no-chat` needs the model's tokenizer: it is checked with the model)."""
-    if name != "yes-no-chat":
-        from scorecli.core.templates import load_template
-
-        load_template(name)
-
-
 def _check_cache_and_runtime(ctx: typer.Context, cache_dir: str | None, runtime: str = "auto") -> None:
     """An explicit --cache-dir (or $SCORECLI_CACHE_DIR, named as the user gave it) that cannot be
     written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
     loads (`--runtime auto` falls back instead)."""
-    from scorecli.model.cache import check_writable
     from scorecli.runtimes.onnx import check_packages
 
     source = ctx.get_parameter_source("cache_dir")
@@ -233,8 +241,6 @@ def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
     model's short name), else the default model (docs/models.md: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
-    from scorecli.model.default_model import resolve_model
-
     choice = resolve_model(model)
     if choice.note and not quiet:
         say(f"note: {choice.note}")
@@ -255,32 +261,26 @@ def inspect(
     dtype: Annotated[
         str, opt("--dtype", panel=o.CHECK, help="With --check: auto | float32 | bfloat16 | float16.")
     ] = "auto",
-    attention: Annotated[
-        str, opt("--attention", panel=o.CHECK, help="With --check: auto | flashinfer | flex | sdpa | eager.")
-    ] = "auto",
+    attention: Annotated[str, opt("--attention", panel=o.CHECK, help=f"With --check: {o.ATTENTIONS}")] = "auto",
     trust_remote_code: Annotated[bool, opt("--trust-remote-code")] = False,
     cache_dir: o.CacheDir = None,
 ) -> None:
     """Show what scorecli sees in a model: kind, labels, sizes, MIS.
 
     Without MODEL: the models the set-up installs, by short name."""
-    from scorecli.inspect import bundled_lines, describe
-
     if model is None:
         for line in bundled_lines():
             typer.echo(line)
         return
     _check_cache_and_runtime(ctx, cache_dir)
     path, _ = _resolve_model(model)
-    _quiet_transformers()
-    for line in describe(path, _csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
+    quiet_transformers()
+    for line in describe(path, o.csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
         typer.echo(line)
     if check:
-        from scorecli.inspect import check as self_check
-
         one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
-        lines, ok = self_check(path, _csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
+        lines, ok = self_check(path, o.csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
         for line in lines:
             typer.echo(line)
         if not ok:
@@ -303,9 +303,6 @@ def eval_(
     """Ranking metrics of scores against relevance labels: MRR@k, nDCG@k, accuracy@1.
 
     The labels the output kept, or those of the input it was scored from (--labels)."""
-    from scorecli.evaluate import evaluate
-    from scorecli.io.groups import grouping
-
     ranking = evaluate(
         scores, labels, labels_field, id_field, grouping(group_by, query_field, items_field, labels_field), top_k
     )
@@ -322,7 +319,7 @@ def bench(
     item_tokens: Annotated[int, opt("--item-tokens", min=1, max=o.MAX_INT)] = 32,
     attention: Annotated[
         str, opt("--attention", panel=o.BENCH, metavar="LIST", help="Comma-separated attention backends to compare.")
-    ] = "sdpa",
+    ] = o.EVERYWHERE,
     modes: Annotated[str | None, opt("--modes")] = None,
     device: o.Device = "auto",
     dtype: o.DType = "auto",
@@ -337,11 +334,11 @@ def bench(
 ) -> None:
     """Measure items/s and tokens/s on synthetic rows.
 
-    MIS and single-item per attention backend; any kind of model (cross-encoders and embedding
-    models run single-item)."""
+    MIS and single-item per attention backend; any kind of model (those that score pairs or
+    compare embeddings run single-item)."""
     from scorecli.bench import Workload, check_arguments, report, run_bench
 
-    check_arguments(_csv(attention), _csv(modes) or (), peak_tflops, json_out)  # before the model loads
+    check_arguments(o.csv(attention), o.csv(modes) or (), peak_tflops, json_out)  # before the model loads
     _check_cache_and_runtime(ctx, cache_dir)
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(
@@ -349,57 +346,31 @@ def bench(
         device=device,
         dtype=dtype,
         max_batch_tokens=max_batch_tokens,
-        label_tokens=_csv(label_tokens),
+        label_tokens=o.csv(label_tokens),
         cache_dir=cache_dir,
     )
-    _quiet_transformers()
+    quiet_transformers()
     work = Workload(rows, items, query_tokens, item_tokens)
     results = run_bench(
         cfg,
         work,
-        list(_csv(attention)),
-        list(_csv(modes)) if modes else None,
+        list(o.csv(attention)),
+        list(o.csv(modes)) if modes else None,
         repeats,
         peak_tflops,
         note=lambda line: typer.echo(f"scorecli bench: {line}", err=True),
         console=err,
     )
-    report(results, work, cfg, json_out, _device_name(device) if json_out else "")
+    report(results, work, cfg, json_out)
 
 
-def _quiet_transformers() -> None:
-    """Our output is the only output: no "Loading weights" bars and no advice to model authors
-    (e.g. a padding warning from a model's own forward) from transformers; its errors still show."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    from scorecli.model.load import resolve_device
-
-    dev = resolve_device(device)
-    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-
-
-def _add_cache_commands() -> None:
-    from scorecli.cli_cache import cache_app
-
-    app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
-
-
-_add_cache_commands()
+app.add_typer(cache_app, name="cache", help="What a score cache holds (info), and pruning it (prune).")
 
 
 def main() -> None:
     """Console entry point: run the app and map errors to exit codes (docs/cli.md: Exit codes)."""
     _STARTED.append(time.perf_counter())
     if os.environ.get("SCORECLI_TIMINGS"):
-        from scorecli import timings
-
         timings.enable(_STARTED[-1])
     watch_signals(say_interrupted)
     reserve_standard_fds()
@@ -413,7 +384,7 @@ def main() -> None:
         interrupted(str(exc))
     except typer.Exit as exc:
         finish(exc.exit_code)
-    except _usage_errors() as exc:  # every parsing error of typer / click is a usage error
+    except usage_errors() as exc:  # every parsing error of typer / click is a usage error
         fail(exc.format_message(), 2)
     except typer.Abort:
         interrupted()
@@ -424,18 +395,6 @@ def main() -> None:
     if code == 130:
         interrupted()
     finish(code if isinstance(code, int) else 0)
-
-
-def _usage_errors() -> tuple[type[Exception], ...]:
-    """typer >= 0.20 raises its own vendored click's exceptions; older typer, click's."""
-    found = [t for t in (getattr(typer, "TyperException", None),) if t is not None]
-    try:
-        import click
-
-        found.append(click.ClickException)
-    except ImportError:
-        pass
-    return tuple(found)
 
 
 if __name__ == "__main__":

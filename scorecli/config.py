@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scorecli.attention import backends as attention_backends
+from scorecli.core.templates import ACTIVATIONS
 from scorecli.errors import UsageError
 from scorecli.kinds import FAMILIES
 from scorecli.runtimes import NAMES as runtime_names
@@ -17,7 +18,6 @@ from scorecli.runtimes import runtime_info
 KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
 MODES = ("auto", "mis", "single")
-ACTIVATIONS = ("none", "softmax", "sigmoid")
 ATTENTIONS = attention_backends.NAMES
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 POOLINGS = ("last", "cls")
@@ -101,7 +101,7 @@ class ScoreConfig:
         check_choice("--compile", self.compile, COMPILES)
         if self.runtime in RUNTIMES[1:] and runtime_info(self.runtime).approximate and not self.self_check:
             raise UsageError(
-                "--runtime onnx-int8 needs the self-check, which measures and records how far the int8 "
+                f"--runtime {self.runtime} needs the self-check, which measures and records how far its "
                 "scores drift from the model's own forward: drop --no-self-check"
             )
         check_choice("--dtype", self.dtype, DTYPES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
 from rich import box
 from rich.console import Console
 from rich.console import Group as Lines
@@ -172,3 +173,16 @@ class Group(TyperGroup):
             Padding(Text("Options: --help shows this text; scorecli COMMAND --help, a command's."), (0, 1, 1, 1))
         )
         _print([*parts, *_epilog(self.epilog)], console)
+
+
+def usage_errors() -> tuple[type[Exception], ...]:
+    """The exceptions typer and click raise for a command line they cannot parse (exit 2): typer
+    >= 0.20 raises its own vendored click's exceptions; older typer, click's."""
+    found = [t for t in (getattr(typer, "TyperException", None),) if t is not None]
+    try:
+        import click
+
+        found.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(found)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from scorecli.kinds import KINDS
+from scorecli.config import ScoreConfig
+from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
+from scorecli.model.default_model import BUNDLED, DEFAULT
 
 
 def describe(
@@ -18,8 +20,6 @@ def describe(
     checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
     `name`: how the user named it (a bundled model's short name), when not its path."""
-    from scorecli.config import ScoreConfig
-    from scorecli.kinds import HEADS, POOLINGS, family_class
     from scorecli.kinds.spec import sequence_limit
     from scorecli.model.load import load_tokenizer, open_checkpoint, read_checkpoint
     from scorecli.model.sentence import transformer_folder
@@ -69,8 +69,6 @@ def _specials(tokenizer) -> str:
 
 def bundled_lines() -> list[str]:
     """The models the set-up installs, by short name (`default_model`), and where they are."""
-    from scorecli.model.default_model import BUNDLED, DEFAULT
-
     lines = [f"bundled models (--model NAME; without --model: {DEFAULT}):"]
     for b in BUNDLED.values():
         where = b.path()
@@ -102,7 +100,6 @@ def check(
     import dataclasses
 
     from scorecli.checks.selfcheck import SelfCheckError
-    from scorecli.config import ScoreConfig
     from scorecli.kinds.spec import any_label_ids
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer

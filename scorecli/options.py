@@ -6,17 +6,41 @@ run does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 import typer
 
+from scorecli import runtimes
+from scorecli.attention import backends as attention
+from scorecli.core.templates import ACTIVATIONS, PRESETS
+from scorecli.errors import UsageError
+from scorecli.io.readers import FORMATS
+from scorecli.io.stores import listed
 from scorecli.kinds import KINDS
+from scorecli.model.default_model import BUNDLED, DEFAULT
 
 # Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
 # needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
 MAX_INT = 2**31 - 1
 # windows grow from one row until one takes this long, up to this many rows (docs/long-jobs.md)
 WINDOW_SECONDS, WINDOW_ROWS = 30.0, 2048
+
+
+def one_of(names: Iterable[str], helps: Mapping[str, str] | None = None) -> str:
+    """A flag's choices as its help shows them, from the table that declares them:
+    `a | b (what b does) | c`."""
+    helps = helps or {}
+    return " | ".join(f"{name} ({helps[name]})" if helps.get(name) else name for name in names)
+
+
+ATTENTIONS = one_of(attention.NAMES) + "."
+EVERYWHERE = attention.AUTO_ORDER[-1]  # the backend that runs on any device (`bench`'s default)
+RUNTIME_HELP = f"{runtimes.APPLIES_TO}: " + one_of(
+    runtimes.NAMES, {"auto": runtimes.AUTO_HELP} | {name: r.help for name, r in runtimes.RUNTIMES.items()}
+)
+INPUT_FORMATS = "/".join(f.name for f in FORMATS)
+MODELS = ", ".join(f"{name} (the default)" if name == DEFAULT else name for name in BUNDLED)
 
 # help panels (`scorecli.help` shows them in this order)
 INPUT, MODEL, SCORING, OUTPUT, PERF, LONG = "Input", "Model", "Scoring", "Output", "Performance", "Long runs"
@@ -27,16 +51,16 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--out": (
         OUTPUT,
         "OUT",
-        "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), any of them as an s3://, gs:// "
-        "or abfs:// URL, or - (JSON lines on stdout).",
+        "FILE.parquet, FILE.jsonl, FILE.jsonl.gz, DIR/ (a Parquet dataset of parts), any of them as a URL "
+        f"({', '.join(listed(writable=True))}), or - (JSON lines on stdout).",
     ),
     "--kind": (MODEL, "KIND", " | ".join(KINDS) + " (default: detected)."),
     "--mode": (SCORING, "MODE", "auto | mis (all items of a row in one sequence) | single."),
-    "--template": (SCORING, "NAME", "plain | qwen3-reranker | yes-no-chat | a .toml/.json file."),
+    "--template": (SCORING, "NAME", one_of([*PRESETS, "a .toml/.json file."])),
     "--instruction": (SCORING, "TEXT", "Instruction for templates that take one."),
     "--label-tokens": (SCORING, "LIST", "Causal-LM label tokens, e.g. yes,no."),
     "--label-token-ids": (SCORING, "IDS", "Causal-LM label token ids, e.g. 9454,2152."),
-    "--activation": (SCORING, "NAME", "none | softmax | sigmoid."),
+    "--activation": (SCORING, "NAME", one_of(ACTIVATIONS) + "."),
     "--apply-softmax": (SCORING, None, "Same as --activation softmax."),
     "--positive-label": (SCORING, "LABEL", "Label (name or index) that fills `score`."),
     "--pooled-hidden-states": (OUTPUT, None, "Also write each item's pooled final hidden state."),
@@ -57,14 +81,8 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         "COLUMN",
         "Input records hold one (query, item) each: consecutive records with the same COLUMN are one row.",
     ),
-    "--attention": (PERF, "NAME", "auto | flashinfer | flex | sdpa | eager."),
-    "--runtime": (
-        PERF,
-        "NAME",
-        "CPU BERT-family encoders: auto (onnx where installed and it applies, else torch) | torch | onnx "
-        "(exported once, cached) | onnx-int8 (opt-in, int8 dynamic quantization; its drift is measured "
-        "and recorded).",
-    ),
+    "--attention": (PERF, "NAME", ATTENTIONS),
+    "--runtime": (PERF, "NAME", RUNTIME_HELP + "."),
     "--compile": (
         PERF,
         "WHEN",
@@ -122,8 +140,8 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--score-cache": (
         LONG,
         "LOCATION",
-        "Reuse the scores of pairs scored before (a folder, or an s3://, gs:// or abfs:// prefix; made if "
-        "missing) and add the new ones: a nightly job scores only what changed.",
+        f"Reuse the scores of pairs scored before (a folder, or a store prefix: {', '.join(listed(writable=True))}; "
+        "made if missing) and add the new ones: a nightly job scores only what changed.",
     ),
     "--audit": (
         LONG,
@@ -152,7 +170,7 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--model": (
         MODEL,
         "MODEL",
-        "Model folder, .gguf file, Hub id, or a bundled model's short name: minilm (the default), smollm2-judge.",
+        f"Model folder, .gguf file, Hub id, or a bundled model's short name: {MODELS}.",
     ),
     "--cache-dir": (MODEL, "DIR", "Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli)."),
     "--rows": (BENCH, "N", "Synthetic rows."),
@@ -168,6 +186,25 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--peak-tflops": (OUTPUT, "TFLOPS", "GPU bf16 peak for the FLOP fraction (default: known GPUs)."),
     "--json": (OUTPUT, "PATH", "Also write results as JSON to this path (- for stdout)."),
 }
+
+
+def csv(value: str | None) -> tuple[str, ...] | None:
+    """A comma-separated flag's values (None: not given)."""
+    return None if value is None else tuple(v.strip() for v in value.split(","))
+
+
+def csv_ints(value: str | None) -> tuple[int, ...] | None:
+    """`--label-token-ids`' token ids, each checked (UsageError, exit 2)."""
+    if value is None:
+        return None
+    try:
+        ids = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
+    for i in ids:
+        if not 0 <= i <= MAX_INT:
+            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_INT})")
+    return ids
 
 
 def opt(flag: str, *names: str, **kw: Any) -> Any:
@@ -203,17 +240,19 @@ INSPECT_EXAMPLES = """Examples:
 BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
-  scorecli bench --model ./reranker --attention sdpa,flex --json out.json"""
+  scorecli bench --model ./reranker --attention {compared} --json out.json""".format(
+    compared=",".join(reversed(attention.AUTO_ORDER))  # what `--attention auto` chooses between
+)
 EVAL_EXAMPLES = """Examples (labels: a grade per item, or the relevant items' indices):
   scorecli eval scores.parquet                     the labels the output kept
   scorecli eval scores.parquet --labels rows.jsonl the input's labels
   scorecli eval scores/ --labels pairs.csv --group-by qid --id-field qid"""
-INPUTS = "JSONL/Parquet/CSV/TSV files, folders, globs, URLs (s3://, gs://, abfs://, hf://datasets/...), or - for stdin."
+INPUTS = f"{INPUT_FORMATS} files, folders, globs, URLs ({', '.join(listed())}), or - for stdin."
 SCORES = "An output of scorecli score: a Parquet or JSON lines file, or a dataset folder."
 EVAL_K = "k of MRR@k and nDCG@k (default: 10)."
 CACHE_EXAMPLES = """Examples:
   scorecli cache info ~/.cache/nightly-scores
   scorecli cache prune ~/.cache/nightly-scores --older-than 30d
-  scorecli cache prune s3://bucket/scores/ --model ./old-reranker"""
+  scorecli cache prune /mnt/shared/scores --model ./old-reranker"""
 LOCATION = "A score cache: the folder or store prefix given to --score-cache."
 INSPECTED = "Model folder, .gguf file, Hub id or short name (none: list the bundled models)."

@@ -1,21 +1,20 @@
 """The one scoring core: raw rows in, an Arrow table of scores out, in input order.
 
 `Scorer.prepare` does the CPU work of a window (validate, tokenize, pack, plan batches) and
-`Scorer.run` the model work (batches, OOM halving, the `auto` fallback, unsort, the output
-table; batch results come back once per window, `engine.batches`); `engine.local.score_stream`
-overlaps the two across windows. What depends on the model's kind (encoding, packing,
-forward, heads, the self-check's reference) is its family's (`scorecli.kinds`, built from a
-frozen `Setup`): the Scorer asks the family what it can do and never which kind it runs.
-Knows nothing about files, progress bars or the command line.
+`Scorer.run` the model work (its batches run by `engine.batches`: halved when out of memory, in
+CPU streams, results read back once per window; the `auto` fallback, unsort, the output table);
+`engine.local.score_stream` overlaps the two across windows. What depends on the model's kind
+(encoding, packing, forward, heads, the self-check's reference) is its family's
+(`scorecli.kinds`, built from a frozen `Setup`): the Scorer asks the family what it can do and
+never which kind it runs. It sits in the engine layer (docs/ARCHITECTURE.md: Layers). Knows
+nothing about files or the command line (a library caller's progress line is `engine.progress`'s).
 """
 
 from __future__ import annotations
 
-import queue
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,25 +22,28 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from scorecli import __version__
+from scorecli.checks.drift import measure_drift
+from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
 from scorecli.config import ScoreConfig
-from scorecli.core.batching import collate
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.repeats import unique_seqs
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
-from scorecli.engine.batches import Readback
+from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
+from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
+from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
 from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
+from scorecli.version import __version__
 
 # Shortest prefix shared by every row of a window that is computed once for all of them
 # (`attention.shared`); shorter ones stay in every sequence.
@@ -118,8 +120,6 @@ class Scorer:
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
         self.template = load_template(cfg.template, loaded.tokenizer)
-        from scorecli.model.compat import support_of
-
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
         self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
@@ -173,12 +173,8 @@ class Scorer:
         if not self.family.needs_check:
             return "not needed (the model's own forward)"
         if runtime_info(self.runtime).approximate:  # drift measured and recorded, not judged
-            from scorecli.checks.drift import measure_drift
-
             self.drift = measure_drift(self)
             return self.drift.note
-        from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
-
         try:
             self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
         except SelfCheckError as err:
@@ -345,31 +341,20 @@ class Scorer:
         return out
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
-        """(item index, tokens, scores [N, labels + hidden] on the device) of every batch, one at a time;
-        a batch that runs out of device memory is retried as two halves."""
-        pending = list(reversed(prepared.batches))
-        while pending:
-            index = pending.pop()
-            batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
-            try:
-                result = self._score_batch(batch)
-            except torch.OutOfMemoryError:
-                if len(index) == 1:
-                    raise
-                half = len(index) // 2
-                warnings.warn(
-                    f"out of memory on a batch of {len(index)} sequences; retrying as two halves", stacklevel=2
-                )
-                _free_cache(self.loaded.device)
-                pending += [index[half:], index[:half]]
-                continue
-            except Exception as err:
-                if self.fallback is None:
-                    raise
-                self._fall_back(err)
-                pending.append(index)
-                continue
-            yield batch.item_index, batch.num_tokens, result
+        """Every batch's (item index, tokens, scores on the device), one at a time (`engine.batches`)."""
+        shared, device = len(prepared.shared), self.loaded.device
+        return run_serial(prepared.seqs, prepared.batches, shared, self._score_batch, self._switch, device)
+
+    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
+        """The same, computed by `self.streams` in threads (`engine.batches`)."""
+        return run_streams(prepared.seqs, prepared.batches, len(prepared.shared), self._score_batch, self.streams)
+
+    def _switch(self, err: Exception) -> bool:
+        """After a batch failed with `err`: switch to the `auto` fallback (False: there is none)."""
+        if self.fallback is None:
+            return False
+        self._fall_back(err)
+        return True
 
     def _fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
@@ -380,30 +365,7 @@ class Scorer:
         )
         self.family.use_backend(self.fallback)
         self.fallback = None
-        _free_cache(self.loaded.device)
-
-    def _run_streams(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
-        """(item index, tokens, scores) of every batch, in plan order, computed by `self.streams`
-        in threads that split torch's CPU threads between them."""
-        threads = torch.get_num_threads()
-        free: queue.SimpleQueue = queue.SimpleQueue()
-        for forward in self.streams:
-            free.put(forward)
-
-        def score(index: np.ndarray) -> tuple[np.ndarray, int, torch.Tensor]:
-            forward = free.get()
-            try:
-                batch = collate([prepared.seqs[i] for i in index], len(prepared.shared))
-                return batch.item_index, batch.num_tokens, self._score_batch(batch, forward)
-            finally:
-                free.put(forward)
-
-        per_stream = max(1, threads // len(self.streams))
-        try:
-            with ThreadPoolExecutor(len(self.streams), "scorecli-stream", torch.set_num_threads, (per_stream,)) as pool:
-                yield from pool.map(score, prepared.batches)
-        finally:
-            torch.set_num_threads(threads)
+        free_cache(self.loaded.device)
 
     def _score_batch(self, batch, forward=None) -> torch.Tensor:
         return self.family.score_batch(batch, forward)
@@ -420,8 +382,6 @@ class Scorer:
         id_type = table.schema.field(name).type if name in table.column_names else None
         if not self.progress:
             return self.score_rows(rows, id_type)
-        from scorecli.engine.progress import tracked
-
         with tracked(len(rows)) as tracker:
             prepared = self.prepare(rows, id_type)
             tracker.window(prepared)
@@ -475,8 +435,3 @@ class Scorer:
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),
         } | (self.drift.metadata() if getattr(self, "drift", None) else {})
-
-
-def _free_cache(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

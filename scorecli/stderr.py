@@ -63,9 +63,7 @@ def one_line_warnings(quiet: bool) -> None:
     torch's note that flex attention runs uncompiled (as documented on CPU) is not shown."""
     import warnings
 
-    import scorecli
-
-    ours = os.path.dirname(os.path.abspath(scorecli.__file__))
+    ours = os.path.dirname(os.path.abspath(__file__))  # scorecli's own modules
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     warnings.filterwarnings("ignore", module=r"torch\._(inductor|dynamo)")  # the compiler's notes to its developers
 
@@ -82,3 +80,12 @@ def one_line_warnings(quiet: bool) -> None:
 def interrupted(message: str = "") -> None:
     say_interrupted(message)
     finish(interrupted_code())
+
+
+def quiet_transformers() -> None:
+    """Our output is the only output: no "Loading weights" bars and no advice to model authors
+    (e.g. a padding warning from a model's own forward) from transformers; its errors still show."""
+    from transformers.utils import logging as hf_logging  # transformers loads only for a command that runs a model
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -570,6 +570,7 @@ def fake_flashinfer(monkeypatch):
     """`import flashinfer` gives the pure-torch stand-in; `--attention flashinfer` builds the
     backend on the CPU too (the real make_backend refuses a non-CUDA device)."""
     from scorecli import attention
+    from scorecli.kinds import decoder, embedding
     from tests import fake_flashinfer as fake
 
     module = fake.install(monkeypatch)
@@ -581,7 +582,8 @@ def fake_flashinfer(monkeypatch):
             return FlashInferBackend(mis_kernel=state["mis"])
         return real(name, device, dtype)
 
-    monkeypatch.setattr(attention, "make_backend", make)
+    for user in (attention, decoder, embedding):  # the families that build backends import it
+        monkeypatch.setattr(user, "make_backend", make)
     # the stand-in computes any head size (the tiny models' is 16); the real kernels' sizes are
     # checked by test_flashinfer_refuses_head_sizes_its_kernels_lack
     monkeypatch.setattr("scorecli.attention.flashinfer.HEAD_DIMS", tuple(range(1, 513)))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from scorecli import Scorer, runtimes
+from scorecli import Scorer
 from scorecli.errors import Notice, UsageError
 from scorecli.io.readers import RawRow
 from scorecli.runtimes import compiled as compiled_mod
@@ -73,7 +73,7 @@ def test_auto_compile_falls_back_to_eager(qwen3_seq_cls, monkeypatch, mode):
     broken = _Broken(mode)
     monkeypatch.setattr(torch, "compile", broken)
     monkeypatch.setattr(compiled_mod.torch, "compile", broken)
-    monkeypatch.setattr(runtimes, "AUTO_DEVICES", ("cuda", "cpu"))  # auto as on a GPU
+    monkeypatch.setattr(compiled_mod, "AUTO_DEVICES", ("cuda", "cpu"))  # auto as on a GPU
     with pytest.warns(RuntimeWarning, match="running the layers uncompiled"):
         scorer = Scorer(qwen3_seq_cls)
     assert broken.calls and not scorer.family.compiled.active
@@ -93,7 +93,7 @@ def test_compile_on_is_strict(qwen3_seq_cls, monkeypatch):
 def test_compile_auto_is_off_on_cpu_and_on_refuses_what_it_cannot_compile(qwen3_seq_cls, bert_cross_encoder):
     assert Scorer(qwen3_seq_cls).family.compiled is None  # auto: CUDA only
     with pytest.raises(UsageError, match="--compile on"):
-        runtimes.compile_layers("on", torch.nn.Linear(2, 2), torch.device("cpu"))
+        compiled_mod.compile_layers("on", torch.nn.Linear(2, 2), torch.device("cpu"))
     with pytest.raises(UsageError, match="--compile on"):
         Scorer(bert_cross_encoder, compile="on", runtime="torch")
     assert Scorer(bert_cross_encoder, runtime="torch").family.__dict__.get("compiled") is None
@@ -104,18 +104,18 @@ def test_compile_auto_only_for_jobs_long_enough(qwen3_seq_cls, monkeypatch, tmp_
     estimates the tokens from its inputs' sizes); an unknown size (stdin, the library) compiles."""
     from scorecli.io.readers import estimate_tokens
 
-    monkeypatch.setattr(runtimes, "AUTO_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(compiled_mod, "AUTO_DEVICES", ("cuda", "cpu"))
     big = tmp_path / "big.jsonl"
     big.write_text('{"query": "q", "items": ["a"]}\n' * 20000)
     small = tmp_path / "small.jsonl"
     small.write_text('{"query": "q", "items": ["a"]}\n')
     assert estimate_tokens([str(big)]) == big.stat().st_size // 4 and estimate_tokens(["-"]) is None
     base = Scorer(qwen3_seq_cls, compile="off").forward.base
-    monkeypatch.setattr(runtimes, "COMPILE_MIN_FLOPS", 2.0 * sum(p.numel() for p in base.parameters()) * 1000)
+    monkeypatch.setattr(compiled_mod, "COMPILE_MIN_FLOPS", 2.0 * sum(p.numel() for p in base.parameters()) * 1000)
     compiled = {
-        n: runtimes.compile_layers("auto", base, torch.device("cpu"), estimate_tokens([str(p)]))
+        n: compiled_mod.compile_layers("auto", base, torch.device("cpu"), estimate_tokens([str(p)]))
         for n, p in [("big", big), ("small", small)]
     }
     assert compiled["small"] is None and compiled["big"] is not None
     compiled["big"].restore("test over")
-    assert runtimes.compile_layers("auto", base, torch.device("cpu"), None) is not None
+    assert compiled_mod.compile_layers("auto", base, torch.device("cpu"), None) is not None

@@ -1,10 +1,11 @@
 """`hf://datasets/...` inputs (docs/object-stores.md) without a network: a local
 fsspec filesystem shaped like huggingface_hub's `HfFileSystem` (protocol `hf`, paths
 `datasets/ORG/NAME/...`, `info` with the file's git `blob_id`) stands in for the hub, registered
-where the real one is (`scorecli.io.stores.SCHEMES["hf"]`)."""
+where the real one is (`scorecli.io.stores.SCHEMES["hf"].filesystem`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -47,7 +48,8 @@ class FakeHfFileSystem(DirFileSystem):
 
 def install(root: str) -> None:
     """Register the stand-in for `hf://` (in this process)."""
-    stores.SCHEMES["hf"] = lambda url: stores._fsspec(FakeHfFileSystem(root), url)
+    hf = stores.SCHEMES["hf"]
+    stores.SCHEMES["hf"] = dataclasses.replace(hf, filesystem=lambda url: stores._fsspec(FakeHfFileSystem(root), url))
     stores._STORES.clear()
 
 

@@ -77,3 +77,14 @@ def test_kind_help_lists_every_kind():
     from scorecli.options import FLAGS
 
     assert all(kind in FLAGS["--kind"][2] for kind in KINDS)
+
+
+def test_every_family_and_backend_is_held_to_its_protocol():
+    """mypy checks the families and backends that kinds/conformance.py and attention/conformance.py
+    name against `Family` and `AttentionBackend`: each names every entry of its table."""
+    from scorecli.attention.backends import BACKENDS
+
+    families = (ROOT / "kinds" / "conformance.py").read_text()
+    assert all(info.family.split(":")[1] in families for info in KINDS.values())
+    backends = (ROOT / "attention" / "conformance.py").read_text()
+    assert all(entry.factory.split(":")[1] in backends for entry in BACKENDS.values())

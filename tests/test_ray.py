@@ -81,6 +81,7 @@ def _both(cfg: ScoreConfig, paths: list[str], tmp_path, suffix: str = ".parquet"
 
 def assert_same_output(local: pa.Table, remote: pa.Table) -> None:
     assert remote.column_names == local.column_names
+
     # --runtime auto's reason holds the times it measured, which differ between two measurements
     def said(table: pa.Table) -> dict:
         return {k: v for k, v in table.schema.metadata.items() if k != b"runtime_reason"}

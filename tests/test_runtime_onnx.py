@@ -153,7 +153,7 @@ def test_auto_runs_the_runtime_measured_faster(tmp_path, monkeypatch, what):
     and the metadata says which ran and why."""
     import scorecli.runtimes.auto as auto
     from scorecli.kinds.embedding import EmbeddingForward
-    from scorecli.kinds.forward import EncoderForward
+    from scorecli.runtimes.forward import EncoderForward
     from scorecli.runtimes.onnx import OnnxForward, OnnxTextForward
     from tests.embedding_models import build_sentence_model
 

@@ -116,7 +116,7 @@ def test_the_probe_looks_like_real_work(qwen3_seq_cls):
 
 def test_self_check_compares_hidden_states(qwen3_seq_cls, monkeypatch):
     """Simulated: the pooled hidden states go wrong while the scores stay right."""
-    from scorecli.kinds import forward
+    from scorecli.runtimes import forward
 
     real = forward.DecoderForward._pooled
 

@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from scorecli.errors import UsageError
 from scorecli.runtimes import installed
@@ -177,12 +176,3 @@ def build(name: str):
     """A new backend object for `name` (a key of `BACKENDS`)."""
     module, cls = BACKENDS[name].factory.split(":")
     return getattr(importlib.import_module(module), cls)()
-
-
-if TYPE_CHECKING:  # the type checker holds every backend to the protocol (`mypy` in .ci/run)
-    from scorecli.attention.dense import EagerBackend, SdpaBackend
-    from scorecli.attention.flashinfer import FlashInferBackend
-    from scorecli.attention.flex import FlexBackend
-    from scorecli.attention.protocol import AttentionBackend
-
-    _CHECKED: tuple[type[AttentionBackend], ...] = (FlashInferBackend, FlexBackend, SdpaBackend, EagerBackend)

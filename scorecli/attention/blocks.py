@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from scorecli.attention import to_device
 from scorecli.attention.kernel import attention
 from scorecli.core.batching import Batch
 
@@ -161,8 +162,6 @@ class BlockPlan:
         cls, batch: Batch, device: torch.device, dtype: torch.dtype, groups: list[tuple[np.ndarray, int]] | None = None
     ) -> BlockPlan:
         """Plan and upload in one go (one host-to-device copy)."""
-        from scorecli.attention import to_device
-
         plan = cls(batch, device, dtype, groups)
         return plan.upload(to_device(plan.arrays, device))
 

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 
 import torch
 
+from scorecli.attention.backends import build, choose
 from scorecli.attention.protocol import AttentionBackend
 from scorecli.errors import UsageError
 
@@ -85,6 +86,4 @@ def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.flo
     """Build the backend for `--attention name` on `device` (`backends.choose` decides `auto`:
     flashinfer on CUDA when it is installed and the dtype is 16-bit, else sdpa; an explicit
     backend that cannot run here is a UsageError naming why)."""
-    from scorecli.attention.backends import build, choose
-
     return build(choose(name, device.type, dtype in (torch.bfloat16, torch.float16), packed=True).name)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from scorecli.attention.kernel import attention
+
 
 @dataclass(frozen=True)
 class SharedKV:
@@ -54,8 +56,6 @@ class Recorder:
         self.values: dict[int, torch.Tensor] = {}
 
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
-        from scorecli.attention.kernel import attention
-
         self.keys[module.layer_idx], self.values[module.layer_idx] = key, value
         return (
             attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()

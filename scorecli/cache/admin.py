@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from scorecli.cache.identity import model_identity
 from scorecli.cache.segments import Entries
 from scorecli.cache.store import CacheStore, SegmentInfo
 from scorecli.errors import UsageError
@@ -74,7 +75,6 @@ def _matches(model: str, store: CacheStore) -> str:
     """The identity (or its start) `--model` names: a hex start as `info` shows, else a model hashed."""
     if re.fullmatch(r"[0-9a-f]{8,32}", model):
         return model
-    from scorecli.cache.identity import model_identity
 
     identity = model_identity(model, store.memo)
     if identity is None:

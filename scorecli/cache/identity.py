@@ -22,6 +22,9 @@ import os
 from dataclasses import fields
 from typing import Any
 
+from scorecli.model.hub import locate
+from scorecli.runtimes import runtime_info
+
 # the files that make a model's output (as the resume fingerprint lists them, `engine.job`):
 # weights, configs, tokenizer files, chat templates; a sentence-transformers folder's modules too
 MODEL_SUFFIXES = (
@@ -120,7 +123,6 @@ class Memo:
 def local_model_path(model: str) -> str | None:
     """The folder or GGUF file a model name loads from on this machine (a Hub id: its cached
     snapshot), or None when there is none to hash (a Hub model not downloaded yet)."""
-    from scorecli.model.hub import locate
 
     path, gguf = locate(model)
     if gguf:
@@ -172,7 +174,6 @@ def settings_of(scorer, identity: str) -> dict[str, Any]:
     besides the pair itself: the model's identity, its kind, the template's texts and the default
     instruction, prompts, label tokens, activation, similarity, dtype, an approximate runtime,
     lengths and chunking. Not the attention backend, mode, batches or windows."""
-    from scorecli.runtimes import runtime_info
 
     cfg, spec, template = scorer.config, scorer.spec, scorer.template
     chunking = scorer.chunking

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from scorecli import __version__
 from scorecli.cache.identity import model_identity, request_digest, settings_digest, settings_of
 from scorecli.cache.index import Index
 from scorecli.cache.keys import keys_of
@@ -36,9 +35,10 @@ from scorecli.cache.segments import Entries
 from scorecli.cache.store import CacheStore
 from scorecli.cache.window import Plan, plan
 from scorecli.core.rows import Fields, Row, parse_row
-from scorecli.errors import InputError
+from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
+from scorecli.version import __version__
 
 # entries of its own a job keeps in memory to find repeats across windows (16 bytes of key and a
 # few of scores each; with a cache they are in its segments too): beyond it the oldest are
@@ -139,7 +139,6 @@ class Reusing:
             self._use(self.record)
         if cfg.audit:
             from scorecli.checks.audit import Sampler, cost_note
-            from scorecli.errors import notice
 
             notice(cost_note(cfg.audit))
             self.sampler = Sampler(cfg.audit, int(self.record["labels"]), int(self.record["positive_index"]))

@@ -23,6 +23,10 @@ import torch
 from scorecli.core.ranking import aggregate, top_k
 from scorecli.core.rows import Row
 from scorecli.io.readers import RawRow
+from scorecli.kinds import KINDS
+from scorecli.kinds.heads import activate
+from scorecli.kinds.probes import _embedding_references, _references
+from scorecli.model.sentence import similarity
 
 TOLERANCE_FP32 = 1e-4
 SEED = 20261126
@@ -174,8 +178,6 @@ def _reordered(pairs: list[Pair], reference: np.ndarray, tolerance: float) -> tu
 def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
     """[pairs, labels] float64: each pair's scores from the model's own forward, one sequence at a
     time, as `scorer` encodes, chunks and aggregates it."""
-    from scorecli.kinds import KINDS
-    from scorecli.model.sentence import similarity
 
     info = KINDS[scorer.spec.kind]
     out = []
@@ -205,7 +207,6 @@ def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
 def _decoder(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
     """(entries, [entries, labels]): each entry (chunk) alone, P + its tokens, through the model's
     own forward."""
-    from scorecli.kinds.probes import _references
 
     singles, index = [], []
     for s in seqs:
@@ -221,7 +222,6 @@ def _decoder(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
 @torch.inference_mode()
 def _pairs(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
     """Each pair (chunk) through the cross-encoder's own forward, its classifier included."""
-    from scorecli.kinds.heads import activate
 
     model, device = scorer.loaded.model, scorer.loaded.device
     out = []
@@ -237,7 +237,6 @@ def _pairs(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
 
 def _texts(scorer, seqs) -> tuple[np.ndarray, np.ndarray]:
     """Each text (the query's, the item's) embedded alone by the model's own forward."""
-    from scorecli.kinds.probes import _embedding_references
 
     embedded = _embedding_references(scorer, [s.input_ids for s in seqs], [s.prefix_len for s in seqs])
     return np.array([int(s.item_index[0]) for s in seqs]), embedded.double().numpy()

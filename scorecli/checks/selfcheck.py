@@ -30,6 +30,7 @@ import torch
 
 from scorecli.attention.backends import float32_exact
 from scorecli.errors import ScorecliError
+from scorecli.runtimes import all_paused
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")
@@ -83,8 +84,6 @@ def self_check(scorer) -> float | None:
 def failing_speedups(scorer) -> tuple:
     """After a failed check: the speed-ups around the model (compiled layers, fused norms) when the
     check passes with them paused, i.e. they made it fail; else () (the backend or the model did)."""
-    from scorecli.runtimes import all_paused
-
     active = tuple(x for x in scorer.family.speedups if x.active)
     if not active:
         return ()

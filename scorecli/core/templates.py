@@ -24,10 +24,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from scorecli.config import ACTIVATIONS
 from scorecli.errors import UsageError
 
+# what turns a head's logits into scores, as a template or `--activation` names it (applied by
+# `kinds.heads.activate`)
+ACTIVATIONS = ("none", "softmax", "sigmoid")
+
 PRESETS = ("plain", "qwen3-reranker", "yes-no-chat")
+NEEDS_TOKENIZER = ("yes-no-chat",)  # presets built from the model's own chat template
 
 _PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
 # a UTF-16 surrogate code point on its own: JSON can spell one ("\\ud800") and so can a command
@@ -76,6 +80,13 @@ class Template:
     def item_suffix(self) -> str:
         """The constant text after `{item}` ('' for `plain`)."""
         return self.item.split("{item}", 1)[1]
+
+
+def check_template(name_or_path: str) -> None:
+    """What can be told of a template before the model loads: an unknown name or a bad template
+    file is a UsageError (a preset built from the model's tokenizer is checked with the model)."""
+    if name_or_path not in NEEDS_TOKENIZER:
+        load_template(name_or_path)
 
 
 def load_template(name_or_path: str, tokenizer=None) -> Template:

@@ -1,19 +1,31 @@
-"""A window's batch results, gathered where they are computed and read back once.
+"""A window's batches run back to back (`run_serial`: a batch that runs out of device memory is
+retried as two halves; `run_streams`: CPU threads that split torch's threads between them), and
+their results gathered where they are computed and read back once (`Readback`).
 
 A `.cpu()` per batch makes the host wait for the device after every batch: the GPU then idles
 while the next batch is collated, planned and launched. Here results stay on the device until
 the window ends (one copy back, `gather`); progress is reported as CUDA events complete, never
 by waiting. On the CPU results are already on the host and progress is reported at once.
-Knows nothing about kinds, attention or files.
+Knows nothing about kinds, attention or files: what scores a batch, and what to do when one
+fails, are the `Scorer`'s.
 """
 
 from __future__ import annotations
 
+import queue
+import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+
+from scorecli.core.batching import Batch, collate
+from scorecli.core.pack import Seq
+
+# what a window's batches give, in plan order: (entry index, tokens, result [N, width] on the device)
+Scored = Iterator[tuple[np.ndarray, int, torch.Tensor]]
 
 
 class Readback:
@@ -65,3 +77,73 @@ class Readback:
         self._report(wait=True)
         self.index, self.values = [], []
         return out
+
+
+def run_serial(
+    seqs: list[Seq],
+    batches: list[np.ndarray],
+    shared: int,
+    score: Callable[[Batch], torch.Tensor],
+    switch: Callable[[Exception], bool],
+    device: torch.device,
+) -> Scored:
+    """Every batch of `batches` (index arrays into `seqs`, which continue a prefix of `shared`
+    tokens) scored by `score` on `device`, one at a time. A batch that runs out of device memory is
+    retried as two halves; one that fails otherwise is retried once `switch(error)` has switched
+    what scores it (False: nothing to switch to, the error stands)."""
+    pending = list(reversed(batches))
+    while pending:
+        index = pending.pop()
+        batch = collate([seqs[i] for i in index], shared)
+        try:
+            result = score(batch)
+        except torch.OutOfMemoryError:
+            if len(index) == 1:
+                raise
+            half = len(index) // 2
+            warnings.warn(f"out of memory on a batch of {len(index)} sequences; retrying as two halves", stacklevel=2)
+            free_cache(device)
+            pending += [index[half:], index[:half]]
+            continue
+        except Exception as err:
+            if not switch(err):
+                raise
+            pending.append(index)
+            continue
+        yield batch.item_index, batch.num_tokens, result
+
+
+def run_streams(
+    seqs: list[Seq],
+    batches: list[np.ndarray],
+    shared: int,
+    score: Callable[[Batch, object], torch.Tensor],
+    streams: Sequence,
+) -> Scored:
+    """`run_serial`'s results, in plan order, computed by the forwards `streams` (`score(batch,
+    forward)`) in threads that split torch's CPU threads between them."""
+    threads = torch.get_num_threads()
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for forward in streams:
+        free.put(forward)
+
+    def run(index: np.ndarray) -> tuple[np.ndarray, int, torch.Tensor]:
+        forward = free.get()
+        try:
+            batch = collate([seqs[i] for i in index], shared)
+            return batch.item_index, batch.num_tokens, score(batch, forward)
+        finally:
+            free.put(forward)
+
+    per_stream = max(1, threads // len(streams))
+    try:
+        with ThreadPoolExecutor(len(streams), "scorecli-stream", torch.set_num_threads, (per_stream,)) as pool:
+            yield from pool.map(run, batches)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def free_cache(device: torch.device) -> None:
+    """Give the device memory torch keeps cached back (after a batch ran out of it)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -30,6 +30,7 @@ from scorecli.io.parts import FingerprintMismatch, Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
+from scorecli.runtimes import RUNTIMES, installed
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
 PARTS = True
@@ -227,8 +228,6 @@ class Checkpoint:
         """
         if cfg.runtime != "auto" or not self.store.parts:
             return cfg
-        from scorecli.runtimes import RUNTIMES, installed
-
         metadata = self.metadata()
         kept = metadata.get("runtime")
         info = RUNTIMES.get(kept or "")

@@ -23,11 +23,11 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from scorecli import __version__
 from scorecli.config import ScoreConfig
 from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
+from scorecli.version import __version__
 
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {
@@ -104,7 +104,7 @@ def _model_files(name: str) -> dict[str, list]:
         return {os.path.basename(name): _stamp(name)}
     if not os.path.isdir(name):
         return {}
-    from scorecli.model.sentence import module_folders
+    from scorecli.model.sentence import module_folders  # torch: only for a local folder's fingerprint
 
     return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
         os.path.join(sub, n): _stamp(os.path.join(name, sub, n))

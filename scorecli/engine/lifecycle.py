@@ -151,7 +151,7 @@ def _drive(
     ranking, labels_field = ranked
 
     def opened(metadata: dict[str, str]) -> Sink:
-        from scorecli.checks.drift import stderr_line
+        from scorecli.checks.drift import stderr_line  # checks load torch, which the lifecycle does not need
 
         if checkpoint is not None:
             checkpoint.same_choices(metadata)

@@ -34,7 +34,9 @@ from itertools import islice
 
 import pyarrow as pa
 
+from scorecli.cache.store import CacheStore
 from scorecli.config import ScoreConfig
+from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import Counts
@@ -254,8 +256,6 @@ class _RayScoring:
         if not self.cfg.score_cache:
             return Closing()
         if self.profile:
-            from scorecli.cache.store import CacheStore
-
             CacheStore(self.cfg.score_cache, create=True).compact(self.profile)
         figures = {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
         said = f"score cache: {self.hits:,} hits, {self.misses:,} misses"
@@ -313,8 +313,6 @@ def _stage(ray, blocks: Schedule, cfg: ScoreConfig, rows: Iterator[RawRow], done
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
     """
-    from scorecli.core.rows import Fields, parse_row
-
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     refs, total = [], 0
     while window := list(islice(rows, blocks.next())):

@@ -21,10 +21,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from scorecli.cache import reusing
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
+from scorecli.io.folders import folder_at
 from scorecli.io.ids import IdCheck, with_id_column
+from scorecli.io.parts import write_part
 from scorecli.io.readers import RawRow, index_file, iter_range
+from scorecli.io.schema import null_nonfinite
 
 ROW_INDEX = "__row_index"
 # engine-internal columns: rows as the reader produced them, and failures and metadata back
@@ -51,8 +55,6 @@ class ScorecliPredictor:
     """
 
     def __init__(self, model: str, id_type: pa.DataType | None = None, **flags: Any):
-        from scorecli.cache import reusing
-        from scorecli.config import ScoreConfig
         from scorecli.scorer import Scorer
 
         cfg = flags.pop("config", None) or ScoreConfig(model=model, **flags)
@@ -128,10 +130,6 @@ class EnginePredictor(ScorecliPredictor):
     def _write(self, out: pa.Table, part: dict) -> pa.Table:
         """Keep the block as the part `part["name"]` under the store prefix `part["folder"]`, as
         `Checkpoint.write` keeps a window; one row back describes it."""
-        from scorecli.io.folders import folder_at
-        from scorecli.io.parts import write_part
-        from scorecli.io.schema import null_nonfinite
-
         table = public(out, self.skip_bad_rows)
         table, nulled = null_nonfinite(table, scalars=False)
         size = folder_at(part["folder"]).write(part["name"], lambda f: write_part(f, table, "parquet"))

@@ -16,9 +16,12 @@ from typing import BinaryIO
 import pyarrow as pa
 from rich.console import Console
 
+from scorecli.cache import reusing
 from scorecli.config import ScoreConfig
+from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Closing, Window, run_job
+from scorecli.engine.local import score_stream
 from scorecli.engine.progress import loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
@@ -65,8 +68,6 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
     unless `cfg.skip_bad_rows`.
     """
-    from scorecli.core.rows import Fields, parse_row
-
     fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
     firsts: list[RawRow] = []
     peeked = next(rows, None) if paths and _is_stream(paths[0]) else None
@@ -110,7 +111,6 @@ class LocalEngine:
         checkpoint's `schedule` (growing windows, `engine.windows`)."""
         from transformers.utils import logging as hf_logging
 
-        from scorecli.cache import reusing
         from scorecli.scorer import Scorer
 
         # our own progress is the only one: transformers' "Loading weights" bar would break
@@ -141,8 +141,6 @@ class _Local:
         return None if self.total_rows is None else max(self.total_rows - done, 0)
 
     def windows(self, work, begin=None) -> Iterator[Window]:
-        from scorecli.engine.local import score_stream
-
         for prepared, table in score_stream(self.scorer, self.rows, work, windows=self.schedule, on_window=begin):
             yield Window(prepared.num_rows, self.scorer.metadata, table, counted=True)
 

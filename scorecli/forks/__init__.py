@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from scorecli.core.batching import Batch
+from scorecli.forks.layout import ForkLayout
 
 # recurrent mixers, by "<model folder>.<class>": their adapter, "module:Class"
 MIXERS = {
@@ -72,7 +73,6 @@ class Fork:
         """Swap the adapters in for one forward call over `batch` (laid out padded or ragged).
         Mixers are left out where each sequence is one item of a padded layout: causal layers
         never read the right padding, so the model's own layer is exact there."""
-        from scorecli.forks.layout import ForkLayout
 
         single = padded and int(batch.item_counts.max()) <= 1
         swaps = [s for s in self.swaps if not (single and s.recurrent)]

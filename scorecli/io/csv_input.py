@@ -14,13 +14,14 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator
-
-import pyarrow as pa
-import pyarrow.csv as pacsv
+from typing import TYPE_CHECKING
 
 from scorecli.errors import InputError
 from scorecli.io.formats import RawRow, open_bytes, printable
 from scorecli.io.sources import source_for
+
+if TYPE_CHECKING:
+    import pyarrow.csv as pacsv
 
 _BLOCK = 1 << 20  # bytes parsed at a time
 
@@ -32,6 +33,7 @@ class CsvInput:
     def __init__(self, delimiter: str):
         self.delimiter = delimiter
         kind = "csv" if delimiter == "," else "tsv"
+        self.name = kind.upper()
         self.suffixes = (f".{kind}", f".{kind}.gz")
 
     needs_regular_file = False
@@ -46,6 +48,9 @@ class CsvInput:
     def count(self, path: str) -> int:
         return sum(1 for _ in self._records(path, decode=False))
 
+    def schema(self, path: str) -> None:
+        return None  # every cell is text
+
     def text_bytes(self, path: str) -> int:
         return source_for(path).size(path) or 0
 
@@ -56,6 +61,8 @@ class CsvInput:
         record number; the records it keeps come in order, so numbering them in
         turn puts the bad ones back in place, and counting the newlines inside their quoted cells
         gives each one's first line."""
+        import pyarrow as pa  # pyarrow loads when a file is read: `scorecli --help` lists the formats without it
+
         invalid: dict[int, tuple[str, str]] = {}  # record number -> (text, error)
 
         def bad(row) -> str:
@@ -106,6 +113,9 @@ class CsvInput:
             raise InputError(f"{path}:1: cannot read the header line: {printable(e)}") from e
         if not names:
             return None
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
         return pacsv.open_csv(
             stream,
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=_BLOCK),

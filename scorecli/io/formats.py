@@ -14,10 +14,13 @@ import gzip
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from scorecli.errors import InputError
 from scorecli.io.sources import source_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -43,11 +46,13 @@ class InputFormat(Protocol):
     """One input format, chosen by the file name's suffix.
 
     Attributes:
+        name: how help and messages name it (`Parquet`).
         suffixes: lower-case name endings it reads (`.csv.gz` before `.gz` matters not: the
             formats' suffixes do not overlap).
         needs_regular_file: it seeks (Parquet's footer): a pipe or device is refused.
     """
 
+    name: str
     suffixes: tuple[str, ...]
     needs_regular_file: bool
 
@@ -61,6 +66,11 @@ class InputFormat(Protocol):
 
     def text_bytes(self, path: str) -> int:
         """About how many bytes of text the file holds (`readers.estimate_tokens`)."""
+        ...
+
+    def schema(self, path: str) -> pa.Schema | None:
+        """The column types the file fixes (Parquet's; an id column keeps its type: `io.ids`);
+        None: values are parsed, their types found row by row."""
         ...
 
 

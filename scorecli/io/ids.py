@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from scorecli.errors import InputError, UsageError
-from scorecli.io.readers import RawRow, is_parquet, parquet_file
+from scorecli.io.readers import RawRow, schema_of
 
 INT64 = (-(2**63), 2**63)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -36,19 +36,17 @@ _PLURAL = {str(t): plural for _, t, _, plural in _KINDS}
 
 
 def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
-    """The id column's type in the Parquet inputs' schemas; None when none has the field.
+    """The id column's type in the schemas of the inputs whose format fixes one (Parquet); None
+    when none has the field.
 
     Raises:
-        UsageError: two Parquet inputs give the id column different types.
-        InputError: a Parquet input's schema cannot be read.
+        UsageError: two inputs give the id column different types.
+        InputError: an input's schema cannot be read.
     """
     found: tuple[str, pa.DataType] | None = None
     for path in paths:
-        if not is_parquet(path):
-            continue
-        with parquet_file(path) as pf:
-            schema = pf.schema_arrow
-        if field not in schema.names:
+        schema = schema_of(path)
+        if schema is None or field not in schema.names:
             continue
         t = schema.field(field).type
         if found is not None and not found[1].equals(t):

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import localize
-from scorecli.io.stores import locate
-from scorecli.io.urls import is_url, place
+from scorecli.io.stores import locate, place
+from scorecli.io.urls import is_url
 
 STDOUT = "-"
 STDOUT_PATHS = (STDOUT, "/dev/stdout")

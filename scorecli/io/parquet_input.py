@@ -7,20 +7,25 @@ before its first row unread. Registered in `io.readers.FORMATS`. Knows nothing a
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from scorecli.errors import InputError
 from scorecli.io.formats import RawRow, printable
 from scorecli.io.sources import source_for
 from scorecli.io.urls import is_url
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
 _BATCH = 1024  # rows decoded at a time
 
 
 def parquet_file(path: str) -> pq.ParquetFile:
     """A Parquet input opened for reading its footer and row groups (ranged reads in a store)."""
+    import pyarrow as pa  # pyarrow loads when a file is read: `scorecli --help` lists the formats without it
+    import pyarrow.parquet as pq
+
     try:
         return pq.ParquetFile(source_for(path).open(path) if is_url(path) else path)
     except (pa.ArrowException, OSError) as e:
@@ -30,11 +35,14 @@ def parquet_file(path: str) -> pq.ParquetFile:
 class ParquetInput:
     """`io.formats.InputFormat` for Parquet files (`path: row N` locations)."""
 
+    name = "Parquet"
     suffixes = (".parquet",)
     needs_regular_file = True  # the footer comes first
 
     def rows(self, path: str, skip: int = 0) -> Iterator[RawRow]:
         """Rows of a Parquet file; whole row groups within the first `skip` rows are not read."""
+        import pyarrow as pa
+
         pf = parquet_file(path)
         with pf:
             groups, row = [], 0
@@ -70,3 +78,7 @@ class ParquetInput:
         with parquet_file(path) as pf:
             meta = pf.metadata
             return sum(meta.row_group(k).total_byte_size for k in range(meta.num_row_groups))
+
+    def schema(self, path: str) -> pa.Schema:
+        with parquet_file(path) as pf:
+            return pf.schema_arrow

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from scorecli.errors import ScorecliError, UsageError
 from scorecli.io.folders import LEASE, Folder, folder_at, read_schema, read_table
+from scorecli.io.writers import to_jsonl
 
 JOB = "_scorecli_job.json"
 JOURNAL = "_scorecli_journal.jsonl"
@@ -240,8 +241,6 @@ def write_part(f: BinaryIO, table: pa.Table, fmt: str) -> None:
     if fmt == "parquet":
         pq.write_table(table, f, compression=COMPRESSION)
     else:
-        from scorecli.io.writers import to_jsonl
-
         f.write(to_jsonl(table).encode("utf-8"))
 
 

@@ -21,14 +21,13 @@ from typing import BinaryIO
 from scorecli.errors import InputError, UsageError
 from scorecli.io.csv_input import CsvInput
 from scorecli.io.formats import InputFormat, RawRow, is_gzip, open_bytes
-from scorecli.io.parquet_input import ParquetInput, parquet_file
+from scorecli.io.parquet_input import ParquetInput
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
 
-__all__ = ["RawRow", "parquet_file"]  # where the rest of scorecli imports them from
+__all__ = ["RawRow"]  # where the rest of scorecli imports it from
 
 STDIN = "-"
 STDIN_PATHS = (STDIN, "/dev/stdin")
-SUPPORTED = "supported: .jsonl, .json, .jsonl.gz, .parquet, .csv, .tsv, .csv.gz, .tsv.gz, or - for JSONL on stdin"
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
 # what `surrogateescape` decodes undecodable bytes to
@@ -64,7 +63,7 @@ def resolve_inputs(specs: list[str]) -> list[str]:
             if regular and not _is_supported(spec):
                 raise UsageError(f"unsupported input format: {spec} ({SUPPORTED})")
             if not regular and _reader(spec).needs_regular_file:
-                raise UsageError(f"{spec}: Parquet input must be a regular file, not a pipe or device")
+                raise UsageError(f"{spec}: {_reader(spec).name} input must be a regular file, not a pipe or device")
         out.extend(found)
     return out
 
@@ -159,6 +158,7 @@ class JsonLines:
     """`io.formats.InputFormat` for JSON lines (`.jsonl`, `.json`, `.jsonl.gz`; stdin too): one
     object per line, `path:LINE` locations; a resumed run passes over lines unparsed."""
 
+    name = "JSONL"
     suffixes = (".jsonl", ".json", ".jsonl.gz")
     needs_regular_file = False
 
@@ -177,10 +177,14 @@ class JsonLines:
     def text_bytes(self, path: str) -> int:
         return (source_for(path).size(path) or 0) * (3 if is_gzip(path) else 1)
 
+    def schema(self, path: str) -> None:
+        return None  # parsed JSON: types row by row
+
 
 # every input format, one entry each (docs/ARCHITECTURE.md: Add an input format or source)
 FORMATS: tuple[InputFormat, ...] = (JsonLines(), ParquetInput(), CsvInput(","), CsvInput("\t"))
 _JSONL = FORMATS[0]  # stdin's, and a pipe's without a known suffix
+SUPPORTED = f"supported: {', '.join(x for f in FORMATS for x in f.suffixes)}, or - for {_JSONL.name} on stdin"
 
 
 def format_of(path: str) -> InputFormat | None:
@@ -193,9 +197,10 @@ def _is_supported(path: str) -> bool:
     return format_of(path) is not None
 
 
-def is_parquet(path: str) -> bool:
-    """Whether `path` is read as Parquet (by its suffix)."""
-    return isinstance(format_of(path), ParquetInput)
+def schema_of(path: str):
+    """The column types the input `path` fixes, if its format fixes them (`InputFormat.schema`)."""
+    found = format_of(path)
+    return None if found is None else found.schema(path)
 
 
 def _is_regular(path: str) -> bool:

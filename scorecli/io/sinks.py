@@ -16,6 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from scorecli.io.output import Target
+from scorecli.io.writers import FileSink
 
 
 class Sink(Protocol):
@@ -45,6 +46,4 @@ class Sink(Protocol):
 
 def open_sink(target: Target, metadata: dict[str, str]) -> Sink:
     """The sink that writes `target` straight through (no parts): a file, an object, a stream."""
-    from scorecli.io.writers import FileSink
-
     return FileSink(target, metadata)

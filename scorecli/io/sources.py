@@ -144,7 +144,7 @@ def _nothing_at(store: Store, path: str) -> str:
     from pyarrow.fs import FileType
 
     bucket = path.split("/", 1)[0]
-    if store.scheme != "hf" and store.info(bucket).type == FileType.NotFound:
+    if store.scheme_info.buckets and store.info(bucket).type == FileType.NotFound:
         return f"the bucket or container {bucket} does not exist"
     return "no such object, and no objects under it"
 

@@ -1,10 +1,12 @@
 """Object stores behind URLs (`s3://`, `gs://`, `abfs://`, `hf://`): one registration per scheme.
 
-`SCHEMES` maps a URL scheme to a function that returns the store's `pyarrow.fs.FileSystem` and
-the object's path in it: pyarrow's own filesystems for S3, GCS and Azure, and fsspec's where
-pyarrow has none (huggingface_hub's `HfFileSystem`, wrapped in `pyarrow.fs.FSSpecHandler`).
-Adding a scheme is one entry there (docs/ARCHITECTURE.md: Add an input format or source); inputs
-(`io.sources`) and outputs (`io.folders`, `io.writers`) then take its URLs.
+`SCHEMES` holds one `Scheme` record per URL scheme: a function that returns the store's
+`pyarrow.fs.FileSystem` and the object's path in it (pyarrow's own filesystems for S3, GCS and
+Azure, and fsspec's where pyarrow has none: huggingface_hub's `HfFileSystem`, wrapped in
+`pyarrow.fs.FSSpecHandler`), where its credentials come from, whether outputs may go there, how
+help lists it, which other scheme names the same stores. Adding a scheme is one entry there
+(docs/ARCHITECTURE.md: Add an input format or source); inputs (`io.sources`), outputs
+(`io.folders`, `io.writers`) and the help (`scorecli.options`) then take its URLs.
 
 `Store` is what the rest of scorecli calls: every operation is retried with backoff on what is
 transient (throttling, 5xx, a dropped connection, a stalled request) within a deadline and
@@ -23,6 +25,7 @@ import io
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from scorecli.errors import ScorecliError, UsageError, first_line
@@ -89,8 +92,6 @@ def _arrow(url: str) -> tuple[Any, str]:
     with the deadlines above."""
     from pyarrow import fs
 
-    if scheme_of(url) in ("gs", "gcs") and "retry_limit_seconds=" not in url:
-        url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
     filesystem, path = fs.FileSystem.from_uri(url)
     if isinstance(filesystem, fs.S3FileSystem):
         # from_uri resolves the endpoint (AWS_ENDPOINT_URL) and the bucket's region but takes no
@@ -99,6 +100,13 @@ def _arrow(url: str) -> tuple[Any, str]:
         options.update(connect_timeout=CONNECT_SECONDS, request_timeout=STALL_SECONDS)
         filesystem = fs.S3FileSystem(**options)
     return filesystem, path
+
+
+def _gcs(url: str) -> tuple[Any, str]:
+    """pyarrow's GCS filesystem, retrying within the deadline above (unless the URL says otherwise)."""
+    if "retry_limit_seconds=" not in url:
+        url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
+    return _arrow(url)
 
 
 def _huggingface(url: str) -> tuple[Any, str]:
@@ -119,19 +127,66 @@ def _fsspec(filesystem: Any, url: str) -> tuple[Any, str]:
     return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), filesystem._strip_protocol(url)
 
 
-# scheme -> (the store's root URL, `scheme://authority?options` -> (pyarrow FileSystem, the store's
-# path in it)); one entry per scheme (docs/ARCHITECTURE.md)
-SCHEMES: dict[str, Callable[[str], tuple[Any, str]]] = {
-    "s3": _arrow,
-    "gs": _arrow,
-    "gcs": _arrow,
-    "abfs": _arrow,
-    "abfss": _arrow,
-    "hf": _huggingface,
+@dataclass(frozen=True)
+class Scheme:
+    """What a URL scheme declares (one `SCHEMES` entry each; docs/ARCHITECTURE.md).
+
+    Attributes:
+        filesystem: the store's root URL (`scheme://authority?options`) -> (its `pyarrow.fs`
+            FileSystem, the store's own path in it).
+        credentials: where its credentials come from (said when access is denied).
+        writable: outputs may go there (a hub commit per object would make every part a commit).
+        shown: how `--help` and messages list it (None: another spelling of `same`, unlisted).
+        same: the scheme that names the same stores (`gcs://` is `gs://`): two URLs whose schemes
+            differ only so name one object (`place`).
+        endpoint: where the store's host is set (said when it does not resolve).
+        buckets: its authority is a bucket or container, which may be missing (a hub's is not).
+    """
+
+    filesystem: Callable[[str], tuple[Any, str]]
+    credentials: str
+    writable: bool = True
+    shown: str | None = None
+    same: str | None = None
+    endpoint: str = "the URL and the store's endpoint settings"
+    buckets: bool = True
+
+
+_S3_CREDENTIALS = "check AWS_ACCESS_KEY_ID / AWS_PROFILE / the instance role, and the bucket's policy"
+_GCS_CREDENTIALS = "check GOOGLE_APPLICATION_CREDENTIALS and the bucket's permissions"
+_AZURE_CREDENTIALS = "check the storage account's credentials (AZURE_STORAGE_ACCOUNT_KEY, a managed identity)"
+# every scheme scorecli reads (and writes) URLs of: adding one is one entry (docs/ARCHITECTURE.md)
+SCHEMES: dict[str, Scheme] = {
+    "s3": Scheme(_arrow, _S3_CREDENTIALS, shown="s3://", endpoint="AWS_ENDPOINT_URL or the URL"),
+    "gs": Scheme(_gcs, _GCS_CREDENTIALS, shown="gs://"),
+    "gcs": Scheme(_gcs, _GCS_CREDENTIALS, same="gs"),
+    "abfs": Scheme(_arrow, _AZURE_CREDENTIALS, shown="abfs://"),
+    "abfss": Scheme(_arrow, _AZURE_CREDENTIALS, same="abfs"),
+    "hf": Scheme(
+        _huggingface,
+        "check HF_TOKEN or huggingface-cli login, and that the dataset is yours to read",
+        writable=False,
+        shown="hf://datasets/...",
+        buckets=False,
+    ),
 }
-# schemes whose stores scorecli may write to (a hub commit per object would make a part a commit)
-WRITABLE = {"s3", "gs", "gcs", "abfs", "abfss"}
-SUPPORTED = "supported: s3://, gs://, abfs://, hf://datasets/..., file://, or a local path"
+
+
+def listed(writable: bool = False) -> list[str]:
+    """The schemes as help and messages list them (`s3://`, ...), only those outputs may go to if
+    `writable`."""
+    return [s.shown for s in SCHEMES.values() if s.shown and (s.writable or not writable)]
+
+
+SUPPORTED = f"supported: {', '.join(listed())}, file://, or a local path"
+
+
+def place(url: str) -> str:
+    """`url` with the scheme that names its store the same way (`gcs://` is `gs://`, `abfss://`
+    is `abfs://` over TLS): two URLs name one object when their places are equal."""
+    scheme = scheme_of(url)
+    same = SCHEMES[scheme].same if scheme in SCHEMES else None
+    return f"{same}{url[len(scheme) :]}" if same else url
 
 
 # ---- a store ----------------------------------------------------------------------------
@@ -149,7 +204,7 @@ class Store:
         self._prefix = prefix  # what goes before a path below `base` to make its URL ("s3://bucket")
         self.base = base  # the store's own path in the FileSystem ("bucket"; "": paths are whole)
         self.options = options  # the URL options it was made with (`?region=...`)
-        self.writable = scheme in WRITABLE
+        self.scheme_info = SCHEMES[scheme]
         # why the store stopped answering, and until when later calls fail at once without asking it
         self.down: tuple[str, float] | None = None
 
@@ -174,9 +229,9 @@ class Store:
             except FileNotFoundError as exc:
                 raise UsageError(f"{what} {self.url(path)}: {_missing(exc)}") from exc
             except PermissionError as exc:
-                raise UsageError(f"{what} {self.url(path)}: access denied ({_creds(self.scheme)})") from exc
+                raise UsageError(f"{what} {self.url(path)}: access denied ({self.scheme_info.credentials})") from exc
             except OSError as exc:
-                _refused(exc, what, self.url(path), self.scheme)
+                _refused(exc, what, self.url(path), self.scheme_info)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
                 transient = any(k in str(exc) for k in _TRANSIENT)
                 if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > DEADLINE:
@@ -228,10 +283,10 @@ class Store:
     # ---- writing --------------------------------------------------------------------
 
     def check_writable(self, path: str) -> None:
-        if not self.writable:
+        if not self.scheme_info.writable:
             raise UsageError(
                 f"cannot write {self.url(path)}: {self.scheme}:// is read-only for scorecli "
-                "(write to s3://, gs://, abfs:// or a local path, then upload)"
+                f"(write to {', '.join(listed(writable=True))} or a local path, then upload)"
             )
 
     def put(self, path: str, data: bytes) -> None:
@@ -281,19 +336,18 @@ def _missing(exc: OSError) -> str:
     return "no such object" if "bucket" not in str(exc).lower() else "the bucket does not exist"
 
 
-def _refused(exc: OSError, what: str, url: str, scheme: str) -> None:
+def _refused(exc: OSError, what: str, url: str, scheme: Scheme) -> None:
     """Raise what no retry changes as a UsageError (exit 2): a missing bucket, denied access, a
     store host that does not resolve."""
     text = str(exc)
     if any(k in text for k in _NO_BUCKET):
         raise UsageError(f"{what} {url}: the bucket or container does not exist") from exc
     if any(k in text for k in _DENIED):
-        raise UsageError(f"{what} {url}: access denied ({_creds(scheme)})") from exc
+        raise UsageError(f"{what} {url}: access denied ({scheme.credentials})") from exc
     if _NO_HOST.search(text):
-        where = "AWS_ENDPOINT_URL or the URL" if scheme == "s3" else "the URL and the store's endpoint settings"
         host = _HOST.search(text)
         named = f" {host.group(1)}" if host else ""
-        raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {where})") from exc
+        raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {scheme.endpoint})") from exc
 
 
 def _reason(exc: OSError) -> str:
@@ -301,16 +355,6 @@ def _reason(exc: OSError) -> str:
     if any(k in str(exc) for k in _STALLED):
         return f"the store did not answer for {STALL_SECONDS:g} s"
     return first_line(exc, 300)
-
-
-def _creds(scheme: str) -> str:
-    if scheme == "s3":
-        return "check AWS_ACCESS_KEY_ID / AWS_PROFILE / the instance role, and the bucket's policy"
-    if scheme in ("gs", "gcs"):
-        return "check GOOGLE_APPLICATION_CREDENTIALS and the bucket's permissions"
-    if scheme == "hf":
-        return "check HF_TOKEN or huggingface-cli login, and that the dataset is yours to read"
-    return "check the storage account's credentials (AZURE_STORAGE_ACCOUNT_KEY, a managed identity)"
 
 
 def _fsspec_version(filesystem: Any, path: str) -> str | None:
@@ -391,7 +435,7 @@ def locate(url: str) -> tuple[Store, str]:
     store = _STORES.get((scheme, named.authority))
     if store is None or (named.options and named.options != store.options):
         try:
-            filesystem, base = make(named.root)
+            filesystem, base = make.filesystem(named.root)
         except ScorecliError:
             raise
         except (ValueError, OSError, TypeError) as exc:

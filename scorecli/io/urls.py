@@ -22,7 +22,6 @@ from scorecli.errors import UsageError
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.S)
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@?]*:[^/@?]*@")
 _OPTIONS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^&]*(&[A-Za-z_][A-Za-z0-9_]*=[^&]*)*$")
-_SAME_STORE = {"gcs": "gs", "abfss": "abfs"}
 # option names that carry a credential (S3 keys and tokens, an Azure SAS signature, passwords)
 _CREDENTIAL = re.compile(r"key|secret|token|passw|sig|credential|sas", re.I)
 _CREDENTIAL_VALUE = re.compile(
@@ -66,14 +65,6 @@ def shown(url: str) -> str:
     """`url` as messages, metadata and fingerprints show it: a `user:secret@` part and the values
     of credential options (`?secret_key=`, `&sig=`) as `***`."""
     return _CREDENTIAL_VALUE.sub(r"\1***", _USERINFO.sub(r"\1***@", url))
-
-
-def place(url: str) -> str:
-    """`url` with the scheme that names its store the same way (`gcs://` is `gs://`, `abfss://`
-    is `abfs://` over TLS): two URLs name one object when their places are equal."""
-    scheme = scheme_of(url)
-    same = _SAME_STORE.get(scheme)
-    return f"{same}{url[len(scheme) :]}" if same else url
 
 
 def local_path(url: str) -> str:

@@ -27,11 +27,11 @@ from scorecli.core.rows import Row
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
-from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts
-from scorecli.runtimes import runtime_info
+from scorecli.runtimes import fast_encoder, runtime_info
+from scorecli.runtimes.forward import with_encoder
 
 
 def refuse_flags(kind: str, cfg, template) -> None:
@@ -123,8 +123,6 @@ class PaddedForward:
     encoder stack (`fast_encoder`), every row computed."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, output: str, fast: bool, fused=None):
-        from scorecli.runtimes import fast_encoder
-
         self.source, self.model, self.device, self.output = model, model, device, output
         self.fast = None
         if fast:
@@ -169,7 +167,7 @@ class ApartFamily(FamilyDefaults):
         self.held: list[tuple[np.ndarray, tuple[torch.Tensor, ...]]] = []  # query batches of the window
         self.reps: tuple[torch.Tensor, ...] | None = None
         self.slot = np.zeros(0, dtype=np.int64)
-        # CPU streams (`Scorer._run_streams`) run a window's batches two at a time, in plan order:
+        # CPU streams (`Scorer._run_streams`, `engine.batches.run_streams`) run a window's batches two at a time, in plan order:
         # an item batch waits until every query batch of its window is held
         self.lock, self.queries_held, self.queries = threading.Lock(), threading.Event(), 0
         self.held_queries = 0

@@ -11,14 +11,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention import backends as attention_backends
+from scorecli.attention import make_backend
 from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import DecoderForward
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
+from scorecli.kinds.probes import decoder_errors, probe_rows
 from scorecli.kinds.spec import (
     RunSpec,
     check_room,
@@ -28,7 +30,10 @@ from scorecli.kinds.spec import (
     positive_index,
     template_room,
 )
-from scorecli.runtimes import compile_layers, runtime_info
+from scorecli.model.compat import backend_for, check_backend, stateful_reason, text_config
+from scorecli.runtimes import runtime_info
+from scorecli.runtimes.compiled import compile_layers
+from scorecli.runtimes.forward import DecoderForward
 from scorecli.runtimes.fused_norms import fuse_norms
 
 # the architecture names each decoder kind is detected by
@@ -48,8 +53,6 @@ class DecoderFamily(FamilyDefaults):
 
     @classmethod
     def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
-        from scorecli.model.compat import check_backend
-
         mis = cfg.mode != "single" and support.packed
         if cfg.mode == "mis" and not support.packed:
             check_backend(support, cfg.attention, mis=True)
@@ -78,8 +81,6 @@ class DecoderFamily(FamilyDefaults):
 
     @classmethod
     def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
-        from scorecli.model.compat import stateful_reason
-
         if KINDS[kind].label_tokens:
             lines = ["labels:         label tokens (pass --label-tokens)"]
         else:
@@ -95,10 +96,6 @@ class DecoderFamily(FamilyDefaults):
         return lines, None, multi
 
     def __init__(self, setup: Setup):
-        from scorecli.attention import backends as attention_backends
-        from scorecli.attention import make_backend
-        from scorecli.model.compat import backend_for, text_config
-
         cfg, loaded, spec, support = setup.config, setup.loaded, setup.spec, setup.support
         if runtime_info(cfg.runtime).encoders_only:
             raise UsageError(
@@ -197,14 +194,10 @@ class DecoderFamily(FamilyDefaults):
         return torch.cat(parts, dim=1)
 
     def use_backend(self, name: str) -> None:
-        from scorecli.attention import make_backend
-
         backend = make_backend(name, self.loaded.device, self.loaded.dtype)
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.kinds.probes import decoder_errors, probe_rows
-
         return decoder_errors(scorer, probe_rows(self.loaded.tokenizer, self.spec.max_seq_len))
 
 

@@ -14,16 +14,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from scorecli.attention import bound, pad_ragged, to_device
+from scorecli.attention import backends as attention_backends
+from scorecli.attention import bound, make_backend, pad_ragged, to_device
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import with_encoder
 from scorecli.kinds.pairs import CPU_STREAMS, open_runtime
+from scorecli.kinds.probes import embedding_errors, embedding_probe
 from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
+from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
     SIMILARITIES,
     SentenceModules,
@@ -35,6 +37,8 @@ from scorecli.model.sentence import (
     similarity,
 )
 from scorecli.runtimes import fast_encoder
+from scorecli.runtimes import onnx as runtime_onnx
+from scorecli.runtimes.forward import with_encoder
 from scorecli.runtimes.fused_norms import fuse_norms
 
 
@@ -179,10 +183,6 @@ class EmbeddingFamily(FamilyDefaults):
         return lines, modules.max_seq_length, "no (query and items are embedded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention import backends as attention_backends
-        from scorecli.attention import make_backend
-        from scorecli.model.compat import backend_for
-
         cfg, loaded, spec = setup.config, setup.loaded, setup.spec
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
@@ -205,8 +205,6 @@ class EmbeddingFamily(FamilyDefaults):
             and attention_backends.capabilities(cfg.attention).fused_encoder
             and fast_encoder.supports(loaded.model)
         )
-        from scorecli.runtimes import onnx as runtime_onnx
-
         self.runtime, self.runtime_reason, self.forward = open_runtime(
             setup,
             fast,
@@ -281,21 +279,15 @@ class EmbeddingFamily(FamilyDefaults):
         return done
 
     def use_backend(self, name: str) -> None:
-        from scorecli.attention import make_backend
-
         backend = make_backend(name, self.loaded.device, self.loaded.dtype)
         self.forward.backend, self.backend_name = backend, backend.name
 
     def probe_errors(self, scorer) -> dict[str, float]:
-        from scorecli.kinds.probes import embedding_errors
-
         return embedding_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(the run's, the model's own) similarities [items + 1] of the probe query with `items`
         and a long text."""
-        from scorecli.kinds.probes import embedding_probe
-
         return embedding_probe(scorer, items)["scores"]
 
 

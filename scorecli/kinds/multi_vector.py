@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scorecli.attention.backends import capabilities
 from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
@@ -38,6 +39,7 @@ from scorecli.kinds.heads import maxsim
 from scorecli.kinds.spec import RunSpec
 from scorecli.kinds.texts import TextEncoder
 from scorecli.model.vector_folders import MultiVectorFolder, read_multi_vector
+from scorecli.runtimes.fast_encoder import supports
 
 SIMILARITIES = ("maxsim", "meanmaxsim")
 ITEM_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt names, in its order
@@ -107,9 +109,6 @@ class MultiVectorFamily(ApartFamily):
         return lines, item, "no (query and items are encoded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention.backends import capabilities
-        from scorecli.runtimes.fast_encoder import supports
-
         super().__init__(setup)
         cfg, loaded = setup.config, setup.loaded
         self.folder: MultiVectorFolder = loaded.sentence

@@ -10,15 +10,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention.backends import capabilities
 from scorecli.core.batching import Batch
 from scorecli.core.encode import EncodedPairs, PairEncoder
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.forward import EncoderForward
 from scorecli.kinds.heads import activate
+from scorecli.kinds.probes import pair_errors, pair_scores
 from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
+from scorecli.runtimes import auto
+from scorecli.runtimes import onnx as runtime_onnx
+from scorecli.runtimes.fast_encoder import supports
+from scorecli.runtimes.forward import EncoderForward
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -70,10 +75,6 @@ class PairFamily(FamilyDefaults):
         return lines, None, "no (bidirectional encoder: single-item)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention.backends import capabilities
-        from scorecli.runtimes import onnx as runtime_onnx
-        from scorecli.runtimes.fast_encoder import supports
-
         cfg, loaded = setup.config, setup.loaded
         self.loaded, self.spec = loaded, setup.spec
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
@@ -120,14 +121,10 @@ class PairFamily(FamilyDefaults):
 
     def probe_errors(self, scorer) -> dict[str, float] | None:
         """None when the probe's pairs do not fit --max-seq-len."""
-        from scorecli.kinds.probes import pair_errors
-
         return pair_errors(scorer)
 
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """(the run's, the model's own) scores [items, labels] of the probe query with `items`."""
-        from scorecli.kinds.probes import pair_scores
-
         return pair_scores(scorer, items)
 
 
@@ -135,8 +132,6 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
     """(runtime, why, forward) of an encoder family (`what`: pairs or texts): ONNX Runtime's or
     the torch forward `make_torch` builds, as `--runtime` asks; under `auto` the one measured
     faster here (`runtimes.auto`)."""
-    from scorecli.runtimes import auto
-    from scorecli.runtimes import onnx as runtime_onnx
 
     cfg, loaded = setup.config, setup.loaded
     runtime, reason = runtime_onnx.choose(cfg, loaded, fast, why_not)

@@ -1,6 +1,6 @@
 """Pooling parts: which token states a kind's score reads (`KINDS[kind].pooling`, `POOLINGS`).
 
-`last` and `cls` are gathered by the forward itself (`kinds.forward`: an item's last token, a
+`last` and `cls` are gathered by the forward itself (`runtimes.forward`: an item's last token, a
 sequence's first); `sentence` is a sentence-transformers Pooling module (`model.sentence.pool`);
 `tokens` keeps every token (a multi-vector kind masks them, `kinds.multi_vector`); `splade` is
 here. Everything runs on the device, in float32. Knows nothing about heads or batches' layout.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from scorecli.attention import ATTN_NAME, set_implementation
 from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_ROWS, PROBE_TEXT, SelfCheckError, relative_error
 from scorecli.core.rows import Row
 from scorecli.io.readers import RawRow
@@ -114,8 +115,6 @@ def embedding_probe(scorer, items: tuple[str, ...]) -> dict[str, tuple[np.ndarra
 def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> torch.Tensor:
     """[texts, D] float32 CPU: each text alone through the model's own forward (a decoder under
     transformers' eager attention), pooled, then the model's Dense and Normalize modules."""
-    from scorecli.attention import ATTN_NAME, set_implementation
-
     loaded = scorer.loaded
     model, modules, decoder = loaded.model, loaded.sentence, not loaded.is_encoder
     if decoder:
@@ -183,8 +182,6 @@ def _takes(model: torch.nn.Module, name: str) -> bool:
 def _references(scorer, sequences: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The model's own scores [labels] and last hidden state [H] for each sequence, one forward
     each, under transformers' eager attention."""
-    from scorecli.attention import ATTN_NAME, set_implementation
-
     model = scorer.loaded.model
     set_implementation(model, "eager")
     try:

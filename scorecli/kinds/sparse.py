@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scorecli.attention.backends import capabilities
 from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
 from scorecli.errors import UsageError
@@ -36,7 +37,9 @@ from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
 from scorecli.kinds.spec import RunSpec
 from scorecli.kinds.texts import TextEncoder
+from scorecli.model.sentence import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
+from scorecli.runtimes.fast_encoder import supports
 
 SIMILARITIES = ("dot", "cosine")
 ITEM_PROMPTS = ("document", "passage", "corpus")
@@ -46,8 +49,6 @@ def _static_cut(folder: SparseFolder) -> int | None:
     """The static query side's cut: its own tokenizer's `model_max_length` (None: no static side)."""
     if folder.static_query is None:
         return None
-    from scorecli.model.sentence import json_file
-
     config = json_file(f"{folder.static_query}/tokenizer_config.json", folder.static_query, missing_ok=True)
     return int(config.get("model_max_length") or 512)  # type: ignore[union-attr]
 
@@ -99,9 +100,6 @@ class SparseFamily(ApartFamily):
         return lines, item, "no (query and items are encoded as their own sequences)"
 
     def __init__(self, setup: Setup):
-        from scorecli.attention.backends import capabilities
-        from scorecli.runtimes.fast_encoder import supports
-
         super().__init__(setup)
         cfg, loaded = setup.config, setup.loaded
         self.folder: SparseFolder = loaded.sentence

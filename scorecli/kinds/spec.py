@@ -14,6 +14,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
 from scorecli.errors import UsageError
+from scorecli.kinds import family_class
 from scorecli.model.compat import Support, text_config
 from scorecli.model.load import Loaded
 
@@ -44,8 +45,6 @@ class RunSpec:
 def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: Support | None = None) -> RunSpec:
     """The run's spec, by the rules of the model's kind (its family's `resolve`). `support`: what
     a decoder allows (`compat.support`; None: everything)."""
-    from scorecli.kinds import family_class
-
     return family_class(loaded.kind).resolve(loaded.kind, cfg, loaded, template, support or Support(True))
 
 

@@ -29,8 +29,11 @@ from typing import Any
 
 import torch
 
+from scorecli.attention import bound
 from scorecli.attention.backends import capabilities
+from scorecli.attention.kernel import attention
 from scorecli.errors import UsageError, error_line
+from scorecli.forks import fork_for
 from scorecli.kinds import KINDS
 
 # layer kinds (config `layer_types` values) that are attention computed by the backend
@@ -80,8 +83,6 @@ def _support(model: torch.nn.Module) -> Support:
     silent = _layers_without_dispatch(model, layers)  # first: refuses a model that fails under our attention
     stateful = stateful_reason(model)
     if stateful or silent:
-        from scorecli.forks import fork_for
-
         found = _stateful_modules(layers)
         fork = fork_for(layers, set(silent) | _stateful_indices(model, layers, found), found)
         if fork is not None:
@@ -158,8 +159,6 @@ class _Counter:
         self.callers: set[int] = set()
 
     def attend(self, module, query, key, value, scaling, softcap=None, sinks=None):
-        from scorecli.attention.kernel import attention
-
         self.callers.add(id(module))
         return (
             attention(query, key, value, None, scaling, softcap, causal=True, sinks=sinks).transpose(1, 2).contiguous()
@@ -197,8 +196,6 @@ def _probe(model: torch.nn.Module, counter: _Counter) -> list[torch.Tensor]:
     """The first 4 hidden states of two 8-token inputs that differ after them, under `counter`
     (transformers' notes about fallback kernels stay quiet: our output is one line)."""
     from transformers.utils import logging as hf_logging
-
-    from scorecli.attention import bound
 
     device = next(model.parameters()).device
     vocab = getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, first_line
 from scorecli.model.cache import build_once
 
 
@@ -71,8 +71,6 @@ def no_tqdm() -> Iterator[None]:
 def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from scorecli.errors import first_line
 
     where = os.path.join(folder, gguf_file)
     try:

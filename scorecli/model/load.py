@@ -16,11 +16,13 @@ from typing import Any
 
 import torch
 
+from scorecli.attention import ATTN_NAME, register, set_implementation
 from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
 from scorecli.model.fit import Kinds, check_report, config_problem
+from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 
@@ -113,8 +115,6 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         sentence = sentence.resolved(path, hf_config).to(device)
         sentence.adapt_tokenizer(tokenizer)
     if declared.scorecli_attention and not encoder:
-        from scorecli.attention import ATTN_NAME, register, set_implementation
-
         register()
         set_implementation(model, ATTN_NAME)
     elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
@@ -132,8 +132,6 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     is dequantized into a cached folder first; the kind is `cfg.kind`, else detected."""
     path, gguf_file = locate(cfg.model)
     if gguf_file:
-        from scorecli.model.gguf import materialize
-
         path = materialize(path, gguf_file, cfg.cache_dir)
     checkpoint = read_checkpoint(path, cfg)
     hf_config = checkpoint.config

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from scorecli.core.encode import tokenize
 from scorecli.errors import UsageError, first_line
 
 FORMATS = ("flat", "structured")
@@ -95,8 +96,6 @@ class ChatTexts:
         """Token ids of each text with its prompt, cut at `cut` tokens (a text of `limit` tokens
         or more ends in the template's tail), and {index: error} for texts that cannot be rendered
         or tokenized (their ids are empty)."""
-        from scorecli.core.encode import tokenize
-
         rendered, failed = [], {}
         for t, (prompt, text) in enumerate(zip(prompts, texts)):
             try:

@@ -1,7 +1,7 @@
 """What runs a model's forward, and speed-ups wrapped around it.
 
 - `compiled`: `torch.compile` around a decoder's layers (norms, projections, rotary and MLP
-  fused), attention left to scorecli's backends; `compile_layers` below decides `--compile`;
+  fused), attention left to scorecli's backends; its `compile_layers` decides `--compile`;
 - `fused_norms`: a decoder's RMSNorms as one `rms_norm` kernel each when its layers run uncompiled;
 - `budget`: the default token budget of a batch (the device's free memory on CUDA);
 - `onnx`, `int8`: ONNX Runtime for BERT-family encoders on CPU, and its int8 copy (`--runtime`);
@@ -13,15 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from scorecli.errors import UsageError
 from scorecli.runtimes.prefetch import imported
-
-if TYPE_CHECKING:
-    import torch
-
-    from scorecli.runtimes.compiled import CompiledLayers
 
 
 @dataclass(frozen=True)
@@ -35,6 +28,7 @@ class RuntimeInfo:
             self-check measures and records the drift instead of judging it.
         auto: `--runtime auto` may choose it (where it can run here).
         needs: a package it imports (None: torch alone).
+        help: what `--runtime`'s help says of it, beside its name ("": its name says it).
     """
 
     description: str
@@ -42,20 +36,28 @@ class RuntimeInfo:
     approximate: bool = False
     auto: bool = True
     needs: str | None = None
+    help: str = ""
 
 
 RUNTIMES: dict[str, RuntimeInfo] = {
     "torch": RuntimeInfo("torch"),
-    "onnx": RuntimeInfo("onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime"),
+    "onnx": RuntimeInfo(
+        "onnxruntime (fused encoder export)", encoders_only=True, needs="onnxruntime", help="exported once, cached"
+    ),
     "onnx-int8": RuntimeInfo(
         "onnxruntime (fused encoder export, int8 dynamic quantization)",
         encoders_only=True,
         approximate=True,
         auto=False,
         needs="onnxruntime",
+        help="opt-in, int8 dynamic quantization; its drift is measured and recorded",
     ),
 }
 NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
+# what `--runtime auto` runs (`onnx.choose`), as `--runtime`'s help says it; which models a runtime
+# other than torch may run
+AUTO_HELP = "onnx where installed and it applies, else torch"
+APPLIES_TO = "CPU BERT-family encoders"
 
 
 class Speedup:
@@ -104,40 +106,3 @@ def installed(package: str) -> bool:
     except ImportError:
         return False
     return True
-
-
-# devices where `--compile auto` compiles: inductor's GPU kernels repay their compile; on a CPU its
-# C++ build takes longer than most jobs gain
-AUTO_DEVICES: tuple[str, ...] = ("cuda",)
-# ... and jobs of at least this much forward work (2 x parameters x tokens): compiling costs about 11 s
-# per process even with inductor's cache warm (importing it, tracing, loading kernels) and saved 37%
-# of the forward time on an H200 (Qwen3-0.6B shapes: 10.7 s -> 6.7 s of scoring for 1.9M tokens,
-# benchmarks/RESULTS.md), so it repays itself from about 30 s of uncompiled forward work there
-COMPILE_MIN_FLOPS = 5e15
-
-
-def compile_layers(
-    choice: str, base: torch.nn.Module, device: torch.device, job_tokens: int | None = None
-) -> CompiledLayers | None:
-    """`--compile` for a decoder's base model: its layers compiled, or None. `auto` compiles on
-    CUDA when the job (`job_tokens`, None: unknown) is long enough to repay the compile.
-
-    Raises:
-        UsageError: `--compile on` for layers `runtimes.compiled` cannot wrap.
-    """
-    if choice == "off" or (choice == "auto" and device.type not in AUTO_DEVICES):
-        return None
-    if choice == "auto" and job_tokens is not None:
-        params = sum(p.numel() for p in base.parameters())
-        if 2.0 * params * job_tokens < COMPILE_MIN_FLOPS:
-            return None
-    from scorecli.runtimes.compiled import CompiledLayers, compilable
-
-    if not compilable(base):
-        if choice == "on":
-            raise UsageError(
-                f"--compile on: {type(base).__name__} has no list of decoder layers of one kind to compile"
-            )
-        return None
-    layers: torch.nn.ModuleList = base.layers  # type: ignore[assignment]  # `compilable` checked its type
-    return CompiledLayers(layers, strict=choice == "on")

@@ -34,6 +34,8 @@ import torch
 
 from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import Seq
+from scorecli.errors import UsageError
+from scorecli.model.cache import build_once
 
 PROBE_LENGTHS = (64, 256)  # tokens per sequence of the two probe batches (short and long items)
 PROBE_FLOP = 2.5e10  # about this much work per probe batch (a quarter second on one core)
@@ -142,8 +144,6 @@ def read(path: str, names: tuple[str, ...]) -> tuple[str, str] | None:
 
 def write(path: str, runtime: str, reason: str, seconds: dict[str, float]) -> None:
     """Keep a verdict (atomically); a cache that cannot be written only means measuring again."""
-    from scorecli.errors import UsageError
-    from scorecli.model.cache import build_once
 
     record = {"runtime": runtime, "reason": reason, "seconds": seconds, "machine": machine()}
 

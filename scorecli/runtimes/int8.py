@@ -25,21 +25,20 @@ from scorecli.model.cache import build_once
 WEIGHT_TYPE = "QUInt8"
 
 
-def int8_path(fp32_path: str) -> str:
+def int8_path(fp32_path: str, onnxruntime_version: str) -> str:
     """Where the int8 version of the float32 export `fp32_path` lives (same folder)."""
-    from scorecli.runtimes.onnx import onnxruntime
-
     stat = os.stat(fp32_path)
-    key = f"{os.path.abspath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime().__version__}"
+    key = f"{os.path.abspath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime_version}"
     key += f"\nquantize_dynamic weight_type={WEIGHT_TYPE}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(os.path.dirname(fp32_path), f"model_quint8-{digest}.onnx")
 
 
-def quantized(fp32_path: str) -> tuple[str, bool]:
+def quantized(fp32_path: str, onnxruntime_version: str) -> tuple[str, bool]:
     """(path of the int8 model, whether it was made now): the cached dynamic quantization of
-    the float32 export `fp32_path`, made on first use."""
-    target = int8_path(fp32_path)
+    the float32 export `fp32_path` by the installed onnxruntime (its version is part of the key),
+    made on first use."""
+    target = int8_path(fp32_path, onnxruntime_version)
     if os.path.isfile(target):  # before importing onnx and its quantizer (build_once checks again)
         return target, False
     import onnx

@@ -30,9 +30,13 @@ import torch
 from scorecli.attention import pad_ragged
 from scorecli.core.batching import Batch
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line
-from scorecli.kinds.forward import Pooled
+from scorecli.model import gguf
 from scorecli.model.cache import build_once
 from scorecli.runtimes import RUNTIMES
+from scorecli.runtimes.fast_encoder import FastEncoder
+from scorecli.runtimes.forward import Pooled, with_encoder
+from scorecli.runtimes.int8 import quantized
+from scorecli.version import __version__
 
 EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the torch forward
 OPSET = 17
@@ -96,16 +100,12 @@ def weight_files(folder: str) -> list[str]:
 
 def default_cache_dir() -> str:
     """The cache directory when none is given (the one dequantized GGUF models use)."""
-    from scorecli.model.gguf import default_cache_dir as shared
-
-    return shared()
+    return gguf.default_cache_dir()
 
 
 def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
     folder per weights' identity."""
-    from scorecli import __version__
-
     parts = [f"{os.path.abspath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
     parts += [
         f"scorecli {__version__}",
@@ -152,9 +152,6 @@ def _probe_inputs(vocab: int, type_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _export(model: torch.nn.Module, out: str, what: str = "pairs") -> None:
-    from scorecli.kinds.forward import with_encoder
-    from scorecli.runtimes.fast_encoder import FastEncoder
-
     with torch.no_grad():  # the fused weights become constants of the graph
         fast = FastEncoder(model)
     fast.cls_only = what == "pairs"
@@ -387,7 +384,5 @@ def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str
     export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
     path, _ = materialize(model, folder, cache_dir, what)
     if runtime == "onnx-int8":
-        from scorecli.runtimes.int8 import quantized
-
-        path, _ = quantized(path)
+        path, _ = quantized(path, onnxruntime().__version__)
     return path

@@ -1,10 +1,11 @@
-"""Run a batch through the model and gather hidden states at the pooled positions.
+"""The torch runtime: run a batch through the model and gather hidden states at the pooled positions.
 
 Decoders run their base model (no lm_head, no classifier) with the attention backend's
 masks and explicit position ids (`DecoderForward`); cross-encoders run their own full
-forward on padded pairs (`EncoderForward`); embedding models' forward is their kind's
-(`kinds.embedding`), and speed-ups wrap these (`runtimes`). Knows nothing about
-tokenization, activations or output.
+forward on padded pairs (`EncoderForward`; `onnx.OnnxForward` is its ONNX Runtime twin, with
+the same `Pooled` results); embedding models' forward is their kind's (`kinds.embedding`), and
+speed-ups wrap these (`compiled`, `fused_norms`, `fast_encoder`). The kinds choose and build
+these forwards. Knows nothing about tokenization, kinds, activations or output.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from scorecli.attention import AttentionBackend, bound, pad_ragged, to_device
 from scorecli.attention.shared import Recorder, SharedKV, records_layers
 from scorecli.core.batching import Batch
+from scorecli.runtimes.fast_encoder import FastEncoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +172,6 @@ class EncoderForward:
         self.source, self.model, self.device = model, model, device
         self.fast = None
         if fast:
-            from scorecli.runtimes.fast_encoder import FastEncoder
-
             self.fast = FastEncoder(model, fused)
             self.model = with_encoder(model, self.fast)
 
