@@ -159,7 +159,7 @@ def alternate(contenders: list[Contender], repeats: int, log: Path, warmup: list
 
 def word_pool(seed: int = 0) -> list[str]:
     """English-ish words from the test corpus word lists (known to the tiny BPE tokenizers)."""
-    from tests import models
+    from tests.builders import models
 
     words: list[str] = []
     for lst in (models._NOUNS, models._ADJECTIVES, models._ADVERBS, models._VERBS):

@@ -8,7 +8,7 @@
    `--resume`; that second process, start-up included, against the uninterrupted run.
    Goal: under 40% of the uninterrupted run.
 
-Model: the mid-size random Qwen3 classifier (tests.models.build_mid_qwen3_seq_cls: hidden
+Model: the mid-size random Qwen3 classifier (tests.builders.models.build_mid_qwen3_seq_cls: hidden
 384, 6 layers) unless --tiny; data: seeded rows of a short query and 4 short items; default
 --window-rows 2048, so the job is several windows; `--pooled-hidden-states` makes the parts
 and the merge carry 384 floats per item (the heavy case for the merge).
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import pyarrow.parquet as pq
 
-    from tests.models import build_mid_qwen3_seq_cls, build_qwen3_seq_cls
+    from tests.builders.models import build_mid_qwen3_seq_cls, build_qwen3_seq_cls
 
     work = C.workdir("checkpoint")
     model = (build_qwen3_seq_cls if args.tiny else build_mid_qwen3_seq_cls)(work / "model")

@@ -1,7 +1,7 @@
 """Long documents in chunks (SPEC §12): chunked MIS vs every (query, chunk) pair as its own sequence.
 
 Whole `scorecli score` processes, same model, data and chunks. Model: the mid-size random Qwen3
-classifier (tests.models.build_mid_qwen3_seq_cls: hidden 384, 6 layers, 4096 positions).
+classifier (tests.builders.models.build_mid_qwen3_seq_cls: hidden 384, 6 layers, 4096 positions).
 Data: seeded rows of a ~64-token query and 16 items of ~2,000 tokens each (long documents).
 Contenders:
   - `scorecli score in.jsonl --out mis.parquet --model M --chunk-tokens 256 --quiet`: every chunk
@@ -58,7 +58,7 @@ def build(args, work) -> tuple[str, list[dict]]:
     """(model folder, rows): the benchmark's model (built under `work`) and seeded data."""
     from transformers import AutoTokenizer
 
-    from tests.models import build_mid_qwen3_seq_cls
+    from tests.builders.models import build_mid_qwen3_seq_cls
 
     model = build_mid_qwen3_seq_cls(work / "model")
     tok = AutoTokenizer.from_pretrained(model)

@@ -32,8 +32,8 @@ def build(name: str, out: Path) -> str:
     import torch
     import transformers
 
-    from tests.families import tokenizer
-    from tests.models import _save
+    from tests.builders.families import tokenizer
+    from tests.builders.models import _save
 
     tok = tokenizer()
     common = dict(MID, vocab_size=len(tok), pad_token_id=tok.pad_token_id, num_labels=1, num_hidden_layers=8)

@@ -90,7 +90,7 @@ def build_model(model_dir: Path, sizes: dict) -> str:
     done = model_dir / ".complete"
     if done.exists():
         return str(model_dir)
-    from tests.models import build_qwen3_seq_cls
+    from tests.builders.models import build_qwen3_seq_cls
 
     build_qwen3_seq_cls(model_dir, num_labels=1, _base=sizes)
     done.touch()

@@ -1,6 +1,6 @@
 """Peak memory of `scorecli score` on 2,000 vs 100,000 rows: streaming must keep it bounded.
 
-Model: the tiny random Qwen3 classifier (tests.models.build_qwen3_seq_cls: hidden 64, 2 layers).
+Model: the tiny random Qwen3 classifier (tests.builders.models.build_qwen3_seq_cls: hidden 64, 2 layers).
 Data: seeded JSONL rows of a short query (4-10 words) and 4 short items (2-6 words each).
 Both runs: `scorecli score in.jsonl --out out.parquet --model M --quiet` (default
 --window-rows 2048, so the small input is one window and the large one ~49). Peak RSS of
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> float:
 
     import pyarrow.parquet as pq
 
-    from tests.models import build_qwen3_seq_cls
+    from tests.builders.models import build_qwen3_seq_cls
 
     work = C.workdir("memory")
     model = build_qwen3_seq_cls(work / "model")

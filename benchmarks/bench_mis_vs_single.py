@@ -1,6 +1,6 @@
 """MIS vs single-item scoring, whole `scorecli score` processes, same model and data.
 
-Model: a mid-size random Qwen3 classifier (tests.models.build_mid_qwen3_seq_cls: hidden 384,
+Model: a mid-size random Qwen3 classifier (tests.builders.models.build_mid_qwen3_seq_cls: hidden 384,
 6 layers). Data: seeded rows of a ~80-token query and 32 items of ~20 tokens each, as files
 of each size in --rows (the smaller files are the first rows of the largest).
 Contenders, per file: `scorecli score in.jsonl --out out.parquet --model M --mode mis --quiet`
@@ -36,7 +36,7 @@ def build(args, work) -> tuple[str, list[dict]]:
     """(model folder, rows): the benchmark's model (built under `work`) and seeded data."""
     from transformers import AutoTokenizer
 
-    from tests.models import build_mid_qwen3_seq_cls
+    from tests.builders.models import build_mid_qwen3_seq_cls
 
     model = build_mid_qwen3_seq_cls(work / "model")
     tok = AutoTokenizer.from_pretrained(model)

@@ -1,7 +1,7 @@
 """scorecli vs sentence-transformers CrossEncoder, whole processes, same model and pairs.
 
 Model: the real all-MiniLM-L6-v2 encoder with a random 1-label head, saved as a BERT
-cross-encoder (tests.models.build_minilm_cross_encoder). Data: seeded rows of one query
+cross-encoder (tests.builders.models.build_minilm_cross_encoder). Data: seeded rows of one query
 (5-20 words) and `--items` items of 5-120 words each (mixed lengths), or with `--item-tokens N`
 items of about N tokens each (the long-item shape).
 Contender A: `scorecli score in.jsonl --out a.parquet --model M --quiet --cache-dir $WORK/cache`:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> float:
 
     from transformers import AutoTokenizer
 
-    from tests.models import build_minilm_cross_encoder
+    from tests.builders.models import build_minilm_cross_encoder
 
     work = C.workdir("vs-crossencoder")
     model = build_minilm_cross_encoder(work / "model")

@@ -1,4 +1,4 @@
-"""Session-scoped fixtures: tiny offline checkpoints built by ``tests.models``.
+"""Session-scoped fixtures: tiny offline checkpoints built by ``tests.builders.models``.
 
 Each fixture builds once per test session into a ``tmp_path_factory`` folder and returns
 that folder's path as ``str`` (load it with ``from_pretrained``).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import models
+from tests.builders import models
 
 
 def pytest_addoption(parser):

@@ -844,7 +844,7 @@ class TestFlashInferCuda:
     @pytest.fixture(scope="class")
     def model64(self, tmp_path_factory):
         pytest.importorskip("flashinfer")
-        from tests import models
+        from tests.builders import models
 
         # head_dim 64: a size every flashinfer prefill backend (fa2, fa3) instantiates
         return models.build_qwen3_seq_cls(tmp_path_factory.mktemp("qwen3_hd64"), num_labels=1, head_dim=64)

@@ -110,7 +110,7 @@ def test_reference_of_a_text_that_repeats(tmp_path):
     from scorecli.core.rows import Row
     from scorecli.io.readers import RawRow
     from scorecli.scorer import Scorer
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     scorer = Scorer(build_sentence_model(tmp_path / "plain"), self_check=False)
     rows = [Row("a lazy dog", ["a lazy dog"], None, None), Row("a lazy dog", ["the quick brown fox"], None, None)]

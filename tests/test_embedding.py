@@ -22,7 +22,7 @@ from scorecli import Scorer
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
-from tests.embedding_models import build_sentence_model
+from tests.builders.embedding import build_sentence_model
 from tests.test_cli import SCORECLI, _env
 
 st = pytest.importorskip("sentence_transformers")

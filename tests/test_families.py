@@ -1,6 +1,6 @@
 """Every decoder family of transformers is exact or refused up front (never silently wrong).
 
-The families are discovered from transformers' auto mappings (`tests.families`), built tiny
+The families are discovered from transformers' auto mappings (`tests.builders.families`), built tiny
 and seeded, and scored in MIS and single mode on every CPU backend with the self-check off, so
 that nothing but scorecli's up-front decisions (`scorecli.model.compat`) stands between a family and
 a wrong score: each run either equals the model's own eager forward over P + I_k (<= 1e-4 on
@@ -21,7 +21,7 @@ import torch
 
 from scorecli import Scorer
 from scorecli.errors import ScorecliError
-from tests.families import Unbuildable, build_family, candidate_types
+from tests.builders.families import Unbuildable, build_family, candidate_types
 from tests.test_invariance import raw_rows, table_outputs
 
 # pre-tokenized rows: items of very different lengths (one of a single token); every P + I_k fits
@@ -184,7 +184,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _single_only_path(tmp_path_factory) -> str:
     """A tiny Bamba causal LM: its Mamba-2 mixer has no fork (`scorecli.forks`), so it runs single-item only."""
-    from tests.families import build_causal_family
+    from tests.builders.families import build_causal_family
 
     return _cached_causal("bamba", str(tmp_path_factory.getbasetemp() / "families"), build_causal_family)
 

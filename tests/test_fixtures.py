@@ -134,7 +134,7 @@ def test_minilm_head_is_spread_and_deterministic(minilm_cross_encoder):
 def test_builders_are_deterministic(tmp_path, qwen3_seq_cls):
     from safetensors.torch import load_file
 
-    from tests.models import build_qwen3_seq_cls
+    from tests.builders.models import build_qwen3_seq_cls
 
     again = build_qwen3_seq_cls(tmp_path / "again")
     a = load_file(Path(qwen3_seq_cls) / "model.safetensors")

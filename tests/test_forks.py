@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from scorecli import Scorer
-from tests.families import Unbuildable, _tiny_model, build_family, tokenizer
+from tests.builders.families import Unbuildable, _tiny_model, build_family, tokenizer
 from tests.test_invariance import raw_rows, table_outputs
 
 RECURRENT = ["qwen3_next", "qwen3_5_text", "jamba", "zamba", "zamba2", "minimax"]
@@ -47,7 +47,7 @@ def _path(name: str, root: str) -> str:
     try:
         if variant is None:
             return build_family(model_type, f"{root}/{name}")
-        from tests.models import _save
+        from tests.builders.models import _save
 
         return _save(_tiny_model(model_type, variant), tokenizer(), f"{root}/{name}")
     except Unbuildable as exc:

@@ -100,7 +100,7 @@ def test_a_wrong_fused_norm_fails_the_self_check_and_is_put_back(qwen3_seq_cls, 
 def test_a_decoder_embedders_norms_fuse_and_embed_as_its_own(tmp_path, fused_on_cpu):
     """A Qwen3-based embedding model (sentence-transformers folder): its norms fused, the same
     scores and embeddings as with the model's own norms, the self-check passed against them."""
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     path = build_sentence_model(tmp_path / "st", base="qwen3", pooling="lasttoken", normalize=True)
     rows = _rows(4, seed=9)
@@ -117,7 +117,7 @@ def test_a_decoder_embedders_norms_fuse_and_embed_as_its_own(tmp_path, fused_on_
 
 
 def test_a_wrong_fused_norm_in_an_embedder_is_put_back(tmp_path, fused_on_cpu, monkeypatch):
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     path = build_sentence_model(tmp_path / "st", base="qwen3", pooling="mean")
     expected = _scores(Scorer(path).score_rows(_rows(3)))

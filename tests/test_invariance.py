@@ -169,7 +169,7 @@ def test_attention_arguments_no_backend_implements_are_refused():
 def test_lm_logit_transforms_match_hf(tmp_path_factory, arch, activation):
     """Causal LMs whose head scales or caps its logits (Cohere `logit_scale`, Granite
     `logits_scaling`, Gemma 2 `final_logit_softcapping`): label-token scores equal the model's own."""
-    from tests import models
+    from tests.builders import models
 
     path = models.build_logit_transform_lm(tmp_path_factory.mktemp(f"lm_{arch}"), arch)
     rows = make_rows(5, seed=53)
@@ -202,7 +202,7 @@ def test_bfloat16_matches_hf_bfloat16_reference(request, tmp_path, fixture, kind
     bfloat16 forward does (docs/models.md: How items are scored within bf16 tolerance); heads run in float32."""
     if attention == "flashinfer":
         pytest.importorskip("flashinfer")
-        from tests import models  # the kernels take head sizes 64, 128, 256 (the tiny models' is 16)
+        from tests.builders import models  # the kernels take head sizes 64, 128, 256 (the tiny models' is 16)
 
         build = models.build_qwen3_seq_cls if fixture == "qwen3_seq_cls" else models.build_qwen3_causal_lm
         path = build(tmp_path / fixture, head_dim=64)
@@ -424,7 +424,7 @@ def test_longrope_sequences_stop_where_the_rotary_factors_switch(tmp_path):
     of every item batched or packed with it. scorecli runs sequences up to the switch only,
     where every item is exact; past it, an item is a bad row and --max-seq-len is refused."""
     from scorecli.errors import UsageError
-    from tests.models import build_phi3_longrope_seq_cls
+    from tests.builders.models import build_phi3_longrope_seq_cls
 
     path = build_phi3_longrope_seq_cls(tmp_path / "phi3", switch=200)
     model, tok = load_reference(path, "seq-cls")

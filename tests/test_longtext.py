@@ -15,7 +15,7 @@ from scorecli.core.longtext import Bounder
 from scorecli.core.pack import truncate_items
 from scorecli.core.rows import Row
 from scorecli.core.templates import load_template
-from tests import models
+from tests.builders import models
 
 MAX = 48  # tokens a sequence holds: small, so that modest texts are "huge"
 

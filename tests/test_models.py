@@ -15,7 +15,7 @@ from scorecli.errors import UsageError
 from scorecli.inspect import describe
 from scorecli.io.readers import RawRow
 from scorecli.model.load import Float32Head
-from tests import models
+from tests.builders import models
 
 PAIRS_ROWS = [
     {
@@ -200,7 +200,7 @@ def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
 
 
 def test_positive_label_and_two_class_default(tmp_path):
-    from tests.models import build_qwen3_seq_cls
+    from tests.builders.models import build_qwen3_seq_cls
 
     path = build_qwen3_seq_cls(tmp_path / "two", num_labels=2)
     rows = _rows([{"query": "a query", "items": ["one item", "two items"]}])

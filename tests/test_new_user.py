@@ -335,7 +335,7 @@ def test_bench_runs_every_kind_single_item(fixture, request):
 
 @pytest.fixture(scope="module")
 def embedding_model(tmp_path_factory) -> str:
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     return build_sentence_model(tmp_path_factory.mktemp("embedding"), max_seq_length=24)
 

@@ -252,7 +252,7 @@ def test_ranked_chunked_rows_same_as_local(local_ray, qwen3_seq_cls, bad_inputs,
 
 def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
     """An embedding model (docs/models.md: Which models, embedding models) on Ray workers: the local engine's rows, order and scores."""
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     model = build_sentence_model(
         tmp_path / "st", pooling="cls", include_prompt=False, normalize=True, prompts={"query": "query: "}
@@ -271,7 +271,7 @@ def test_int8_runtime_says_its_drift_once_as_local(local_ray, inputs, tmp_path):
 
     from rich.console import Console
 
-    from tests.models import build_bert_cross_encoder
+    from tests.builders.models import build_bert_cross_encoder
 
     pytest.importorskip("onnxruntime")
     model = build_bert_cross_encoder(tmp_path / "ce")

@@ -431,7 +431,7 @@ def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_s
 def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     """An embedding model's job (docs/models.md: Which models, embedding models) killed after its first part continues with --resume
     to what an uninterrupted run writes; its own flags are part of the job."""
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     model = build_sentence_model(tmp_path / "st", pooling="mean", dense=True, normalize=True)
     whole, out = tmp_path / "whole.parquet", tmp_path / "scores.parquet"

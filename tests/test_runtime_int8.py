@@ -21,7 +21,7 @@ from scorecli.checks.drift import DRIFT_ITEMS, pairs_ordered_alike
 from scorecli.checks.selfcheck import PROBE_QUERY, SelfCheckError
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
-from tests.models import build_bert_cross_encoder
+from tests.builders.models import build_bert_cross_encoder
 
 pytest.importorskip("onnxruntime")
 
@@ -223,7 +223,7 @@ def test_int8_refused_where_it_cannot_run(cross_encoder, qwen3_seq_cls, tmp_path
 
 
 def test_int8_embedding_model(tmp_path):
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     path = build_sentence_model(tmp_path / "e", pooling="mean", normalize=True)
     rows = pa.Table.from_pylist([{"query": "which planet is red", "items": ["mars is the red planet", "bananas"]}])

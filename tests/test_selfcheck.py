@@ -7,7 +7,7 @@ import pytest
 from scorecli import Scorer
 from scorecli.attention import blocks, dense, kernel
 from scorecli.checks.selfcheck import SelfCheckError
-from tests import models
+from tests.builders import models
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_cli import WORDS, Case, jsonl, run_cli, write
-from tests.vector_models import (
+from tests.builders.vectors import (
     build_multi_vector,
     build_pylate,
     build_sparse,
@@ -25,6 +24,7 @@ from tests.vector_models import (
     reference,
     reference_ids,
 )
+from tests.test_cli import WORDS, Case, jsonl, run_cli, write
 
 FOLDERS = {
     # skip-list, fixed query expansion (not attended), prompts, per-task lengths

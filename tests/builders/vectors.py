@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tests import models
+from tests.builders import models
 
 
 def _bert_config(tok, **extra):
