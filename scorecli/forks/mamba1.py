@@ -45,6 +45,8 @@ def convolve(m: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None, win
 def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's selective scan (x, dt, z [b, d, T]; A [d, n]; B, C [b, n, T]) from state h0
     [b, d, n] (None: zero) -> (output [b, d, T], final state [b, d, n])."""
+    if h0 is not None and x.device.type == "cpu":  # no kernel here: the model's own loop, from h0
+        return _loop_from(x, dt, A, B, C, D, z, dt_bias, h0)
     scan = _own(m, "mamba_selective_scan")
     y, last = scan(x, dt, A, B, C, D=D, z=z, delta_bias=dt_bias, delta_softplus=True, return_last_state=True, **kw)
     if h0 is None:
@@ -55,6 +57,31 @@ def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor,
     read = (carried * C.float().transpose(1, 2)[:, None]).sum(-1)  # [b, d, T]
     y = (y.float() + read * F.silu(z.float())).to(y.dtype)
     return y, (last.float() + carried[:, :, -1]).to(last.dtype)
+
+
+def _loop_from(x, dt, A, B, C, D, z, dt_bias, h0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`scan_from` where no scan kernel runs (a CPU): transformers' own recurrent loop over time
+    steps (its torch path, step for step), started from h0 instead of zeros. Adding h0's part
+    to a zero-state scan afterwards, as the kernel path must, costs four more tensors of batch x
+    channels x steps x state; here the state simply carries on."""
+    dtype = x.dtype
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)[..., None]
+    dt = F.softplus(dt)
+    B, C = B.transpose(1, 2), C.transpose(1, 2)  # [b, T, n]
+    decay = torch.exp(A[None, :, None, :] * dt[:, :, :, None])  # [b, d, T, n]
+    pushed = dt[:, :, :, None] * B[:, None, :, :].float() * x[:, :, :, None].float()
+    state = h0.to(decay.dtype)
+    outputs = []
+    for t in range(x.shape[-1]):
+        state = decay[:, :, t] * state + pushed[:, :, t]
+        outputs.append(torch.matmul(state.to(dtype), C[:, t, :].unsqueeze(-1))[:, :, 0])
+    y = torch.stack(outputs, dim=-1) if outputs else x.new_zeros(x.shape)
+    if D is not None:
+        y = y + x * D[None, :, None]
+    if z is not None:
+        y = y * F.silu(z)
+    return y.to(dtype), state.to(h0.dtype)
 
 
 class JambaMixer(ForkedMixer):
