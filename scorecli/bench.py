@@ -137,10 +137,9 @@ def run_bench(
         for attention in attentions:
             auto = Scorer(loaded, replace(cfg, attention=attention))
             if modes is None and not auto.spec.mis and note is not None and not results:
-                note(
-                    "single-item mode only: "
-                    + (auto.spec.single_reason or f"a {auto.spec.kind} model scores each item in a sequence of its own")
-                )
+                kind = auto.spec.kind
+                alone = f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} model scores each item in a sequence of its own"
+                note("single-item mode only: " + (auto.spec.single_reason or alone))
             for mode in modes or (["mis", "single"] if auto.spec.mis else ["single"]):
                 same = mode == ("mis" if auto.spec.mis else "single")
                 scorer = auto if same else Scorer(loaded, replace(cfg, attention=attention, mode=mode))

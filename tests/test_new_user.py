@@ -270,7 +270,7 @@ def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
         return b"".join(chunks).decode("utf-8", "replace")
 
     shown = on_a_terminal()
-    assert "loading " in shown and Path(qwen3_seq_cls).name in shown and "scored 1 rows" in shown
+    assert "loading " in shown and Path(qwen3_seq_cls).name in shown and "scored 1 row," in shown
     assert on_a_terminal("--quiet").strip() == ""
 
 
@@ -331,6 +331,8 @@ def test_bench_runs_every_kind_single_item(fixture, request):
     report = json.loads(result.stdout)
     assert [(r["mode"], r["items_per_s"] > 0) for r in report["results"]] == [("single", True)]
     assert "scorecli bench: single-item mode only" in result.stderr
+    if fixture == "embedding_model":  # said as a reader would say it
+        assert "an embedding model scores each item" in result.stderr, result.stderr
 
 
 @pytest.fixture(scope="module")

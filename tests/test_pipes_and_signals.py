@@ -467,7 +467,7 @@ def test_closed_pipe_ends_the_run_quietly_and_promptly(tmp_path, qwen3_seq_cls):
 @pytest.mark.e2e
 def test_skipped_rows_are_counted_apart(runs):
     summary = ok(runs, "skipped_counted").lines()[-1]
-    assert summary.startswith("scored 1 rows, 2 items") and "skipped 4 bad rows" in summary, summary
+    assert summary.startswith("scored 1 row, 2 items") and "skipped 4 bad rows" in summary, summary
 
 
 @pytest.mark.e2e

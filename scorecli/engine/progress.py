@@ -210,6 +210,11 @@ class EtaColumn(ProgressColumn):
         return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="progress.remaining")
 
 
+def counted(n: int, word: str) -> str:
+    """`1 row`, `2 rows`, `1,500 rows`."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def summary(console: Console, counts: Counts, seconds: float, out: str, note: str = "", more: str = "") -> None:
     """One line: rows scored (and skipped), items, tokens, time (start-up and scoring apart),
     items/s of the scoring, NaN scores; `note`: how the run's mode was chosen, when it was not
@@ -221,17 +226,17 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
     items_s = counts.items / scoring if scoring > 0 else 0.0
     scored = counts.rows - counts.skipped
     line = (
-        f"scored {scored:,} rows, {counts.items:,} items, {counts.tokens:,} tokens in {seconds:.1f} s "
-        f"(start-up {startup:.1f} s, scoring {scoring:.1f} s: {items_s:,.1f} items/s) -> {out}"
+        f"scored {counted(scored, 'row')}, {counted(counts.items, 'item')}, {counted(counts.tokens, 'token')} "
+        f"in {seconds:.1f} s (start-up {startup:.1f} s, scoring {scoring:.1f} s: {items_s:,.1f} items/s) -> {out}"
     )
     if note:
         line += f" ({note})"
     if counts.resumed:
-        line = f"resumed after {counts.resumed:,} rows; " + line
+        line = f"resumed after {counted(counts.resumed, 'row')}; " + line
     if counts.skipped:
-        line += f"; skipped {counts.skipped:,} bad rows"
+        line += f"; skipped {counted(counts.skipped, 'bad row')}"
     if counts.nan:
-        line += f"; {counts.nan:,} items scored NaN or infinite (written as null)"
+        line += f"; {counted(counts.nan, 'item')} scored NaN or infinite (written as null)"
     if more:
         line += f"; {more}"
     console.print(one_line(line), markup=False, emoji=False, soft_wrap=True)  # a newline in --out stays one line
