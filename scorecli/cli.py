@@ -28,7 +28,7 @@ from scorecli.core.templates import check_template
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
 from scorecli.evaluate import evaluate
 from scorecli.help import Command, Group, usage_errors
-from scorecli.inspect import bundled_lines, describe
+from scorecli.inspect import bundled_lines, describe, fitted
 from scorecli.inspect import check as self_check
 from scorecli.io.groups import grouping
 from scorecli.io.output import resolve_output
@@ -269,19 +269,21 @@ def inspect(
 
     Without MODEL: the models the set-up installs, by short name."""
     if model is None:
-        for line in bundled_lines():
+        for line in fitted(bundled_lines()):
             typer.echo(line)
         return
     _check_cache_and_runtime(ctx, cache_dir)
     path, _ = _resolve_model(model)
     quiet_transformers()
-    for line in describe(path, o.csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model):
+    for line in fitted(
+        describe(path, o.csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model)
+    ):
         typer.echo(line)
     if check:
         one_line_warnings(quiet=False)  # e.g. --runtime auto running torch where ONNX Runtime cannot run
 
         lines, ok = self_check(path, o.csv(label_tokens), trust_remote_code, cache_dir, device, dtype, attention)
-        for line in lines:
+        for line in fitted(lines):
             typer.echo(line)
         if not ok:
             raise typer.Exit(1)

@@ -3,9 +3,41 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sys
+import textwrap
+
 from scorecli.config import ScoreConfig
 from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
+
+
+def _columns() -> int | None:
+    """The width to wrap `inspect`'s lines to (None: do not wrap)."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) >= 40:
+        return int(given)
+    return shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else None
+
+
+def fitted(lines: list[str], width: int | None = None) -> list[str]:
+    """`lines` wrapped to `$COLUMNS` where it is set, else to the terminal's width when stdout is
+    one (a pipe or file gets whole lines, for scripts), each continuation indented under its
+    value (`label:   value`); a line holding a word (a path) too long to fit stays whole."""
+    width = width or _columns()
+    if not width:
+        return list(lines)
+    out = []
+    for line in lines:
+        lead = re.match(r"\s*[^:\s][^:]{0,24}:\s+|\s*\S+\s{2,}|\s*", line)
+        indent = " " * len(lead.group(0) if lead else "")
+        if len(line) <= width or max(map(len, line.split())) > width - len(indent):
+            out.append(line)
+            continue
+        out.extend(textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False))
+    return out
 
 
 def describe(

@@ -182,6 +182,24 @@ def _flag_names(command: str | None) -> list[str]:
 
 
 @pytest.mark.e2e
+def test_inspect_fits_the_columns_it_is_given(bert_cross_encoder):
+    """`scorecli inspect` at COLUMNS=80 wraps its prose under each value; only a word that cannot
+    fit (a path) is left longer. Piped without COLUMNS, lines stay whole for scripts."""
+    for args in ([bert_cross_encoder], []):
+        argv = [*SCORECLI, "inspect", *args]
+        wrapped = subprocess.run(argv, capture_output=True, text=True, env=_env(COLUMNS="80"), timeout=120)
+        assert wrapped.returncode == 0, wrapped.stderr
+        long = [line for line in wrapped.stdout.splitlines() if len(line) > 80]
+        assert all(any(len(word) > 60 for word in line.split()) for line in long), long
+        piped = {k: v for k, v in _env().items() if k != "COLUMNS"}
+        whole = subprocess.run(argv, capture_output=True, text=True, env=piped, timeout=120)
+        assert whole.returncode == 0 and " ".join(whole.stdout.split()) == " ".join(wrapped.stdout.split())
+    assert max(map(len, whole.stdout.splitlines())) > 80  # this listing does wrap at 80
+    continued = [line for line in wrapped.stdout.splitlines() if line.startswith(" " * 18) and "/" not in line]
+    assert continued, wrapped.stdout  # a bundled model's description goes on under itself
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [None, "score", "inspect", "bench", "eval"])
 def test_help_fits_80_columns_with_whole_flag_names(command):
     argv = [*SCORECLI, *([command] if command else []), "--help"]
