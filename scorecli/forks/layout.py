@@ -5,7 +5,9 @@ backend's layout (padded `[S, L]` or one ragged row `[1, T]`), gathers every seq
 into a right-aligned `[S, P]` block (left padding, masked) and every non-empty item into a
 left-aligned `[M, I]` block (right padding, which a causal layer never reads), runs them, and
 scatters the results back. Layers that compute attention themselves also read each sequence's
-segments and positions in the padded layout. Knows nothing about models or kernels.
+segments and positions in the padded layout. `Swapped` is what both kinds of forked module
+share: the model's own module inside, this batch's layout beside it. Knows nothing about
+models or kernels.
 """
 
 from __future__ import annotations
@@ -90,6 +92,23 @@ class ForkLayout:
             if values is not None:
                 out[where] = values.reshape(-1, width)[source].to(out.dtype)
         return out
+
+
+class Swapped(torch.nn.Module):
+    """A model's module stood in for during a forward call (`forks.run`): the module itself
+    (`inner`, whose attributes the model's layer may still read) and this batch's layout."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.layout: ForkLayout | None = None  # this batch's (set by `forks.run` before the call)
+
+    def __getattr__(self, name: str):
+        """The model's layer may read the module's own attributes (`layer_type`)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
 
 
 def _prefixes(batch: Batch, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

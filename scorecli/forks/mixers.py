@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from scorecli.forks.layout import ForkLayout
+from scorecli.forks.layout import Swapped
 
 State = tuple[torch.Tensor | None, torch.Tensor | None]  # (convolution window, recurrent state) per sequence
 
@@ -35,21 +35,9 @@ def take(state: State, rows: torch.Tensor) -> State:
     return tuple(None if s is None else s.index_select(0, rows) for s in state)  # type: ignore[return-value]
 
 
-class ForkedMixer(torch.nn.Module):
+class ForkedMixer(Swapped):
     """A mixer module swapped in for a forward call (`forks.run`); subclasses say how the mixer
     runs over `[B, T, H]` from a state (`run`) and what the layer expects back (`output`)."""
-
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-        self.layout: ForkLayout | None = None  # this batch's (set by `forks.run` before the call)
-
-    def __getattr__(self, name: str):
-        """The model's layer may read the mixer's own attributes (`layer_type`)."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["inner"], name)
 
     @torch.compiler.disable  # compiled decoder layers call it as it runs eagerly
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> Any:

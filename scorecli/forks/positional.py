@@ -19,23 +19,12 @@ import sys
 import torch
 
 from scorecli.attention.dense import mis_allowed
-from scorecli.forks.layout import ForkLayout
+from scorecli.forks.layout import Swapped
 
 
-class PaddedAttention(torch.nn.Module):
+class PaddedAttention(Swapped):
     """An attention module swapped in for a forward call (`forks.run`); subclasses override the
     mask and bias arguments its layer passes (`arguments`) or compute it (`forward`)."""
-
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-        self.layout: ForkLayout | None = None  # this batch's (set by `forks.run` before the call)
-
-    def __getattr__(self, name: str):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["inner"], name)
 
     @property
     def allowed(self) -> torch.Tensor:
