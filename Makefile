@@ -55,6 +55,7 @@ gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d .whl flashinfer-python==0.7.2.post1 'apache-tvm-ffi>=0.1.11,<0.2'
+	$(PYTHON) benchmarks/slim_wheel.py .whl/flashinfer_python-*.whl
 
 clean:
 	rm -rf out .pytest_cache
