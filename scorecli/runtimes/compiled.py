@@ -32,11 +32,11 @@ from scorecli.runtimes import Speedup
 # devices where `--compile auto` compiles: inductor's GPU kernels repay their compile; on a CPU its
 # C++ build takes longer than most jobs gain
 AUTO_DEVICES: tuple[str, ...] = ("cuda",)
-# ... and jobs of at least this much forward work (2 x parameters x tokens): compiling costs about 11 s
-# per process even with inductor's cache warm (importing it, tracing, loading kernels) and saved 37%
-# of the forward time on an H200 (Qwen3-0.6B shapes: 10.7 s -> 6.7 s of scoring for 1.9M tokens,
-# benchmarks/RESULTS.md), so it repays itself from about 30 s of uncompiled forward work there
-COMPILE_MIN_FLOPS = 5e15
+# ... and jobs of at least this much forward work (2 x parameters x tokens). On an H200 (Qwen3-0.6B
+# shapes, a 100,000-item job, benchmarks/RESULTS.md 2026-11-27) compiling saved 30% of the scoring
+# (1.14 us per token) and cost 7.6-13.3 s of a process's start-up with inductor's cache warm: it
+# repays itself from 8e15 to 1.4e16 FLOP
+COMPILE_MIN_FLOPS = 1e16
 
 
 def compile_layers(
