@@ -186,6 +186,10 @@ def test_changed_flag_input_or_model_is_refused(tmp_path, job_input, qwen3_seq_c
         os.utime(model / name, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         refused(args, f"model file {name}")
         os.utime(model / name, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code = model / "modeling_custom.py"  # a --trust-remote-code model's code, edited between the runs
+    code.write_text("# one version\n")
+    refused(args, "model file modeling_custom.py")
+    code.unlink()
     with open(model / "model.safetensors", "ab") as f:  # other weights
         f.write(b"\0")
     refused(args, "model file model.safetensors")

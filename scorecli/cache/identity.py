@@ -22,13 +22,10 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from scorecli.engine.job import MODEL_SUFFIXES as JOB_SUFFIXES
+from scorecli.engine.job import MODEL_SUFFIXES
 from scorecli.model.hub import locate
 from scorecli.runtimes import runtime_info
 
-# the files that make a model's output: the resume fingerprint's (`engine.job`), and a folder's
-# Python files, whose code a --trust-remote-code model runs
-MODEL_SUFFIXES = (*JOB_SUFFIXES, ".py")
 # flags that change no score (output layout, engine, where things are kept): a run that differs
 # only in these asks the same request
 _NOT_SCORE = {

@@ -43,7 +43,8 @@ NOT_CONTENT = {
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
-# modules too) and tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
+# modules too), tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
+# and Python files, whose code a --trust-remote-code model runs
 MODEL_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -56,6 +57,7 @@ MODEL_SUFFIXES = (
     ".model",
     ".txt",
     ".tiktoken",
+    ".py",
 )
 
 
