@@ -81,6 +81,27 @@ def test_batches_never_exceed_budget(padded):
         assert list(lengths[b]) == sorted(lengths[b], reverse=True)
 
 
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("count", [1, 2, 7, 20, 60])
+def test_few_batches_are_even_across_streams(padded, count):
+    """CPU streams run batches two at a time: a window of few batches is cut into a multiple of
+    the streams, of even cost (a growing job's 2-row window was 14 pairs of 140 tokens beside 6 of
+    64: one stream idle most of the window), within the budget, every sequence once."""
+    rng = np.random.default_rng(count)
+    lengths = rng.integers(20, 140, count)
+    budget = 2048
+    greedy, even = plan_batches(lengths, budget, padded), plan_batches(lengths, budget, padded, streams=2)
+    np.testing.assert_array_equal(np.sort(np.concatenate(even)), np.arange(count))
+    assert all(batch_cost(lengths[b], padded) <= budget for b in even)
+    costs = sorted(batch_cost(lengths[b], padded) for b in even)
+    if count > 1 and len(greedy) < 8:
+        assert len(even) % 2 == 0
+        assert costs[-1] <= max(batch_cost(lengths[b], padded) for b in greedy)
+        assert costs[-1] <= 1.5 * costs[0] + lengths.max()  # no stream waits long on the other
+    if len(greedy) >= 8:  # a long window keeps the budget's cut
+        assert [b.tolist() for b in even] == [b.tolist() for b in greedy]
+
+
 def test_oversized_sequence_gets_its_own_batch():
     batches = plan_batches(np.array([5, 50, 5]), max_batch_tokens=20, padded=False)
     assert [b.tolist() for b in batches] == [[1], [0, 2]]

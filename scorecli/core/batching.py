@@ -96,14 +96,36 @@ def _exclusive_cumsum_per_group(values: np.ndarray, counts: np.ndarray) -> np.nd
     return total - total[group_first] if len(values) else total
 
 
-def plan_batches(lengths: np.ndarray, max_batch_tokens: int, padded: bool) -> list[np.ndarray]:
+def plan_batches(lengths: np.ndarray, max_batch_tokens: int, padded: bool, streams: int = 1) -> list[np.ndarray]:
     """Group sequence indices into batches, longest first, each within the token budget.
 
     A padded batch costs `count * longest`; a ragged one the sum of its lengths. A single
-    sequence longer than the budget forms a batch of its own.
+    sequence longer than the budget forms a batch of its own. With `streams` running batches
+    at once (CPU streams), a window of few batches is cut into a multiple of `streams` batches
+    of even cost (the smallest budget that gives that many): the budget's greedy cut leaves a
+    small last batch, and a stream idle beside the other's large one (a growing job's first
+    windows of 1, 2 and 4 rows are one or two batches).
     Returns:
         Index arrays into `lengths`, in the order the batches should run.
     """
+    batches = _greedy(lengths, max_batch_tokens, padded)
+    if streams > 1 and len(batches) < FEW_BATCHES * streams:
+        want = -(-len(batches) // streams) * streams
+        lo, hi = 1, max_batch_tokens  # the budget gives at most `want` batches
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if len(_greedy(lengths, mid, padded)) <= want else (mid + 1, hi)
+        batches = _greedy(lengths, lo, padded)
+    return batches
+
+
+# windows of fewer batches than this per stream are evened out (`plan_batches`); in a longer one
+# the last batch's share is small
+FEW_BATCHES = 4
+
+
+def _greedy(lengths: np.ndarray, max_batch_tokens: int, padded: bool) -> list[np.ndarray]:
+    """Longest first, a new batch whenever the next sequence would take this one over the budget."""
     order = np.argsort(-lengths, kind="stable")
     batches, current, cost_len, total = [], [], 0, 0
     for i in order:

@@ -175,7 +175,8 @@ class FamilyDefaults:
     def plan(
         self, seqs: list[Seq], lengths: np.ndarray, max_batch_tokens: int, item_offsets: np.ndarray, chunks
     ) -> tuple[list[np.ndarray], Any]:
-        return plan_batches(lengths, max_batch_tokens, self.padded), None  # longest first, under the budget
+        # longest first, under the budget; even in a window of few batches where CPU streams run them
+        return plan_batches(lengths, max_batch_tokens, self.padded, len(self.streams)), None
 
     def begin(self, planned: Any) -> None:
         return None
