@@ -215,8 +215,12 @@ class ApartFamily(FamilyDefaults):
         is_query, query_of = entries(item_offsets, chunks)
         which = np.array([is_query[s.item_index[0]] for s in seqs], dtype=bool)
         streams = len(self.streams)
-        queries = [np.flatnonzero(which)[b] for b in plan_batches(lengths[which], max_batch_tokens, self.padded, streams)]
-        items = [np.flatnonzero(~which)[b] for b in plan_batches(lengths[~which], max_batch_tokens, self.padded, streams)]
+        queries = [
+            np.flatnonzero(which)[b] for b in plan_batches(lengths[which], max_batch_tokens, self.padded, streams)
+        ]
+        items = [
+            np.flatnonzero(~which)[b] for b in plan_batches(lengths[~which], max_batch_tokens, self.padded, streams)
+        ]
         return queries + items, (is_query, query_of, int(is_query.sum()))
 
     def begin(self, planned) -> None:
