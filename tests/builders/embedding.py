@@ -18,17 +18,7 @@ def _base(out_dir: Path, base: str) -> str:
     torch.manual_seed(0)
     if base == "bert":
         tok = models.build_wordpiece_tokenizer()
-        config = transformers.BertConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=128,
-            max_position_embeddings=512,
-            pad_token_id=tok.pad_token_id,
-            initializer_range=0.1,
-        )
-        model = transformers.BertModel(config, add_pooling_layer=False)
+        model = transformers.BertModel(models.tiny_bert_config(tok), add_pooling_layer=False)
     else:
         tok = models.build_bpe_tokenizer(add_bos=False)
         config = models._decoder_config(transformers.Qwen3Config, tok, models._TINY_DECODER, {})

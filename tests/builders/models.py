@@ -661,6 +661,24 @@ def build_logit_transform_lm(out_dir, arch: str) -> str:
     return _save(model, tok, out_dir)
 
 
+# the suite's tiny encoder (cross-encoders, embedding models, multi-vector and sparse models)
+TINY_ENCODER = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    initializer_range=0.1,
+)
+
+
+def tiny_bert_config(tok, **extra):
+    """`TINY_ENCODER` as a BertConfig for the tokenizer `tok` (`extra` overrides or adds fields)."""
+    import transformers
+
+    return transformers.BertConfig(**{"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, **TINY_ENCODER, **extra})
+
+
 ENCODER_ARCHS = {
     "bert": ("BertConfig", "BertForSequenceClassification"),
     "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),
@@ -680,14 +698,9 @@ def build_bert_cross_encoder(out_dir, num_labels: int = 1, arch: str = "bert", *
     config_name, model_name = ENCODER_ARCHS[arch]
     kw = dict(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=512,
+        **TINY_ENCODER,
         type_vocab_size=2,
         pad_token_id=tok.pad_token_id,
-        initializer_range=0.1,
         num_labels=num_labels,
         **_labels(num_labels),
     )

@@ -15,19 +15,7 @@ from tests.builders import models
 
 
 def _bert_config(tok, **extra):
-    import transformers
-
-    return transformers.BertConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=0.1,
-        **extra,
-    )
+    return models.tiny_bert_config(tok, max_position_embeddings=128, **extra)
 
 
 def _with_markers(tok):
