@@ -662,21 +662,23 @@ def build_logit_transform_lm(out_dir, arch: str) -> str:
 
 
 # the suite's tiny encoder (cross-encoders, embedding models, multi-vector and sparse models)
-TINY_ENCODER = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=128,
-    max_position_embeddings=512,
-    initializer_range=0.1,
-)
+TINY_ENCODER = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.1,
+}
 
 
 def tiny_bert_config(tok, **extra):
     """`TINY_ENCODER` as a BertConfig for the tokenizer `tok` (`extra` overrides or adds fields)."""
     import transformers
 
-    return transformers.BertConfig(**{"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, **TINY_ENCODER, **extra})
+    return transformers.BertConfig(
+        **{"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, **TINY_ENCODER, **extra}
+    )
 
 
 ENCODER_ARCHS = {
