@@ -25,6 +25,7 @@ from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
+from scorecli.timings import mark
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
 ENCODER_TYPES = {
@@ -111,6 +112,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
     tokenizer = load_tokenizer(path, cfg)
+    mark("weights read")
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
         sentence.adapt_tokenizer(tokenizer)
@@ -122,6 +124,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if declared.float32_head and dtype != torch.float32:
         float32_heads(model)
     model.to(device).eval()
+    mark("on the device")  # a GPU's context made and the weights copied
     saved = str(getattr(hf_config, "dtype", None)).removeprefix("torch.")  # the checkpoint's own, as its config says
     check_finite(model, cfg.model, narrowed=dtype == torch.float16 and saved != "float16")
     return Loaded(model, tokenizer, kind, cfg.model, device, dtype, sentence)

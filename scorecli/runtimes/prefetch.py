@@ -13,6 +13,8 @@ import importlib
 import threading
 from concurrent.futures import Future
 
+from scorecli.timings import mark
+
 _STARTED: dict[str, Future[bool]] = {}
 _LOCK = threading.Lock()
 
@@ -25,6 +27,7 @@ def _import(package: str, future: Future[bool]) -> None:
     except BaseException as exc:  # noqa: BLE001 - handed to whoever asks (`imported` raises it there)
         future.set_exception(exc)
     else:
+        mark(f"{package} imported")  # in the timings line: when the background import ended
         future.set_result(True)
 
 
