@@ -29,7 +29,7 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
-from scorecli.kinds.texts import EncodedTexts
+from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.runtimes import fast_encoder, runtime_info
 from scorecli.runtimes.forward import with_encoder
 
@@ -87,6 +87,39 @@ def chunk_layout(tokenizer, prompt: str) -> tuple[int, int]:
     trail = len(full) - start - len(bare)
     lead = start + (len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 0)
     return lead, trail
+
+
+# sentence-transformers 6's `encode_document` prompt names, in the order it tries them (multi-vector
+# and sparse folders)
+ITEM_PROMPTS = ("document", "passage", "corpus")
+
+
+def prompts_line(folder) -> str:
+    """`inspect`'s line of a folder's query and item prompts (`folder.prompts`)."""
+    item = next((folder.prompts[n] for n in ITEM_PROMPTS if n in folder.prompts), "")
+    return f"prompts:        query {folder.prompts.get('query', '')!r}, items {item!r}"
+
+
+def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options) -> TextEncoder:
+    """The `TextEncoder` of a folder whose queries and items are encoded apart with their own
+    prompts (`ITEM_PROMPTS`), cut at `query_cut` and `item_cut` tokens, with the layout every chunk
+    of a long item keeps (`chunk_layout`); `options` are TextEncoder's (`query_specials`)."""
+    cfg, loaded = setup.config, setup.loaded
+    encoder = TextEncoder(
+        loaded.tokenizer,
+        folder,
+        cfg.query_prompt,
+        cfg.item_prompt,
+        item_cut,
+        cfg.truncate,
+        loaded.model.get_input_embeddings().num_embeddings,
+        lengths=(query_cut, item_cut),
+        item_names=ITEM_PROMPTS,
+        whole_items=setup.chunking is not None,
+        **options,
+    )
+    encoder.lead, encoder.trail = chunk_layout(loaded.tokenizer, encoder.prompts[1])
+    return encoder
 
 
 def one_label(cfg) -> dict:

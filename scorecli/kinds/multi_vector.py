@@ -33,16 +33,16 @@ from scorecli.kinds.apart import (
     chunk_layout,
     lengths,
     one_label,
+    prompts_line,
     refuse_flags,
+    text_encoder,
 )
 from scorecli.kinds.heads import maxsim
 from scorecli.kinds.spec import RunSpec
-from scorecli.kinds.texts import TextEncoder
 from scorecli.model.vector_folders import MultiVectorFolder, read_multi_vector
 from scorecli.runtimes.fast_encoder import supports
 
 SIMILARITIES = ("maxsim", "meanmaxsim")
-ITEM_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt names, in its order
 
 
 def _stanford(path: str) -> bool:
@@ -97,8 +97,7 @@ class MultiVectorFamily(ApartFamily):
         dims = " -> ".join(str(d.weight.shape[0]) for d in folder.dense) or "none"
         lines = [
             "labels:         1 (similarity)",
-            f"prompts:        query {folder.prompts.get('query', '')!r}, items "
-            f"{next((folder.prompts[n] for n in ITEM_PROMPTS if n in folder.prompts), '')!r}",
+            prompts_line(folder),
             f"query:          cut at {_cuts(folder, query)} tokens; expansion {expansion}",
             f"items:          cut at {item} tokens",
             f"token vectors:  projection {dims}{', L2-normalized' if folder.normalize else ''}",
@@ -113,20 +112,7 @@ class MultiVectorFamily(ApartFamily):
         cfg, loaded = setup.config, setup.loaded
         self.folder: MultiVectorFolder = loaded.sentence
         query, item = lengths(cfg, loaded, self.folder, 0)
-        vocab = loaded.model.get_input_embeddings().num_embeddings
-        self.encoder = TextEncoder(
-            loaded.tokenizer,
-            self.folder,  # type: ignore[arg-type]
-            cfg.query_prompt,
-            cfg.item_prompt,
-            item,
-            cfg.truncate,
-            vocab,
-            lengths=(_cuts(self.folder, query), item),
-            item_names=ITEM_PROMPTS,
-            whole_items=setup.chunking is not None,
-        )
-        self.encoder.lead, self.encoder.trail = chunk_layout(loaded.tokenizer, self.encoder.prompts[1])
+        self.encoder = text_encoder(setup, self.folder, _cuts(self.folder, query), item)
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
         self.forward = PaddedForward(loaded.model, loaded.device, "last_hidden_state", fast)
         self.backend_name = "sdpa (fused encoder)" if fast else "model"

@@ -30,19 +30,19 @@ from scorecli.kinds.apart import (
     chunk_layout,
     lengths,
     one_label,
+    prompts_line,
     refuse_flags,
+    text_encoder,
     with_module,
 )
 from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
 from scorecli.kinds.spec import RunSpec
-from scorecli.kinds.texts import TextEncoder
 from scorecli.model.sentence import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
 from scorecli.runtimes.fast_encoder import supports
 
 SIMILARITIES = ("dot", "cosine")
-ITEM_PROMPTS = ("document", "passage", "corpus")
 
 
 def _static_cut(folder: SparseFolder) -> int | None:
@@ -90,8 +90,7 @@ class SparseFamily(ApartFamily):
         )
         lines = [
             "labels:         1 (similarity)",
-            f"prompts:        query {folder.prompts.get('query', '')!r}, items "
-            f"{next((folder.prompts[n] for n in ITEM_PROMPTS if n in folder.prompts), '')!r}",
+            prompts_line(folder),
             f"query side:     {side}",
             f"items:          SPLADE pooling ({folder.pooling}, {folder.activation}) of the MLM logits, cut at "
             f"{item} tokens" + (f"; {folder.max_active_dims} active dimensions" if folder.max_active_dims else ""),
@@ -106,20 +105,7 @@ class SparseFamily(ApartFamily):
         query, item = lengths(cfg, loaded, self.folder, 0)
         static = _static_cut(self.folder)
         model = loaded.model
-        self.encoder = TextEncoder(
-            loaded.tokenizer,
-            self.folder,  # type: ignore[arg-type]
-            cfg.query_prompt,
-            cfg.item_prompt,
-            item,
-            cfg.truncate,
-            model.get_input_embeddings().num_embeddings,
-            lengths=(static or query, item),
-            query_specials=static is None,
-            item_names=ITEM_PROMPTS,
-            whole_items=setup.chunking is not None,
-        )
-        self.encoder.lead, self.encoder.trail = chunk_layout(loaded.tokenizer, self.encoder.prompts[1])
+        self.encoder = text_encoder(setup, self.folder, static or query, item, query_specials=static is None)
         decoder = model.get_output_embeddings()
         name = next(n for n, m in model.named_modules() if m is decoder)
         self.weight = decoder.weight.detach()  # [V, H]
