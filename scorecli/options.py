@@ -16,7 +16,7 @@ from scorecli.attention import backends as attention
 from scorecli.core.templates import ACTIVATIONS, PRESETS
 from scorecli.errors import UsageError
 from scorecli.io.readers import FORMATS
-from scorecli.io.stores import listed
+from scorecli.io.schemes import listed
 from scorecli.kinds import KINDS
 from scorecli.model.default_model import BUNDLED, DEFAULT
 

@@ -4,7 +4,7 @@
     python -m tests.store_cli STALL_SECONDS DEADLINE score ...
 
 A store request that moves no byte for STALL_SECONDS fails, and no store operation starts another
-attempt DEADLINE seconds after its first (`scorecli.io.stores`; 30 s and 60 s in a real run).
+attempt DEADLINE seconds after its first (`scorecli.io.schemes`; 30 s and 60 s in a real run).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 
 from scorecli.cli import main
-from scorecli.io import stores
+from scorecli.io import schemes
 
 if __name__ == "__main__":
-    stores.STALL_SECONDS = float(sys.argv.pop(1))
-    stores.DEADLINE = float(sys.argv.pop(1))
+    schemes.STALL_SECONDS = float(sys.argv.pop(1))
+    schemes.DEADLINE = float(sys.argv.pop(1))
     sys.argv[0] = "scorecli"
     main()

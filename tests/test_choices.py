@@ -16,7 +16,7 @@ from scorecli import cli
 from scorecli.attention.backends import BACKENDS
 from scorecli.config import ScoreConfig
 from scorecli.io.readers import FORMATS
-from scorecli.io.stores import SCHEMES, listed
+from scorecli.io.schemes import SCHEMES, listed
 from scorecli.kinds import KINDS
 from scorecli.runtimes import RUNTIMES
 

@@ -1,7 +1,7 @@
 """`hf://datasets/...` inputs (docs/object-stores.md) without a network: a local
 fsspec filesystem shaped like huggingface_hub's `HfFileSystem` (protocol `hf`, paths
 `datasets/ORG/NAME/...`, `info` with the file's git `blob_id`) stands in for the hub, registered
-where the real one is (`scorecli.io.stores.SCHEMES["hf"].filesystem`)."""
+where the real one is (`scorecli.io.schemes.SCHEMES["hf"].filesystem`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from scorecli.errors import UsageError
-from scorecli.io import stores
+from scorecli.io import schemes, stores
 from scorecli.io.readers import count_rows, iter_rows, resolve_inputs
 from tests.test_cli import SCORECLI, _env, jsonl, make_rows, write
 
@@ -48,8 +48,8 @@ class FakeHfFileSystem(DirFileSystem):
 
 def install(root: str) -> None:
     """Register the stand-in for `hf://` (in this process)."""
-    hf = stores.SCHEMES["hf"]
-    stores.SCHEMES["hf"] = dataclasses.replace(hf, filesystem=lambda url: stores._fsspec(FakeHfFileSystem(root), url))
+    hf = schemes.SCHEMES["hf"]
+    schemes.SCHEMES["hf"] = dataclasses.replace(hf, filesystem=lambda url: schemes._fsspec(FakeHfFileSystem(root), url))
     stores._STORES.clear()
 
 
@@ -62,7 +62,7 @@ def hub(tmp_path, monkeypatch) -> Path:
     write(data / "a.jsonl", jsonl(rows[:10]))
     pq.write_table(pa.Table.from_pylist(rows[10:]), data / "b.parquet", row_group_size=7)
     write(data / "README.md", b"# not an input\n")
-    monkeypatch.setitem(stores.SCHEMES, "hf", stores.SCHEMES["hf"])
+    monkeypatch.setitem(schemes.SCHEMES, "hf", schemes.SCHEMES["hf"])
     install(str(root))
     yield root
     stores._STORES.clear()

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
+from scorecli.io.schemes import place
 from scorecli.io.sources import localize
-from scorecli.io.stores import locate, place
+from scorecli.io.stores import locate
 from scorecli.io.urls import is_url
 
 STDOUT = "-"

@@ -1,12 +1,5 @@
-"""Object stores behind URLs (`s3://`, `gs://`, `abfs://`, `hf://`): one registration per scheme.
-
-`SCHEMES` holds one `Scheme` record per URL scheme: a function that returns the store's
-`pyarrow.fs.FileSystem` and the object's path in it (pyarrow's own filesystems for S3, GCS and
-Azure, and fsspec's where pyarrow has none: huggingface_hub's `HfFileSystem`, wrapped in
-`pyarrow.fs.FSSpecHandler`), where its credentials come from, whether outputs may go there, how
-help lists it, which other scheme names the same stores. Adding a scheme is one entry there
-(docs/ARCHITECTURE.md: Add an input format or source); inputs (`io.sources`), outputs
-(`io.folders`, `io.writers`) and the help (`scorecli.options`) then take its URLs.
+"""Object stores behind URLs (`s3://`, `gs://`, `abfs://`, `hf://`; each scheme one record in
+`io.schemes.SCHEMES`).
 
 `Store` is what the rest of scorecli calls: every operation is retried with backoff on what is
 transient (throttling, 5xx, a dropped connection, a stalled request) within a deadline and
@@ -25,20 +18,15 @@ import io
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.io import schemes
+from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, listed
 from scorecli.io.urls import parse, scheme_of, shown
 
 RETRIES = 6  # attempts of one operation (the SDKs retry each request a few times underneath)
 BACKOFF = 0.25  # seconds before the second attempt, doubling each time (with jitter)
-# deadlines: a request that moves no byte for STALL_SECONDS fails (S3: the SDK's request timeout;
-# GCS and the hub have their own), and no operation starts another attempt DEADLINE seconds after
-# its first, so a store that stalls or stays down ends the run (exit 1, the rows kept) in minutes
-STALL_SECONDS = 30.0
-CONNECT_SECONDS = 10.0
-DEADLINE = 60.0
 _CHUNK = 8 << 20  # bytes per ranged read and per upload write
 
 # what each kind of failure looks like in the SDKs' messages (pyarrow passes them on as OSError)
@@ -81,112 +69,6 @@ _TRANSIENT = (
     "timed out",
     "Temporary",
 )
-
-
-# ---- the schemes ------------------------------------------------------------------------
-
-
-def _arrow(url: str) -> tuple[Any, str]:
-    """pyarrow's own filesystem for S3, GCS and Azure URLs (options in the URL's query, e.g.
-    `?region=eu-west-1`; the endpoint from AWS_ENDPOINT_URL and credentials as the SDK finds them),
-    with the deadlines above."""
-    from pyarrow import fs
-
-    filesystem, path = fs.FileSystem.from_uri(url)
-    if isinstance(filesystem, fs.S3FileSystem):
-        # from_uri resolves the endpoint (AWS_ENDPOINT_URL) and the bucket's region but takes no
-        # timeouts: the same options again (as pickling gives them back), with the timeouts
-        options = filesystem.__reduce__()[1][0]
-        options.update(connect_timeout=CONNECT_SECONDS, request_timeout=STALL_SECONDS)
-        filesystem = fs.S3FileSystem(**options)
-    return filesystem, path
-
-
-def _gcs(url: str) -> tuple[Any, str]:
-    """pyarrow's GCS filesystem, retrying within the deadline above (unless the URL says otherwise)."""
-    if "retry_limit_seconds=" not in url:
-        url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
-    return _arrow(url)
-
-
-def _huggingface(url: str) -> tuple[Any, str]:
-    """huggingface_hub's fsspec filesystem (`hf://datasets/ORG/NAME/...`; the token as the hub finds it)."""
-    try:
-        from huggingface_hub import HfFileSystem
-    except ImportError as exc:
-        raise UsageError(f"{shown(url)}: hf:// URLs need huggingface_hub: pip install huggingface_hub") from exc
-    return _fsspec(HfFileSystem(), url)
-
-
-def _fsspec(filesystem: Any, url: str) -> tuple[Any, str]:
-    """An fsspec filesystem as a pyarrow one, and the path of `url` in it."""
-    from pyarrow import fs
-
-    if "?" in url:
-        raise ValueError(f"{url.split('://')[0]}:// URLs take no options")
-    return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), filesystem._strip_protocol(url)
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """What a URL scheme declares (one `SCHEMES` entry each; docs/ARCHITECTURE.md).
-
-    Attributes:
-        filesystem: the store's root URL (`scheme://authority?options`) -> (its `pyarrow.fs`
-            FileSystem, the store's own path in it).
-        credentials: where its credentials come from (said when access is denied).
-        writable: outputs may go there (a hub commit per object would make every part a commit).
-        shown: how `--help` and messages list it (None: another spelling of `same`, unlisted).
-        same: the scheme that names the same stores (`gcs://` is `gs://`): two URLs whose schemes
-            differ only so name one object (`place`).
-        endpoint: where the store's host is set (said when it does not resolve).
-        buckets: its authority is a bucket or container, which may be missing (a hub's is not).
-    """
-
-    filesystem: Callable[[str], tuple[Any, str]]
-    credentials: str
-    writable: bool = True
-    shown: str | None = None
-    same: str | None = None
-    endpoint: str = "the URL and the store's endpoint settings"
-    buckets: bool = True
-
-
-_S3_CREDENTIALS = "check AWS_ACCESS_KEY_ID / AWS_PROFILE / the instance role, and the bucket's policy"
-_GCS_CREDENTIALS = "check GOOGLE_APPLICATION_CREDENTIALS and the bucket's permissions"
-_AZURE_CREDENTIALS = "check the storage account's credentials (AZURE_STORAGE_ACCOUNT_KEY, a managed identity)"
-# every scheme scorecli reads (and writes) URLs of: adding one is one entry (docs/ARCHITECTURE.md)
-SCHEMES: dict[str, Scheme] = {
-    "s3": Scheme(_arrow, _S3_CREDENTIALS, shown="s3://", endpoint="AWS_ENDPOINT_URL or the URL"),
-    "gs": Scheme(_gcs, _GCS_CREDENTIALS, shown="gs://"),
-    "gcs": Scheme(_gcs, _GCS_CREDENTIALS, same="gs"),
-    "abfs": Scheme(_arrow, _AZURE_CREDENTIALS, shown="abfs://"),
-    "abfss": Scheme(_arrow, _AZURE_CREDENTIALS, same="abfs"),
-    "hf": Scheme(
-        _huggingface,
-        "check HF_TOKEN or huggingface-cli login, and that the dataset is yours to read",
-        writable=False,
-        shown="hf://datasets/...",
-        buckets=False,
-    ),
-}
-
-
-def listed(writable: bool = False) -> list[str]:
-    """The schemes as help and messages list them (`s3://`, ...), only those outputs may go to if
-    `writable`."""
-    return [s.shown for s in SCHEMES.values() if s.shown and (s.writable or not writable)]
-
-
-SUPPORTED = f"supported: {', '.join(listed())}, file://, or a local path"
-
-
-def place(url: str) -> str:
-    """`url` with the scheme that names its store the same way (`gcs://` is `gs://`, `abfss://`
-    is `abfs://` over TLS): two URLs name one object when their places are equal."""
-    scheme = scheme_of(url)
-    same = SCHEMES[scheme].same if scheme in SCHEMES else None
-    return f"{same}{url[len(scheme) :]}" if same else url
 
 
 # ---- a store ----------------------------------------------------------------------------
@@ -234,11 +116,11 @@ class Store:
                 _refused(exc, what, self.url(path), self.scheme_info)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
                 transient = any(k in str(exc) for k in _TRANSIENT)
-                if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > DEADLINE:
+                if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > schemes.DEADLINE:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     reason = _reason(exc)
                     if transient:
-                        self.down = (f"the store stopped answering ({reason})", time.monotonic() + DEADLINE)
+                        self.down = (f"the store stopped answering ({reason})", time.monotonic() + schemes.DEADLINE)
                     raise ScorecliError(f"{what} {self.url(path)}{tries}: {reason}") from exc
                 time.sleep(delay)
         raise AssertionError("unreachable")
@@ -353,7 +235,7 @@ def _refused(exc: OSError, what: str, url: str, scheme: Scheme) -> None:
 def _reason(exc: OSError) -> str:
     """An SDK's failure in a few words: a stalled request as such, others as the SDK says them."""
     if any(k in str(exc) for k in _STALLED):
-        return f"the store did not answer for {STALL_SECONDS:g} s"
+        return f"the store did not answer for {schemes.STALL_SECONDS:g} s"
     return first_line(exc, 300)
 
 
