@@ -82,7 +82,7 @@ def test_batches_never_exceed_budget(padded):
 
 
 @pytest.mark.parametrize("padded", [True, False])
-@pytest.mark.parametrize("count", [1, 2, 7, 20, 60])
+@pytest.mark.parametrize("count", [1, 2, 7, 20, 60, 200])
 def test_few_batches_are_even_across_streams(padded, count):
     """CPU streams run batches two at a time: a window of few batches is cut into a multiple of
     the streams, of even cost (a growing job's 2-row window was 14 pairs of 140 tokens beside 6 of

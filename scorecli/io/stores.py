@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from scorecli.errors import ScorecliError, UsageError, first_line
-from scorecli.io import schemes
+from scorecli.io import schemes  # its deadlines read when used (tests/store_cli.py shortens them)
 from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, listed
 from scorecli.io.urls import parse, scheme_of, shown
 
