@@ -13,6 +13,7 @@
     python benchmarks/bench_score_cache.py lookups [--entries 10000000]
     python benchmarks/bench_score_cache.py nightly --model minilm --rows 2000 --items 20
     python benchmarks/bench_score_cache.py nightly --model smollm2-judge --rows 150 --items 10
+    python benchmarks/bench_score_cache.py nightly --model minilm --rows 2000 --items 20 --listed 1
 """
 
 from __future__ import annotations
@@ -111,15 +112,23 @@ def lookups(args) -> None:
     )
 
 
-def nightly_rows(rows: int, items: int, seed: int, pool: list[str]) -> tuple[list[dict], list[dict]]:
+def nightly_rows(rows: int, items: int, seed: int, pool: list[str], listed: int = 4) -> tuple[list[dict], list[dict]]:
     """(first night, second night): a catalogue re-ranked against the same queries; the second
-    night one item in ten replaced by a new one."""
+    night one item in ten replaced by a new one. `listed`: how many rows list a catalogue text,
+    on average (1: every row's items are its own, as a retriever's candidates for distinct
+    queries mostly are)."""
     rng = random.Random(seed)
-    catalogue = [C.words(rng, pool, rng.randint(12, 30)) for _ in range(rows * items // 4)]
-    first = [
-        {"id": r, "query": C.words(rng, pool, rng.randint(4, 10)), "items": rng.sample(catalogue, items)}
-        for r in range(rows)
-    ]
+    catalogue = [C.words(rng, pool, rng.randint(12, 30)) for _ in range(rows * items // listed)]
+    if listed == 1:
+        first = [
+            {"id": r, "query": C.words(rng, pool, rng.randint(4, 10)), "items": catalogue[r * items : (r + 1) * items]}
+            for r in range(rows)
+        ]
+    else:
+        first = [
+            {"id": r, "query": C.words(rng, pool, rng.randint(4, 10)), "items": rng.sample(catalogue, items)}
+            for r in range(rows)
+        ]
     second = []
     for row in first:
         new = [C.words(rng, pool, rng.randint(12, 30)) if rng.random() < 0.1 else x for x in row["items"]]
@@ -129,13 +138,15 @@ def nightly_rows(rows: int, items: int, seed: int, pool: list[str]) -> tuple[lis
 
 def nightly(args) -> None:
     work = C.workdir("cache-nightly")
-    first, second = nightly_rows(args.rows, args.items, 0, C.word_pool())
+    first, second = nightly_rows(args.rows, args.items, 0, C.word_pool(), args.listed)
     C.write_jsonl(work / "first.jsonl", first)
     C.write_jsonl(work / "second.jsonl", second)
     changed = sum(a != b for r1, r2 in zip(first, second) for a, b in zip(r1["items"], r2["items"]))
     total = args.rows * args.items
+    distinct = len({x for r in second for x in r["items"]})
     print(
-        f"{args.rows:,} rows x {args.items} items = {total:,} pairs; the second night {changed:,} new ({changed / total:.1%})"
+        f"{args.rows:,} rows x {args.items} items = {total:,} pairs; the second night {changed:,} new ({changed / total:.1%}); "
+        f"{distinct:,} distinct item texts"
     )
     scorecli = C.scorecli_cmd("score")
 
@@ -190,6 +201,12 @@ def main() -> None:
     b.add_argument("--rows", type=int, default=2000)
     b.add_argument("--items", type=int, default=20)
     b.add_argument("--repeats", type=int, default=2)
+    b.add_argument(
+        "--listed",
+        type=int,
+        default=4,
+        help="how many rows list each catalogue text on average (1: each row's items its own)",
+    )
     args = parser.parse_args()
     print(f"{C.machine() if hasattr(C, 'machine') else ''}", file=sys.stderr)
     (lookups if args.what == "lookups" else nightly)(args)

@@ -37,6 +37,7 @@ from scorecli.model.cache import check_writable
 from scorecli.model.default_model import resolve_model
 from scorecli.options import opt
 from scorecli.process import finish, pipe_closed, reserve_standard_fds, watch_signals
+from scorecli.runtimes import runtime_info
 from scorecli.stderr import (
     err,
     fail,
@@ -229,12 +230,13 @@ def _check_cache_and_runtime(ctx: typer.Context, cache_dir: str | None, runtime:
     """An explicit --cache-dir (or $SCORECLI_CACHE_DIR, named as the user gave it) that cannot be
     written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
     loads (`--runtime auto` falls back instead)."""
-    from scorecli.runtimes.onnx import check_packages
-
     source = ctx.get_parameter_source("cache_dir")
     from_env = source is not None and source.name == "ENVIRONMENT"
     check_writable(cache_dir, f"$SCORECLI_CACHE_DIR={cache_dir}" if from_env else f"--cache-dir {cache_dir}")
-    check_packages(runtime)
+    if runtime_info(runtime).needs is not None:  # the runtime's module imports torch: not for the others
+        from scorecli.runtimes.onnx import check_packages
+
+        check_packages(runtime)
 
 
 def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:

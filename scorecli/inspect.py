@@ -9,6 +9,7 @@ import shutil
 import sys
 import textwrap
 
+from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
 from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
@@ -131,7 +132,6 @@ def check(
     the model supports. Returns (lines, whether every mode passed)."""
     import dataclasses
 
-    from scorecli.checks.selfcheck import SelfCheckError
     from scorecli.kinds.spec import any_label_ids
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer

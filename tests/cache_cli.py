@@ -9,20 +9,36 @@ HOOK is one of:
 - `perturb:X`: every other item's scores a run computes are off by X (the self-check's probe and the audit's
   reference, the model's own forward, are not): a deliberately broken path for `--audit`;
 - `slow:S`: every batch of the run sleeps S seconds first (to kill a run in the middle);
+- `no-torch`: the run fails (exit 3) if it imported torch or transformers: a run whose pairs all
+  hit, on a CPU-only torch, must not pay their import;
 - `none`: nothing changed.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 import time
 
-from scorecli import scorer
 from scorecli.cli import main
+
+
+def _no_torch() -> None:
+    loaded = [p for p in ("torch", "transformers") if p in sys.modules]
+    if loaded:
+        sys.stderr.write(f"imported {' and '.join(loaded)}\n")
+        sys.stderr.flush()
+        os._exit(3)
 
 
 def patch(hook: str) -> None:
     name, _, arg = hook.partition(":")
+    if name == "no-torch":
+        atexit.register(_no_torch)  # a successful run's exit handlers run (`process.finish`)
+        return
+    from scorecli import scorer  # torch
+
     if name == "no-model":
 
         def refuse(self, *args, **kwargs):

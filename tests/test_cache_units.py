@@ -94,3 +94,18 @@ def test_plan_and_merge():
     scored = np.arange(10, dtype=np.float32).reshape(5, 2)
     merged = p.merge(hits, scored, 2)
     assert merged.tolist() == [[0, 1], [2, 3], [9, 9], [4, 5], [2, 3], [6, 7], [8, 9]]
+
+
+def test_a_cache_another_run_is_making_is_not_foreign(tmp_path):
+    """Two runs make one new cache at once: the second lists the folder while the first's marker
+    is still a temporary file. That folder is not "other files" (refused), and each writes the
+    marker under a temporary name of its own (one renaming it cannot take the other's away)."""
+    from scorecli.cache.store import MARKER, CacheStore
+
+    location = tmp_path / "cache"
+    location.mkdir()
+    other = location / f".{MARKER}.999999.tmp"
+    other.write_bytes(b'{"format": ')  # the other run, half-way through writing it
+    CacheStore(str(location), create=True)
+    assert sorted(p.name for p in location.iterdir()) == [other.name, MARKER]
+    CacheStore(str(location), create=False)  # the marker it wrote reads back

@@ -63,3 +63,28 @@ def test_only_a_backend_the_run_could_choose_is_prefetched(packages, requested, 
     assert ("flashinfer" in prefetch._STARTED) is started
     if started:
         assert installed("flashinfer") is True
+
+
+@pytest.mark.parametrize(
+    "text, cpu_only",
+    [
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\n", True),
+        ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n", False),
+        ("cuda = None\nhip = '6.2'\n", False),
+        ("__version__ = '2.13.0'\n", False),  # says nothing of its build: torch is asked
+        ("cuda = None\nhip = (\n", False),  # unreadable
+    ],
+)
+def test_a_cpu_only_torch_is_told_from_its_version_file(tmp_path, monkeypatch, text, cpu_only):
+    """`--device auto` on a torch built for the CPU alone needs no `import torch` (a run whose
+    pairs are all in the score cache skips it); any other build, or a file it cannot read, is asked."""
+    import importlib.machinery
+    import importlib.util
+
+    from scorecli import runtimes
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text(text)
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(tmp_path / "torch" / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "torch" else None)
+    assert runtimes.cpu_only_torch() is cpu_only

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scorecli.runtimes import cpu_only_torch
 from tests.test_cli import TIMEOUT, Case, Result, _env, jsonl, run_cli, write
 
 pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
@@ -146,6 +147,18 @@ def test_all_hits_load_no_model(nightly):
     assert sum(again["num_tokens"].to_pylist()) == 0
     assert meta(root / "again.parquet")["self_check"].startswith("not run")
     assert meta(root / "again.parquet")["kind"] == "seq-cls"
+
+
+@pytest.mark.skipif(not cpu_only_torch(), reason="a torch built for a GPU is imported to ask whether one is there")
+def test_all_hits_import_no_torch(nightly, qwen3_seq_cls, tmp_path):
+    """The same job again on a CPU-only torch: neither torch nor transformers is imported (the
+    hook makes the run exit 3 if either was), and the output is the same."""
+    root, _ = nightly
+    out = tmp_path / "light.parquet"
+    flags = ["--chunk-tokens", "6", "--top-k", "2", "--max-batch-tokens", "64", "--score-cache", str(root / "cache")]
+    result = hooked("no-torch", score(str(root / "second.jsonl"), qwen3_seq_cls, out, *flags))
+    assert result.rc == 0, result.stderr
+    assert_same(pq.read_table(out), pq.read_table(root / "again.parquet"))
 
 
 def test_hidden_states_right_with_a_cache(nightly, qwen3_seq_cls):

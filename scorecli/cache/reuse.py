@@ -38,6 +38,7 @@ from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
+from scorecli.runtimes import auto_device
 from scorecli.version import __version__
 
 # entries of its own a job keeps in memory to find repeats across windows (16 bytes of key and a
@@ -126,9 +127,7 @@ class Reusing:
         self.identity: str | None = None
         self.request: str | None = None
         if cache is not None:
-            import torch
-
-            device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+            device = cfg.device if cfg.device != "auto" else auto_device()
             self.identity = model_identity(cfg.model, cache.memo)
             if self.identity is not None:
                 self.request = request_digest(cfg, self.identity, device, __version__)

@@ -8,7 +8,7 @@
 Every file is written whole or not at all (a local temporary name, fsync and rename; one PUT in
 a store) under a name no other run uses, and never changed afterwards: two runs writing one cache
 at once each add their own segments, and a run killed at any instant leaves the segments of the
-windows it finished and at most a temporary file (`.NAME.tmp`, which readers ignore and `prune`
+windows it finished and at most a temporary file (`.NAME.PID.tmp`, which readers ignore and `prune`
 removes). Compaction writes the merged segment before it deletes what it merged: a crash between
 leaves duplicate entries (the same scores), never a lost one; a reader that listed a segment just
 deleted passes over it (its pairs are in the merged one). Knows nothing about rows or models.
@@ -98,6 +98,8 @@ class CacheStore:
     def _open(self, create: bool) -> None:
         try:
             names = self.root.names() if self.root.exists() else None
+            if names is not None:  # another run making the cache this instant has only a temporary file
+                names = [n for n in names if not (n.startswith(".") and n.endswith(".tmp"))]
         except OSError as exc:
             raise UsageError(f"score cache {self.shown}: cannot read it ({exc.strerror or exc})") from exc
         if not is_url(self.location) and os.path.exists(self.location) and not os.path.isdir(self.location):

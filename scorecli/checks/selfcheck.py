@@ -26,7 +26,6 @@ nothing about files or the CLI.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from scorecli.attention.backends import float32_exact
 from scorecli.errors import ScorecliError
@@ -65,6 +64,8 @@ def self_check(scorer) -> float | None:
     Raises:
         SelfCheckError: it exceeds the tolerance.
     """
+    import torch  # the scorer's: this module's probe texts and verdicts are read without it (`checks.drift`)
+
     loaded = scorer.loaded
     errors = scorer.family.probe_errors(scorer)  # what each kind compares against
     if errors is None:

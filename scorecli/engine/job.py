@@ -27,6 +27,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
+from scorecli.model.st_files import module_folders
 from scorecli.version import __version__
 
 # ScoreConfig fields that do not change the output's content
@@ -106,8 +107,6 @@ def _model_files(name: str) -> dict[str, list]:
         return {os.path.basename(name): _stamp(name)}
     if not os.path.isdir(name):
         return {}
-    from scorecli.model.sentence import module_folders  # torch: only for a local folder's fingerprint
-
     return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
         os.path.join(sub, n): _stamp(os.path.join(name, sub, n))
         for sub in ["", *module_folders(name)]

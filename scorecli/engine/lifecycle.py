@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from scorecli.checks.drift import stderr_line
 from scorecli.config import ScoreConfig
 from scorecli.core.metrics import DEFAULT_K, Ranking
 from scorecli.engine.checkpoint import Checkpoint, Interrupted
@@ -151,8 +152,6 @@ def _drive(
     ranking, labels_field = ranked
 
     def opened(metadata: dict[str, str]) -> Sink:
-        from scorecli.checks.drift import stderr_line  # checks load torch, which the lifecycle does not need
-
         if checkpoint is not None:
             checkpoint.same_choices(metadata)
         note(console, stderr_line(metadata))  # approximate scores (onnx-int8) say so

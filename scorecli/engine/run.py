@@ -109,18 +109,11 @@ class LocalEngine:
     def start(self, cfg: ScoreConfig, blocks) -> Iterator[_Local]:
         """`blocks` is for engines that cut windows up front: here a resumed job's windows are its
         checkpoint's `schedule` (growing windows, `engine.windows`)."""
-        from transformers.utils import logging as hf_logging
-
-        from scorecli.scorer import Scorer
-
-        # our own progress is the only one: transformers' "Loading weights" bar would break
-        # --quiet and the one-line error contract
-        hf_logging.disable_progress_bar()
         rows = self.rows if self.rows is not None else open_rows(cfg, self.paths, self.stdin, self.checkpoint)
         windows = self.checkpoint.schedule(cfg) if self.checkpoint else Schedule(cfg.window_rows, cfg.window_seconds)
         with loading(self.console, short_name(cfg.model) or cfg.model):
             # pairs already scored are reused; the model loads when one is not (`scorecli.cache`)
-            scorer = reusing(cfg, lambda: Scorer(cfg.model, cfg))
+            scorer = reusing(cfg, lambda: load_scorer(cfg))
         scorer.id_type = schema_id_type(self.paths, cfg.id_field)
         yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
 
@@ -170,6 +163,19 @@ class _Local:
                 if reuse.config.audit_strict:
                     done.failure = f"{beyond} (--audit-strict; the output was written)"
         return done
+
+
+def load_scorer(cfg: ScoreConfig):
+    """The Scorer of `cfg`, loaded now. torch and transformers are imported here, when a window has
+    a pair to score: a job whose pairs are all in the score cache never imports them."""
+    from transformers.utils import logging as hf_logging
+
+    from scorecli.scorer import Scorer
+
+    # our own progress is the only one: transformers' "Loading weights" bar would break
+    # --quiet and the one-line error contract
+    hf_logging.disable_progress_bar()
+    return Scorer(cfg.model, cfg)
 
 
 def run_score(

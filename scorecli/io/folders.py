@@ -97,7 +97,7 @@ class LocalFolder:
         return made
 
     def write(self, name: str, fill: Callable[[BinaryIO], None]) -> int:
-        tmp = self._path(f".{name}.tmp")
+        tmp = self._path(f".{name}.{os.getpid()}.tmp")  # its own: two processes may write one name at once
         try:
             with open(tmp, "wb") as f:
                 fill(f)

@@ -62,7 +62,7 @@ class FingerprintMismatch(UsageError):
 
 def ours(name: str) -> bool:
     """Whether a file name in a store's folder is one the store writes (temporary ones too)."""
-    if name in (SUCCESS, f".{SUCCESS}.tmp") or name.startswith(("_scorecli_", "._scorecli_")):
+    if name == SUCCESS or name.startswith(("_scorecli_", "._scorecli_", f".{SUCCESS}.")):
         return True
     return bool(_PART.fullmatch(name)) or (name.startswith(".part-") and name.endswith(".tmp"))
 

@@ -29,13 +29,13 @@ from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
     SIMILARITIES,
     SentenceModules,
-    is_sentence_folder,
     plain_modules,
     pool,
     prompt_text,
     read_modules,
     similarity,
 )
+from scorecli.model.st_files import is_sentence_folder
 from scorecli.runtimes import fast_encoder
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.forward import with_encoder

@@ -25,6 +25,7 @@ from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
+from scorecli.runtimes import auto_device
 from scorecli.timings import mark
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
@@ -78,7 +79,7 @@ class Loaded:
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(auto_device())
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {name}: CUDA is not available on this machine")
     return torch.device(name)

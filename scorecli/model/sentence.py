@@ -14,7 +14,6 @@ rows, batches' layout on the device, or output.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -23,8 +22,8 @@ import torch.nn.functional as F
 
 from scorecli.errors import UsageError
 from scorecli.model.messages import MessageMode, read_mode
+from scorecli.model.st_files import MODULES_FILE, is_sentence_folder, json_file, json_if
 
-MODULES_FILE = "modules.json"
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # the legacy boolean keys of a Pooling config, in the order sentence-transformers reads them
 _LEGACY_POOLING = {
@@ -48,11 +47,6 @@ SIMILARITIES = ("cosine", "dot")
 _SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
 
 
-def is_sentence_folder(path: str) -> bool:
-    """Whether `path` is a local sentence-transformers model folder."""
-    return os.path.isfile(os.path.join(path, MODULES_FILE))
-
-
 def sentence_folder_type(path: str) -> str | None:
     """The `model_type` a sentence-transformers folder's config names ("SentenceTransformer" when
     it names none); None for any other folder."""
@@ -60,7 +54,7 @@ def sentence_folder_type(path: str) -> str | None:
         return None
     st = os.path.join(path, "config_sentence_transformers.json")
     try:
-        named = _json_if(st).get("model_type") if os.path.isfile(st) else None
+        named = json_if(st).get("model_type") if os.path.isfile(st) else None
     except (UsageError, AttributeError):
         named = None
     return str(named) if named else "SentenceTransformer"
@@ -124,7 +118,7 @@ class SentenceModules:
         tokenizer's `model_max_length` capped at the model's `max_position_embeddings`."""
         if self.max_seq_length is not None:
             return self
-        limit = _json_if(os.path.join(folder, "tokenizer_config.json")).get("model_max_length")
+        limit = json_if(os.path.join(folder, "tokenizer_config.json")).get("model_max_length")
         positions = getattr(hf_config, "max_position_embeddings", None)
         if positions is not None and positions != -1:
             limit = positions if limit is None else min(int(limit), positions)
@@ -140,7 +134,7 @@ class SentenceModules:
 def transformer_folder(path: str) -> str:
     """The folder of a sentence-transformers model's transformer (its first module; behind a
     `Router`, the first module of the route documents take)."""
-    entries = sorted(_json(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
+    entries = sorted(json_file(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
     first = os.path.join(path, (entries[0].get("path") if entries else "") or "")
     if not entries or str(entries[0].get("type", "")).rsplit(".", 1)[-1] != "Router":
         return first
@@ -151,24 +145,13 @@ def transformer_folder(path: str) -> str:
 def router_routes(where: str) -> dict[str, list[str]]:
     """A `Router` module's routes: {"query": [subfolder, ...], "document": [...]} (`router_config.json`;
     the default route stands for a task it does not name)."""
-    config = _json(os.path.join(where, "router_config.json"), where)
+    config = json_file(os.path.join(where, "router_config.json"), where)
     structure = dict(config.get("structure") or {})
     default = (config.get("parameters") or {}).get("default_route")
     for task in ("query", "document"):
         if task not in structure and default in structure:
             structure[task] = structure[default]
     return {str(k): list(v) for k, v in structure.items()}
-
-
-def module_folders(path: str) -> list[str]:
-    """The subfolders a sentence-transformers folder's modules live in (none for other folders)."""
-    if not is_sentence_folder(path):
-        return []
-    try:
-        entries = _json(os.path.join(path, MODULES_FILE), path)
-    except UsageError:
-        return []
-    return sorted({str(e.get("path")) for e in entries if isinstance(e, dict) and e.get("path")})
 
 
 def apply_lower_case(tokenizer) -> None:
@@ -196,7 +179,7 @@ def plain_modules(path: str) -> SentenceModules:
 
 def read_modules(path: str) -> SentenceModules:
     """The modules of the sentence-transformers folder `path` (UsageError: one it cannot reproduce)."""
-    entries = sorted(_json(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
+    entries = sorted(json_file(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
     kinds = [str(e.get("type", "")).rsplit(".", 1)[-1] for e in entries]
     if not kinds or kinds[0] != "Transformer" or kinds[1:2] != ["Pooling"]:
         raise UsageError(
@@ -217,9 +200,9 @@ def read_modules(path: str) -> SentenceModules:
                 "(it applies Pooling, Dense and Normalize)"
             )
     pooling, include_prompt = _read_pooling(os.path.join(path, entries[1].get("path") or ""))
-    bert = _json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
+    bert = json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
     message = _read_inputs(bert, transformer_dir, path)
-    st = _json_if(os.path.join(path, "config_sentence_transformers.json"))
+    st = json_if(os.path.join(path, "config_sentence_transformers.json"))
     prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
     return SentenceModules(
@@ -280,7 +263,7 @@ def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | N
 
 
 def _read_pooling(where: str) -> tuple[tuple[str, ...], bool]:
-    config = _json(os.path.join(where, "config.json"), where)
+    config = json_file(os.path.join(where, "config.json"), where)
     modes = config.get("pooling_mode")
     if modes is None:  # legacy boolean keys; none set means mean
         modes = [mode for key, mode in _LEGACY_POOLING.items() if config.get(key)] or ["mean"]
@@ -294,7 +277,7 @@ def _read_pooling(where: str) -> tuple[tuple[str, ...], bool]:
 def read_dense(where: str, on: str = "sentence_embedding", weights: str | None = None) -> Dense:
     """The Dense module in folder `where`, applied to `on` (a sentence embedding, or each token's
     `token_embeddings`); `weights`: its safetensors file when not the folder's own."""
-    config = _json(os.path.join(where, "config.json"), where) if weights is None else {}
+    config = json_file(os.path.join(where, "config.json"), where) if weights is None else {}
     activation = config.get(
         "activation_function", "torch.nn.modules.linear.Identity" if weights else "torch.nn.modules.activation.Tanh"
     )
@@ -322,23 +305,6 @@ def read_dense(where: str, on: str = "sentence_embedding", weights: str | None =
         None if residual is None else residual.float(),
         bool(config.get("use_residual", False)),
     )
-
-
-def _json(path: str, name: str) -> dict | list:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {name}: cannot read {os.path.basename(path)} ({exc})") from exc
-
-
-def _json_if(path: str) -> dict:
-    return _json(path, path) if os.path.isfile(path) else {}
-
-
-def json_file(path: str, name: str, missing_ok: bool = False) -> dict | list:
-    """The JSON in file `path` (UsageError naming model `name`: unreadable); `missing_ok`: {} when absent."""
-    return {} if missing_ok and not os.path.isfile(path) else _json(path, name)
 
 
 def prompt_text(given: str | None, modules: SentenceModules, names: tuple[str, ...]) -> str:

@@ -19,14 +19,13 @@ import torch
 
 from scorecli.errors import UsageError
 from scorecli.model.sentence import (
-    MODULES_FILE,
     Dense,
     SentenceModules,
     apply_lower_case,
-    json_file,
     read_dense,
     router_routes,
 )
+from scorecli.model.st_files import MODULES_FILE, json_file
 
 # tokenizer arguments a folder's processing_kwargs may set without changing the token ids
 _SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})

@@ -11,7 +11,11 @@ This package knows nothing about files, rows or the command line.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 
 from scorecli.runtimes.prefetch import imported
@@ -92,6 +96,36 @@ def all_paused(speedups: tuple[Speedup, ...]) -> contextlib.ExitStack:
 def runtime_info(name: str) -> RuntimeInfo:
     """What runtime `name` declares (`auto` resolves to one of them per run)."""
     return RUNTIMES[name] if name in RUNTIMES else RUNTIMES["torch"]
+
+
+def auto_device() -> str:
+    """Where `--device auto` runs: "cuda" where torch sees a GPU, else "cpu". A torch built for the
+    CPU alone is answered for without importing it (its `version.py` names no CUDA or ROCm
+    build), so that a run which needs no model (every pair in the score cache) skips torch's
+    import, a second or more of its start-up."""
+    if "torch" not in sys.modules and cpu_only_torch():
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_only_torch() -> bool:
+    """Whether the installed torch was built without CUDA and ROCm (False when it cannot tell)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return False
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return False
+    builds: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            builds |= {t.id: node.value.value for t in targets if isinstance(t, ast.Name)}
+    return "cuda" in builds and "hip" in builds and builds["cuda"] is None and builds["hip"] is None
 
 
 def installed(package: str) -> bool:
