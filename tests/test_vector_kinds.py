@@ -207,6 +207,23 @@ def test_long_items_in_chunks(folders, tmp_path, name):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse"])
+def test_a_chunk_that_cannot_fit_beside_the_item_prompt_is_refused_up_front(folders, tmp_path, name):
+    """--chunk-tokens is checked against the prompt the items are encoded with (`--item-prompt`
+    here), not the folder's "document" prompt: a chunk that fits beside the latter but not the
+    former is one usage error before any row, not every long item failing as a bad row."""
+    rows = [{"id": 0, "query": "which fox jumps?", "items": [LONG, "a lazy dog"]}]
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    flags = ["--chunk-tokens", "16", "--max-seq-len", "24"]
+    score(inp, folders[name], tmp_path / "fits.parquet", *flags)  # the folder's own prompt leaves room
+    out = tmp_path / "out.parquet"
+    prompt = " ".join(WORDS[:12])
+    result = run_cli(Case(["score", inp, "--model", folders[name], "--out", str(out), *flags, "--item-prompt", prompt]))
+    assert result.rc == 2 and "--chunk-tokens 16 cannot fit within the items' 24 tokens" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists(), result.stderr
+
+
+@pytest.mark.e2e
 def test_resume_equals_the_uninterrupted_run(folders, tmp_path):
     """A job killed after its first part continues with --resume to what an uninterrupted run writes."""
     from tests.test_resume import start, stop_after

@@ -30,6 +30,7 @@ from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
+from scorecli.model.sentence import prompt_text
 from scorecli.runtimes import fast_encoder, runtime_info
 from scorecli.runtimes.forward import with_encoder
 
@@ -61,9 +62,12 @@ def refuse_flags(kind: str, cfg, template) -> None:
     )
 
 
-def lengths(cfg, loaded, folder, chunk_lead: int) -> tuple[int, int]:
+def lengths(cfg, loaded, folder) -> tuple[int, int]:
     """(query, item) cuts: the folder's (capped at what the model embeds); `--max-seq-len` sets the
-    items'. UsageError when a `--chunk-tokens` chunk cannot fit beside `chunk_lead` + 1 tokens."""
+    items'. UsageError when a `--chunk-tokens` chunk cannot fit beside the special tokens and the
+    prompt every chunk of an item keeps (the prompt the items are encoded with: `item_prompt`)."""
+    lead, trail = chunk_layout(loaded.tokenizer, item_prompt(cfg.item_prompt, folder))
+    chunk_lead = lead + trail
     limit = sequence_limit(loaded.model)
     query, item = (min(n, limit) for n in folder.lengths())
     if cfg.max_seq_len is not None:
@@ -94,10 +98,15 @@ def chunk_layout(tokenizer, prompt: str) -> tuple[int, int]:
 ITEM_PROMPTS = ("document", "passage", "corpus")
 
 
+def item_prompt(given: str | None, folder) -> str:
+    """The prompt before every item: `given` (`--item-prompt`: a prompt name of the folder, else
+    literal text), else the folder's first of `ITEM_PROMPTS`, as the items are encoded."""
+    return prompt_text(given, folder, ITEM_PROMPTS)
+
+
 def prompts_line(folder) -> str:
     """`inspect`'s line of a folder's query and item prompts (`folder.prompts`)."""
-    item = next((folder.prompts[n] for n in ITEM_PROMPTS if n in folder.prompts), "")
-    return f"prompts:        query {folder.prompts.get('query', '')!r}, items {item!r}"
+    return f"prompts:        query {folder.prompts.get('query', '')!r}, items {item_prompt(None, folder)!r}"
 
 
 def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options) -> TextEncoder:

@@ -30,7 +30,6 @@ from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
     check_encoder,
-    chunk_layout,
     lengths,
     one_label,
     prompts_line,
@@ -77,8 +76,7 @@ class MultiVectorFamily(ApartFamily):
         if cfg.similarity is not None:
             raise UsageError(f"--similarity: a {kind} model scores by MaxSim, as its folder says")
         folder = loaded.sentence
-        lead, trail = chunk_layout(loaded.tokenizer, folder.prompts.get("document", ""))
-        _, item = lengths(cfg, loaded, folder, lead + trail)
+        _, item = lengths(cfg, loaded, folder)
         similarity = folder.similarity if folder.similarity in SIMILARITIES else "maxsim"
         return RunSpec(kind=kind, pooling="tokens", max_seq_len=item, similarity=similarity, **one_label(cfg))
 
@@ -111,7 +109,7 @@ class MultiVectorFamily(ApartFamily):
         super().__init__(setup)
         cfg, loaded = setup.config, setup.loaded
         self.folder: MultiVectorFolder = loaded.sentence
-        query, item = lengths(cfg, loaded, self.folder, 0)
+        query, item = lengths(cfg, loaded, self.folder)
         self.encoder = text_encoder(setup, self.folder, _cuts(self.folder, query), item)
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
         self.forward = PaddedForward(loaded.model, loaded.device, "last_hidden_state", fast)

@@ -27,7 +27,6 @@ from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
     check_encoder,
-    chunk_layout,
     lengths,
     one_label,
     prompts_line,
@@ -74,8 +73,7 @@ class SparseFamily(ApartFamily):
             raise UsageError(
                 f"the model's similarity is {similarity!r}; scorecli computes dot or cosine: pass --similarity"
             )
-        lead, trail = chunk_layout(loaded.tokenizer, folder.prompts.get("document", ""))
-        _, item = lengths(cfg, loaded, folder, lead + trail)
+        _, item = lengths(cfg, loaded, folder)
         return RunSpec(kind=kind, pooling="splade", max_seq_len=item, similarity=similarity, **one_label(cfg))
 
     @classmethod
@@ -102,7 +100,7 @@ class SparseFamily(ApartFamily):
         super().__init__(setup)
         cfg, loaded = setup.config, setup.loaded
         self.folder: SparseFolder = loaded.sentence
-        query, item = lengths(cfg, loaded, self.folder, 0)
+        query, item = lengths(cfg, loaded, self.folder)
         static = _static_cut(self.folder)
         model = loaded.model
         self.encoder = text_encoder(setup, self.folder, static or query, item, query_specials=static is None)
