@@ -14,6 +14,7 @@ helpers export (`st_onnx_export.py --embedding`, untimed), in the peer environme
 Goal (issue 36): A >= 1.5x B and >= 1.5x the fastest fp32 ONNX peer.
 
     python benchmarks/bench_vs_st_embedding.py [--rows 300] [--items 8] [--item-tokens 200] [--repeats 5]
+        [--passages 300]
         [--st-onnx-python .bench-st-onnx/bin/python]
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 
 import _common as C
@@ -37,6 +39,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=32, help="SentenceTransformer.encode batch size")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--passages",
+        type=int,
+        default=None,
+        help="draw every row's items from this many distinct passages (issue 40's reuse shape: "
+        "--rows 300 --items 10 --passages 300)",
+    )
     ap.add_argument("--no-onnx", action="store_true", help="leave out scorecli --runtime onnx")
     ap.add_argument(
         "--st-onnx-python",
@@ -57,6 +66,11 @@ def main(argv: list[str] | None = None) -> float:
     work = C.workdir("vs-st-embedding")
     tok = AutoTokenizer.from_pretrained(model)
     rows = make_rows(args, tok)
+    if args.passages:  # a catalogue the rows share: each passage listed by several rows
+        pool = [x for r in rows for x in r["items"]][: args.passages]
+        rng = random.Random(args.seed)
+        for r in rows:
+            r["items"] = rng.sample(pool, min(len(r["items"]), len(pool)))
     C.write_jsonl(work / "in.jsonl", rows)
     C.write_jsonl(work / "one.jsonl", rows[:1])
     lens = [min(len(x), 256) for x in tok([t for r in rows for t in [r["query"], *r["items"]]])["input_ids"]]
@@ -95,7 +109,9 @@ def main(argv: list[str] | None = None) -> float:
         "scorecli vs sentence-transformers encode + similarity (`bench_vs_st_embedding.py`)",
         [
             "model: all-MiniLM-L6-v2 (sentence-transformers folder: mean pooling, Normalize), cosine, float32, CPU",
-            f"data: {args.rows} rows x {args.items} items (seed {args.seed}); {shape}; texts (queries and items) "
+            f"data: {args.rows} rows x {args.items} items (seed {args.seed}); {shape}"
+            + (f", drawn from {args.passages} distinct passages" if args.passages else "")
+            + "; texts (queries and items) "
             f"{len(lens):,}, tokens mean {sum(lens) / len(lens):.1f} (max {max(lens)}), {sum(lens):,} in all",
             f"encode batch_size={args.batch_size}; scorecli defaults (--max-batch-tokens: 2048 on CPU)",
             f"{args.repeats} alternating rounds after untimed 1-row warm-ups; whole processes",
