@@ -99,7 +99,7 @@ class CacheStore:
         try:
             names = self.root.names() if self.root.exists() else None
             if names is not None:  # another run making the cache this instant has only a temporary file
-                names = [n for n in names if not (n.startswith(".") and n.endswith(".tmp"))]
+                names = [n for n in names if not _temporary(n)]
         except OSError as exc:
             raise UsageError(f"score cache {self.shown}: cannot read it ({exc.strerror or exc})") from exc
         if not is_url(self.location) and os.path.exists(self.location) and not os.path.isdir(self.location):
@@ -266,9 +266,12 @@ class CacheStore:
             return [
                 n
                 for n in os.listdir(base)
-                if n.startswith(".")
-                and n.endswith(".tmp")
-                and now - os.path.getmtime(os.path.join(base, n)) > STALE_TEMP_SECONDS
+                if _temporary(n) and now - os.path.getmtime(os.path.join(base, n)) > STALE_TEMP_SECONDS
             ]
         except OSError:
             return []
+
+
+def _temporary(name: str) -> bool:
+    """Whether `name` is a file still being written (`io.folders`: `.NAME.PID.tmp`, then renamed)."""
+    return name.startswith(".") and name.endswith(".tmp")

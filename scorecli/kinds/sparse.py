@@ -37,7 +37,7 @@ from scorecli.kinds.apart import (
 from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
 from scorecli.kinds.spec import RunSpec
-from scorecli.model.sentence import json_file
+from scorecli.model.st_files import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
 from scorecli.runtimes.fast_encoder import supports
 
