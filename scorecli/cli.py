@@ -30,6 +30,7 @@ from scorecli.evaluate import evaluate
 from scorecli.help import Command, Group, usage_errors
 from scorecli.inspect import bundled_lines, describe, fitted
 from scorecli.inspect import check as self_check
+from scorecli.io import lazy_pandas
 from scorecli.io.groups import grouping
 from scorecli.io.output import resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
@@ -124,6 +125,8 @@ def score(
         raise UsageError("--num-workers needs --engine ray")
     if audit and engine == "ray":
         raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
+    if engine == "local":
+        lazy_pandas.defer()  # pyarrow asks for pandas objects no input here holds: 0.3-0.5 s
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
     # what the flags alone tell fails before anything about the model is looked up

@@ -9,8 +9,9 @@ HOOK is one of:
 - `perturb:X`: every other item's scores a run computes are off by X (the self-check's probe and the audit's
   reference, the model's own forward, are not): a deliberately broken path for `--audit`;
 - `slow:S`: every batch of the run sleeps S seconds first (to kill a run in the middle);
-- `no-torch`: the run fails (exit 3) if it imported torch or transformers: a run whose pairs all
-  hit, on a CPU-only torch, must not pay their import;
+- `not-imported:A,B`: the run fails (exit 3) if it imported package A or B: a run whose pairs all
+  hit, on a CPU-only torch, must not pay torch's and transformers' import, and no local run
+  pandas' (pyarrow would import it);
 - `none`: nothing changed.
 """
 
@@ -24,8 +25,8 @@ import time
 from scorecli.cli import main
 
 
-def _no_torch() -> None:
-    loaded = [p for p in ("torch", "transformers") if p in sys.modules]
+def _not_imported(packages: list[str]) -> None:
+    loaded = [p for p in packages if p in sys.modules]
     if loaded:
         sys.stderr.write(f"imported {' and '.join(loaded)}\n")
         sys.stderr.flush()
@@ -34,8 +35,8 @@ def _no_torch() -> None:
 
 def patch(hook: str) -> None:
     name, _, arg = hook.partition(":")
-    if name == "no-torch":
-        atexit.register(_no_torch)  # a successful run's exit handlers run (`process.finish`)
+    if name == "not-imported":
+        atexit.register(_not_imported, arg.split(","))  # a successful run's exit handlers run (`process.finish`)
         return
     from scorecli import scorer  # torch
 

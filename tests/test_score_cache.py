@@ -151,12 +151,14 @@ def test_all_hits_load_no_model(nightly):
 
 @pytest.mark.skipif(not cpu_only_torch(), reason="a torch built for a GPU is imported to ask whether one is there")
 def test_all_hits_import_no_torch(nightly, qwen3_seq_cls, tmp_path):
-    """The same job again on a CPU-only torch: neither torch nor transformers is imported (the
-    hook makes the run exit 3 if either was), and the output is the same."""
+    """The same job again on a CPU-only torch: neither torch nor transformers is imported, nor
+    pandas (the hook makes the run exit 3 if one was), and the output is the same."""
     root, _ = nightly
     out = tmp_path / "light.parquet"
     flags = ["--chunk-tokens", "6", "--top-k", "2", "--max-batch-tokens", "64", "--score-cache", str(root / "cache")]
-    result = hooked("no-torch", score(str(root / "second.jsonl"), qwen3_seq_cls, out, *flags))
+    result = hooked(
+        "not-imported:torch,transformers,pandas", score(str(root / "second.jsonl"), qwen3_seq_cls, out, *flags)
+    )
     assert result.rc == 0, result.stderr
     assert_same(pq.read_table(out), pq.read_table(root / "again.parquet"))
 
