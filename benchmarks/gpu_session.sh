@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/gpu_session.sh tests   # CUDA tests: flashinfer and compiled flex == sdpa, every
 #                                          # backend in bf16 == the HF bf16 reference,
-#                                          # MIS == single (the first run JIT-compiles flashinfer)
+#                                          # MIS == single (the first run JIT-compiles flashinfer),
+#                                          # the forked families in float32 (issue 42)
 #   bash benchmarks/gpu_session.sh bench   # benchmarks/bench_gpu.py (Qwen3-0.6B-sized, bf16)
 #   bash benchmarks/gpu_session.sh compare # benchmarks/gpu_attention.py (flashinfer's MIS plans, attention
 #                                          # alone, ~2 min with its kernel builds), then gpu_compare.py: whole
@@ -38,6 +39,9 @@ PY
 rc=0
 if [[ $stage == tests || $stage == all ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py -m "not slow" 2>&1 | tee "$out/tests.txt"
+  rc=$((rc | PIPESTATUS[0]))
+  # MIS for the recurrent and own-attention families on CUDA (the scan kernel's path, cuDNN's convolutions)
+  python3 -m pytest -q -p no:cacheprovider tests/test_forks.py -k "cuda or correction" 2>&1 | tee "$out/forks.txt"
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == compare ]]; then

@@ -113,6 +113,36 @@ def test_mis_equals_single_equals_the_models_own_forward(name, root):
     assert max(float(np.abs(a - b).max()) for a, b in zip(mis, single)) <= 1e-4
 
 
+@pytest.mark.parametrize("name", ["jamba", "zamba"])
+def test_the_kernel_paths_state_correction_is_exact(name, root, monkeypatch):
+    """Where a scan kernel runs (CUDA), a Mamba-1 item scans from zero and its prefix state's
+    part is added afterwards (`forks.mamba1.scan_from`): the same path on the CPU, held to the
+    model's own forward."""
+    from scorecli.forks import mamba1
+
+    path = _path(name, root)
+    monkeypatch.setattr(mamba1, "LOOP_DEVICES", set())
+    _, scores, hidden = _scored(path, mode="mis", attention="sdpa")
+    score_err, hidden_err = _errors(path, scores, hidden)
+    assert score_err <= 1e-4 and hidden_err <= 1e-3, (name, score_err, hidden_err)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@CUDA
+@pytest.mark.parametrize("name", RECURRENT + OWN_ATTENTION)
+def test_on_cuda_in_float32_mis_and_single_equal_the_models_own_forward(name, root):
+    """The same rows on a GPU in float32 (with the kernels transformers finds there, or its torch
+    paths): MIS and single within 1e-4 of the model's own forward on the CPU."""
+    path = _path(name, root)
+    for mode in ("mis", "single"):
+        scorer, scores, hidden = _scored(path, mode=mode, attention="sdpa", device="cuda", dtype="float32")
+        assert scorer.loaded.device.type == "cuda" and scorer.metadata["mode"] == mode
+        score_err, hidden_err = _errors(path, scores, hidden)
+        assert score_err <= 1e-4 and hidden_err <= 1e-3, (name, mode, score_err, hidden_err)
+
+
 def _leaking(layout_of):
     """`ForkLayout.of` whose items of a sequence run as one stream: each item starts from the
     state the item before it ended in, not from its prefix's."""

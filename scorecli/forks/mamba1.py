@@ -42,10 +42,16 @@ def convolve(m: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None, win
     return out, kept
 
 
+# devices where a scan from a state runs transformers' own loop from it (no scan kernel there);
+# elsewhere the kernel scans from zero and the state's part is added (tests/test_forks.py runs
+# that path on the CPU too)
+LOOP_DEVICES = {"cpu"}
+
+
 def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's selective scan (x, dt, z [b, d, T]; A [d, n]; B, C [b, n, T]) from state h0
     [b, d, n] (None: zero) -> (output [b, d, T], final state [b, d, n])."""
-    if h0 is not None and x.device.type == "cpu":  # no kernel here: the model's own loop, from h0
+    if h0 is not None and x.device.type in LOOP_DEVICES:  # the model's own loop, from h0
         return _loop_from(x, dt, A, B, C, D, z, dt_bias, h0)
     scan = _own(m, "mamba_selective_scan")
     y, last = scan(x, dt, A, B, C, D=D, z=z, delta_bias=dt_bias, delta_softplus=True, return_last_state=True, **kw)

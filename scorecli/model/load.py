@@ -91,6 +91,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+def ieee_convolutions() -> None:
+    """Float32 convolutions on a GPU in float32: torch lets cuDNN run them in TF32 by default
+    (unlike its matrix products), a 10-bit mantissa in Mamba's and the gated delta-net's short
+    convolutions where float32 on a GPU promises <= 1e-4 (docs/cli.md: --dtype). Process-wide, as
+    torch's flag is; the legacy flag, which sets cuDNN's convolutions and RNNs alike."""
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def load_model(cfg: ScoreConfig) -> Loaded:
     """Load the checkpoint named by `cfg.model` for scoring (eval mode, on the device).
 
@@ -108,6 +116,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     _check_custom_code(hf_config, kind, cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
+    if device.type == "cuda" and dtype == torch.float32:
+        ieee_convolutions()
     encoder = hf_config.model_type in ENCODER_TYPES
     if declared.scorecli_attention and not encoder:  # a kernel package imports while the weights load
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
