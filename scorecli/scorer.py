@@ -15,15 +15,13 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from scorecli.checks.drift import measure_drift
-from scorecli.checks.selfcheck import SelfCheckError, failing_speedups, self_check
+from scorecli.checks.startup import start_up_check
 from scorecli.config import ScoreConfig
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
@@ -31,6 +29,7 @@ from scorecli.core.repeats import Memo, Recall, unique_seqs
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
+from scorecli.engine.prepared import Prepared
 from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
@@ -40,7 +39,6 @@ from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
 from scorecli.model.load import Loaded, load_model, quiet_transformers
-from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
 from scorecli.version import __version__
@@ -48,36 +46,6 @@ from scorecli.version import __version__
 # Shortest prefix shared by every row of a window that is computed once for all of them
 # (`attention.shared`); shorter ones stay in every sequence.
 MIN_SHARED_TOKENS = 16
-
-
-@dataclass
-class Prepared:
-    """A window after the CPU stages: sequences, batch plan and per-row bookkeeping."""
-
-    ids: list[Any]
-    has_id: bool
-    errors: list[str | None]
-    item_offsets: np.ndarray  # [rows + 1] int64
-    seqs: list[Seq]
-    batches: list[np.ndarray]
-    num_tokens: np.ndarray  # [rows] int64: tokens each row cost in the forward passes
-    shared: np.ndarray  # [C] int64: prefix tokens every sequence continues (dropped from `seqs`)
-    id_type: pa.DataType | None = None  # the id column's type when the input fixes it (Parquet)
-    chunks: np.ndarray | None = None  # [items] int64: chunks each item is scored as (`--chunk-tokens`)
-    num_entries: int = 0  # what the batches score: chunks of items (and embedded queries)
-    labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
-    planned: Any = None  # what the family's `plan` hands back to it when the window runs (`begin`)
-    copies: np.ndarray | None = None  # [2, k] entries not run, and the entry of the same sequence they copy
-    memo: Memo | None = None  # the job's results of texts, recalled as the window runs (`remembers_entries`)
-    seq_rows: np.ndarray | None = None  # [seqs] int64: the row of each sequence (to count a row's tokens again)
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.ids)
-
-    @property
-    def num_items(self) -> int:
-        return int(self.item_offsets[-1])
 
 
 class Scorer:
@@ -139,7 +107,7 @@ class Scorer:
         self.self_check_error: float | None = None
         self.drift = None  # `drift.Drift` of an approximate runtime (onnx-int8), measured by the self-check
         mark("scorer built")
-        self.self_check_note = self._self_check()  # recorded in the metadata
+        self.self_check_note = start_up_check(self)  # recorded in the metadata
         mark("self-checked")
 
     @property
@@ -167,31 +135,6 @@ class Scorer:
     @property
     def shares_prefix(self) -> bool:
         return self.family.shares_prefix
-
-    def _self_check(self) -> str:
-        """Run the start-up self-check (`scorecli.checks.selfcheck`) when it applies; its outcome."""
-        if not self.config.self_check:
-            return "off"
-        if not self.family.needs_check:
-            return "not needed (the model's own forward)"
-        if runtime_info(self.runtime).approximate:  # drift measured and recorded, not judged
-            self.drift = measure_drift(self)
-            return self.drift.note
-        try:
-            self.self_check_error = self_check(self)  # raises SelfCheckError on a mismatch
-        except SelfCheckError as err:
-            culprits = failing_speedups(self)
-            if culprits and not any(x.strict for x in culprits):  # a speed-up the run chose: put back
-                for speedup in culprits:
-                    speedup.restore(f"{speedup.name} failed the self-check ({err})")
-            elif culprits or self.fallback is None:  # the one the user asked for, or nothing to switch to
-                raise
-            else:
-                self._fall_back(err)  # `auto` chose a backend that scores this model wrongly
-            return self._self_check()
-        if self.self_check_error is None:
-            return "skipped (no room for the probe)"
-        return f"passed (max relative difference {self.self_check_error:.2g})"
 
     # ---- CPU stages -------------------------------------------------------------------
 
@@ -385,10 +328,10 @@ class Scorer:
         """After a batch failed with `err`: switch to the `auto` fallback (False: there is none)."""
         if self.fallback is None:
             return False
-        self._fall_back(err)
+        self.fall_back(err)
         return True
 
-    def _fall_back(self, err: Exception) -> None:
+    def fall_back(self, err: Exception) -> None:
         """Switch to `self.fallback` for the rest of the run, with a warning (once)."""
         warnings.warn(
             f"--attention auto: {self.backend_name} failed ({error_line(err, 200)}); using {self.fallback}",
