@@ -318,12 +318,13 @@ def test_texts_shared_across_windows_are_embedded_once_a_job(tmp_path, embedder)
     shared = ["a lazy dog", "relevant passage answers", "the quick brown fox"]
     rows = [{"id": i, "query": q, "items": shared[: 1 + i % 3]} for i, q in enumerate(["fox", "dog", "passage", "x"])]
     inp = write(tmp_path / "rows.jsonl", jsonl(rows))
-    for name, flags in (("one", ["--window-rows", "4"]), ("each", ["--window-rows", "1"])):
-        result = run_cli(Case(score(inp, embedder, tmp_path / f"{name}.parquet", *flags)))
-        assert result.rc == 0, result.stderr
-    one, each = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "each.parquet")
-    assert each["num_tokens"].to_pylist() == one["num_tokens"].to_pylist()
-    assert_same(each, one, tol=1e-6)
+    for hidden in ([], ["--pooled-hidden-states"]):  # an item's embedding recalled with its score
+        for name, flags in (("one", ["--window-rows", "4"]), ("each", ["--window-rows", "1"])):
+            result = run_cli(Case(score(inp, embedder, tmp_path / f"{name}.parquet", *flags, *hidden)))
+            assert result.rc == 0, result.stderr
+        one, each = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "each.parquet")
+        assert each["num_tokens"].to_pylist() == one["num_tokens"].to_pylist()
+        assert_same(each, one, tol=1e-6)
 
 
 def test_a_cache_of_another_format_is_one_line(tmp_path, qwen3_seq_cls):
