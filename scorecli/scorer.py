@@ -25,7 +25,7 @@ from scorecli.checks.startup import start_up_check
 from scorecli.config import ScoreConfig
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
-from scorecli.core.repeats import Memo, Recall, unique_seqs
+from scorecli.core.repeats import unique_seqs
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
@@ -138,26 +138,20 @@ class Scorer:
 
     # ---- CPU stages -------------------------------------------------------------------
 
-    def prepare(self, rows: list[RawRow], id_type: pa.DataType | None = None, memo: Memo | None = None) -> Prepared:
+    def prepare(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> Prepared:
         """Validate, encode and pack a window of rows; plan its batches.
 
-        `id_type` (else `self.id_type`, else inferred) is the id column's type; `memo`: the job's
-        results of texts that earlier windows computed (a family that `remembers_entries`)."""
+        `id_type` (else `self.id_type`, else inferred) is the id column's type."""
         parsed: list[Row | None] = []
         errors: list[str | None] = []
         for raw in rows:
             row, err = self._parse(raw)
             parsed.append(row)
             errors.append(err)
-        return self.prepare_parsed(rows, parsed, errors, id_type, memo)
+        return self.prepare_parsed(rows, parsed, errors, id_type)
 
     def prepare_parsed(
-        self,
-        rows: list[RawRow],
-        parsed: list[Row | None],
-        errors: list[str | None],
-        id_type: pa.DataType | None = None,
-        memo: Memo | None = None,
+        self, rows: list[RawRow], parsed: list[Row | None], errors: list[str | None], id_type: pa.DataType | None = None
     ) -> Prepared:
         """`prepare` of rows validated already (`parsed[k]` None: row k failed with `errors[k]`);
         `rows` give the ids and where each row is."""
@@ -221,8 +215,6 @@ class Scorer:
             labels=labelled,
             planned=planned,
             copies=copies,
-            memo=memo if self.family.remembers_entries else None,
-            seq_rows=seq_rows,
         )
 
     def _shared_prefix(self, prefixes: list[np.ndarray]) -> np.ndarray:
@@ -268,7 +260,6 @@ class Scorer:
     def values(self, prepared: Prepared, on_batch: Callable[[int, int], None] | None = None) -> np.ndarray:
         """[items, labels + hidden] float32: a prepared window's items' scores (and hidden states)."""
         chunks = prepared.chunks
-        recall = None if prepared.memo is None else self._recall(prepared)
         done = self.family.done_entries(prepared.item_offsets, chunks)  # entries that complete an item
         readback = Readback(self.loaded.device, on_batch, done)
         if self.shares_prefix:
@@ -282,38 +273,17 @@ class Scorer:
             if checked:
                 mark("first batch launched")
         out = readback.gather(prepared.num_entries, self.family.entry_width)
-        copied = [] if prepared.copies is None else [prepared.copies[0]]
-        if recall is not None and prepared.memo is not None:
-            if recall.values is not None:
-                out[recall.entries] = recall.values
-                copied.append(recall.entries)
-            prepared.memo.add(recall.keys, out[recall.keep])
-        if prepared.copies is not None:  # after the recalled entries: a copy's source may be one
+        if prepared.copies is not None:
             dst, src = prepared.copies
             out[dst] = out[src]
-        if on_batch is not None and copied:  # their items are done too
-            dst = np.concatenate(copied)
-            on_batch(len(dst) if done is None else int(done[dst].sum()), 0)
+            if on_batch is not None:  # their items are done too
+                on_batch(len(dst) if done is None else int(done[dst].sum()), 0)
         if checked:
             mark("first window scored")
         out = self.family.finish(out, prepared.item_offsets, chunks)
         if chunks is not None:
             out = aggregate(out, out[:, self.spec.positive_index], chunks, self.chunking.aggregate)
         return out
-
-    def _recall(self, prepared: Prepared) -> Recall:
-        """Take what the job's earlier windows computed of `prepared`'s texts out of its batches
-        (as it runs: its preparation overlapped the window before); its rows' tokens counted again."""
-        recall = prepared.memo.split(prepared.seqs)
-        if recall.values is not None and prepared.seq_rows is not None:
-            seqs, rows = [prepared.seqs[i] for i in recall.run], prepared.seq_rows[recall.run]
-            lengths = np.array([s.length for s in seqs], dtype=np.int64)
-            batches, planned = self.family.plan(
-                seqs, lengths, self.max_batch_tokens, prepared.item_offsets, prepared.chunks
-            )
-            prepared.seqs, prepared.seq_rows, prepared.batches, prepared.planned = seqs, rows, batches, planned
-            prepared.num_tokens = np.bincount(rows, weights=lengths, minlength=prepared.num_rows).astype(np.int64)
-        return recall
 
     def _run_serial(self, prepared: Prepared) -> Iterator[tuple[np.ndarray, int, torch.Tensor]]:
         """Every batch's (item index, tokens, scores on the device), one at a time (`engine.batches`)."""

@@ -135,33 +135,3 @@ def test_drop_shared_keeps_positions_and_items():
             assert batch.pool_index.tolist() == (collate([seq]).pool_index - 4).tolist()
     with pytest.raises(ValueError):
         drop_shared(pack_row(_row(3, [2]), 0, True, 100)[0], 3)
-
-
-def _text(ids: list[int], entry: int):
-    from scorecli.core.pack import Seq
-
-    x = np.array(ids, dtype=np.int64)
-    return Seq(x, np.arange(len(x)), 0, np.array([len(x)]), np.array([entry]))
-
-
-def test_a_memo_recalls_texts_of_earlier_windows_within_its_budget():
-    """`core.repeats.Memo`: a text another window computed is recalled (its result, not run);
-    sequences of several items always run; past the budget the least recently used go first."""
-    from scorecli.core.pack import Seq
-    from scorecli.core.repeats import Memo
-
-    memo = Memo(budget=2 * (4 * 4 + 16 + 100))  # two results of 4 floats
-    first = memo.split([_text([5, 6], 0), _text([7], 1)])
-    assert first.run == [0, 1] and first.values is None and first.keep.tolist() == [0, 1]
-    memo.add(first.keys, np.array([[1, 1, 1, 1], [2, 2, 2, 2]], dtype=np.float32))
-    mis = Seq(np.array([5, 6]), np.arange(2), 0, np.array([1, 1]), np.array([3, 4]))
-    second = memo.split([_text([7], 0), mis, _text([5, 6, 8], 1), _text([5, 6], 2)])
-    assert second.run == [1, 2] and second.entries.tolist() == [0, 2] and second.keep.tolist() == [1]
-    assert second.values.tolist() == [[2, 2, 2, 2], [1, 1, 1, 1]] and memo.recalled == 2
-    moved = _text([5, 6], 0)
-    moved.position_ids[:] += 1  # positions that start elsewhere: another result
-    assert memo.split([moved]).values is None
-    memo.add(second.keys, np.array([[3, 3, 3, 3]], dtype=np.float32))  # [5, 6] was used last: [7] goes
-    assert len(memo) == 2 and memo.size <= memo.budget
-    third = memo.split([_text([5, 6], 0), _text([7], 1), _text([5, 6, 8], 2)])
-    assert third.run == [1] and third.values.tolist() == [[1, 1, 1, 1], [3, 3, 3, 3]]

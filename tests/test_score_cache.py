@@ -311,22 +311,6 @@ def test_embedding_settings_in_the_key_and_texts_run_once(tmp_path, embedder):
         assert counts(out) == (0, items_of(rows)), flags
 
 
-def test_texts_shared_across_windows_are_embedded_once_a_job(tmp_path, embedder):
-    """Rows of one window each, listing the same passages under other queries (pairs the cache
-    cannot reuse): a passage is embedded by the first window that lists it only (`num_tokens`
-    as in one window), and the scores are the one window's."""
-    shared = ["a lazy dog", "relevant passage answers", "the quick brown fox"]
-    rows = [{"id": i, "query": q, "items": shared[: 1 + i % 3]} for i, q in enumerate(["fox", "dog", "passage", "x"])]
-    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
-    for hidden in ([], ["--pooled-hidden-states"]):  # an item's embedding recalled with its score
-        for name, flags in (("one", ["--window-rows", "4"]), ("each", ["--window-rows", "1"])):
-            result = run_cli(Case(score(inp, embedder, tmp_path / f"{name}.parquet", *flags, *hidden)))
-            assert result.rc == 0, result.stderr
-        one, each = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "each.parquet")
-        assert each["num_tokens"].to_pylist() == one["num_tokens"].to_pylist()
-        assert_same(each, one, tol=1e-6)
-
-
 def test_a_cache_of_another_format_is_one_line(tmp_path, qwen3_seq_cls):
     inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
     cache = tmp_path / "cache"

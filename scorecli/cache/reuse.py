@@ -9,8 +9,7 @@ pairs to score and repeats (`window.plan`); the Scorer prepares and scores the r
 items only; the values are merged back in item order and the output table is built as for an
 uncached window; the new entries are added as the window ends (one segment, durable before
 the next window's output is). Without `--score-cache` the job's own entries still make a pair that
-recurs be scored once, and a text that stands for pairs of many windows (a passage an embedding
-model embeds) is embedded once a job (`core.repeats.Memo`).
+recurs be scored once.
 
 The settings a run's flags resolve to are known only once a model is loaded; the cache maps the
 flags as given (`identity.request_digest`) to them (`requests/`), so a later run whose every
@@ -35,7 +34,6 @@ from scorecli.cache.keys import keys_of
 from scorecli.cache.segments import Entries
 from scorecli.cache.store import CacheStore
 from scorecli.cache.window import Plan, plan
-from scorecli.core.repeats import Memo
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
@@ -124,7 +122,6 @@ class Reusing:
         self.figures = Figures()
         self.lookups = not cfg.pooled_hidden_states  # hidden states are not cached: every pair is scored
         self.own: list[str] = []  # segments this run wrote
-        self.memo = Memo()  # texts the job embedded, for its later windows (the Scorer's family decides)
         self.sampler: Any = None  # the audit's (`checks.audit.Sampler`), when asked
         self.record: dict | None = None
         self.identity: str | None = None
@@ -221,12 +218,12 @@ class Reusing:
         if len(p.scored):
             scorer = self.loaded()
             try:
-                window.inner = scorer.prepare_parsed(rows, p.rows, errors, window.id_type, self.memo)
+                window.inner = scorer.prepare_parsed(rows, p.rows, errors, window.id_type)
                 failed = any(e is not None and errors[k] is None for k, e in enumerate(window.inner.errors))
             except InputError:
                 failed = True
             if failed:  # a bad row: the window as an uncached run prepares it, errors and all
-                window.inner, window.whole = scorer.prepare(rows, window.id_type, self.memo), True
+                window.inner, window.whole = scorer.prepare(rows, window.id_type), True
                 window.figures = Figures(0, window.inner.num_items)
         return window
 
@@ -277,9 +274,7 @@ class Reusing:
         window.figures = Figures(window.plan.hits, window.plan.misses)
         window.inner = None
         if len(window.plan.scored):
-            window.inner = self.scorer.prepare_parsed(
-                window.rows, window.plan.rows, window.errors, window.id_type, self.memo
-            )
+            window.inner = self.scorer.prepare_parsed(window.rows, window.plan.rows, window.errors, window.id_type)
         return window
 
     def _remember(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> None:

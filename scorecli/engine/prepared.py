@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 
 from scorecli.core.pack import Seq
-from scorecli.core.repeats import Memo
 
 
 @dataclass
@@ -34,8 +33,6 @@ class Prepared:
     labels: list[np.ndarray | None] | None = None  # each row's relevance grades; None: no row has any
     planned: Any = None  # what the family's `plan` hands back to it when the window runs (`begin`)
     copies: np.ndarray | None = None  # [2, k] entries not run, and the entry of the same sequence they copy
-    memo: Memo | None = None  # the job's results of texts, recalled as the window runs (`remembers_entries`)
-    seq_rows: np.ndarray | None = None  # [seqs] int64: the row of each sequence (to count a row's tokens again)
 
     @property
     def num_rows(self) -> int:

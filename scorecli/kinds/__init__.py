@@ -45,9 +45,6 @@ class Family(Protocol):
         entry_width: columns of a batch's result per entry (`score_batch`).
         needs_check: whether the start-up self-check applies (scorecli computes something the
             model's own forward would not).
-        entries_alone: whether an entry's result is its sequence's alone (repeats run once).
-        remembers_entries: whether such an entry stands for pairs of other windows too (a text's
-            embedding): the job keeps it for later windows (`core.repeats.Memo`).
     """
 
     encoder: Any  # each family's own encoder and forward classes (attributes: any type held here)
@@ -56,8 +53,6 @@ class Family(Protocol):
     padded: bool
     shares_prefix: bool
     fallback: str | None
-    entries_alone: bool
-    remembers_entries: bool
 
     @property
     def streams(self) -> Sequence: ...
@@ -168,9 +163,6 @@ class FamilyDefaults:
     # an entry's result is its sequence's alone, so a window's repeated sequences run once and are
     # copied (`core.repeats`); False where items meet their row's query on the device (`apart`)
     entries_alone = True
-    # an entry (a text) serves pairs of other windows too: kept for the job's later windows
-    # (`core.repeats.Memo`); pairs repeated across windows are the score cache's (`cache.reuse`)
-    remembers_entries = False
 
     def prefix(self, enc) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)

@@ -93,8 +93,6 @@ class EmbeddingForward:
 class EmbeddingFamily(FamilyDefaults):
     """How an embedding model scores rows (see `scorecli.kinds.Family`)."""
 
-    remembers_entries = True  # a passage listed by rows of many windows is embedded once a job
-
     @classmethod
     def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
         return checkpoint.folder_type is not None  # any sentence-transformers folder no other kind claimed
