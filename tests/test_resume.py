@@ -452,6 +452,38 @@ def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     )
 
 
+def test_a_pair_repeated_across_the_kill_is_reused_as_the_uninterrupted_run_reused_it(tmp_path, bert_cross_encoder):
+    """A pair that every tenth row lists again is scored once a job and reused later; a run
+    killed after its first window and resumed reuses it too (its kept pairs are the job's
+    entries again: `Reusing.seed`), so the windows after the kill batch as the uninterrupted
+    run's did: scores and token counts identical, bit for bit."""
+    rows = []
+    for i in range(60):
+        n = 3 + (i * 7) % 25
+        items = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(n)) for j in range(3)]
+        query = " ".join(WORDS[i % 5 : i % 5 + 4])
+        if i % 10 == 0:
+            query, items = "the shared query here", ["alpha beta gamma delta", *items]
+        rows.append({"id": i, "query": query, "items": items})
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    whole, out = tmp_path / "whole.parquet", tmp_path / "scores.parquet"
+
+    def args(path: Path) -> list[str]:
+        return ["score", inp, "--model", bert_cross_encoder, "--out", str(path), "--window-rows", "4"]
+
+    assert run_cli(Case(args(whole))).rc == 0
+    stop_after(start(args(out)), Path(str(out) + ".partial"), 1)
+    result = run_cli(Case(args(out) + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    got, want = pq.read_table(out), pq.read_table(whole)
+    assert got.select(["id", "scores", "num_tokens"]).equals(want.select(["id", "scores", "num_tokens"]))
+    alone = write(tmp_path / "row10.jsonl", jsonl(rows[10:11]))
+    assert (
+        run_cli(Case(["score", alone, "--model", bert_cross_encoder, "--out", str(tmp_path / "alone.parquet")])).rc == 0
+    )
+    assert want["num_tokens"][10].as_py() < pq.read_table(tmp_path / "alone.parquet")["num_tokens"][0].as_py()  # reused
+
+
 def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen3_seq_cls):
     """--skip-bad-rows: a row whose id kind differs from the kept rows' ids, met after --resume,
     has the error text an uninterrupted run writes (where the first id was), not the folder's."""

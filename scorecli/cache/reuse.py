@@ -21,8 +21,9 @@ the cache, progress or the command line.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -276,6 +277,36 @@ class Reusing:
         if len(window.plan.scored):
             window.inner = self.scorer.prepare_parsed(window.rows, window.plan.rows, window.errors, window.id_type)
         return window
+
+    def seed(self, rows: Iterator[RawRow], tables: Iterable[pa.Table]) -> None:
+        """A resumed job's kept windows: `tables`, their parts in input order, and `rows`, the
+        input's rows they hold (read again: not tokenized, not scored). Their pairs join the
+        job's entries part by part as the uninterrupted run added them (a window's pairs not
+        found before it; all its good pairs where a row failed, as `run` adds a whole window),
+        with the scores the parts hold, so the windows after the kept ones reuse what that run
+        reused and batch as it did: their scores are its scores, bit for bit (SPEC 11)."""
+        if not self.lookups:
+            return
+        labels = int(self.record["labels"])
+        for table in tables:
+            window = list(islice(rows, table.num_rows))
+            errors = table["error"].to_pylist() if "error" in table.column_names else [None] * table.num_rows
+            parsed = [None if e is not None else self._parse(raw)[0] for raw, e in zip(window, errors)]
+            keys, offsets = keys_of(self.salt, parsed)
+            column = table["scores"] if "scores" in table.column_names else table["score"]
+            values = [v for row, got in zip(parsed, column.to_pylist()) if row is not None and row.items for v in got]
+            scores = np.array(values, dtype=np.float32).reshape(len(keys), labels)
+            chunks = None
+            if self.config.chunk_tokens is not None:
+                counts = table["num_chunks"].to_pylist()
+                chunks = np.array([c for row, n in zip(parsed, counts) if row is not None and row.items for c in n])
+                chunks = chunks.astype(np.int32)
+            if any(e is not None for e in errors):
+                new = np.arange(len(keys))
+            else:
+                new = plan(parsed, keys, offsets, self.index.lookup(keys)[0]).scored
+            if len(new):
+                self.index.add(Entries.of(keys[new], scores[new], None if chunks is None else chunks[new]))
 
     def _remember(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> None:
         """Add a window's newly scored pairs (keys [m, 2], values [m, labels + hidden], chunks

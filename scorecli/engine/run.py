@@ -115,6 +115,8 @@ class LocalEngine:
             # pairs already scored are reused; the model loads when one is not (`scorecli.cache`)
             scorer = reusing(cfg, lambda: load_scorer(cfg))
         scorer.id_type = schema_id_type(self.paths, cfg.id_field)
+        if self.checkpoint is not None and self.checkpoint.rows_done:  # pairs as the kept windows left them
+            scorer.seed(read_rows(cfg, self.paths), self.checkpoint.store.tables())
         yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
 
 
