@@ -92,6 +92,11 @@ class CachedWindow:
         return np.zeros(0, dtype=np.int64) if self.inner is None else self.inner.num_tokens
 
 
+def _items(column: pa.ChunkedArray, rows: list[bool]) -> list:
+    """The per-item values of an output list column (`scores`, `num_chunks`), of the rows marked."""
+    return [x for ok, got in zip(rows, column.to_pylist()) if ok for x in got]
+
+
 @dataclass
 class _Merged:
     """The row fields of a window's output table (`io.columns.window_table`)."""
@@ -293,35 +298,36 @@ class Reusing:
             errors = table["error"].to_pylist() if "error" in table.column_names else [None] * table.num_rows
             parsed = [None if e is not None else self._parse(raw)[0] for raw, e in zip(window, errors)]
             keys, offsets = keys_of(self.salt, parsed)
+            scored = [row is not None and bool(row.items) for row in parsed]  # the rows `keys` holds items of
             column = table["scores"] if "scores" in table.column_names else table["score"]
-            values = [v for row, got in zip(parsed, column.to_pylist()) if row is not None and row.items for v in got]
-            scores = np.array(values, dtype=np.float32).reshape(len(keys), labels)
-            chunks = None
-            if self.config.chunk_tokens is not None:
-                counts = table["num_chunks"].to_pylist()
-                chunks = np.array([c for row, n in zip(parsed, counts) if row is not None and row.items for c in n])
-                chunks = chunks.astype(np.int32)
+            scores = np.array(_items(column, scored), dtype=np.float32).reshape(len(keys), labels)
+            chunks = np.array(_items(table["num_chunks"], scored)) if self.config.chunk_tokens is not None else None
             if any(e is not None for e in errors):
                 new = np.arange(len(keys))
             else:
                 new = plan(parsed, keys, offsets, self.index.lookup(keys)[0]).scored
             if len(new):
-                self.index.add(Entries.of(keys[new], scores[new], None if chunks is None else chunks[new]))
+                self.index.add(self._entries(keys[new], scores[new], None if chunks is None else chunks[new]))
 
     def _remember(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> None:
         """Add a window's newly scored pairs (keys [m, 2], values [m, labels + hidden], chunks
         [m] or None) to the job's entries and, durably, to the cache."""
         if not len(keys):
             return
+        entries = self._entries(keys, values, chunks)
+        self.index.add(entries)
+        if self.cache is not None:
+            self.own.append(self.cache.write(self.profile, entries, self.model_info))
+
+    def _entries(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> Entries:
+        """Entries of pairs (keys [m, 2]) with their scores (the first labels of values [m, labels
+        + hidden]) and, where items are chunked, their chunks (None: one each)."""
         labels = int(self.record["labels"])
         if self.config.chunk_tokens is not None:
             chunks = (chunks if chunks is not None else np.ones(len(keys))).astype(np.int32)
         else:
             chunks = None
-        entries = Entries.of(keys, np.ascontiguousarray(values[:, :labels]), chunks)
-        self.index.add(entries)
-        if self.cache is not None:
-            self.own.append(self.cache.write(self.profile, entries, self.model_info))
+        return Entries.of(keys, np.ascontiguousarray(values[:, :labels]), chunks)
 
     def _merged(self, window: CachedWindow, chunks: np.ndarray | None, inner) -> _Merged:
         ids = [None if r.data is None else r.data.get(self.fields.id) for r in window.rows]
