@@ -86,6 +86,9 @@ def _reference(path: str) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _scored(path: str, **kw) -> tuple[Scorer, list[np.ndarray], list[np.ndarray]]:
+    """Scored on the CPU in float32 unless `kw` says otherwise (where CUDA is present a Scorer's
+    default device is the GPU, in bfloat16)."""
+    kw = {"device": "cpu", "dtype": "float32", **kw}
     scorer = Scorer(path, pooled_hidden_states=True, self_check=False, **kw)
     _, scores, hidden = table_outputs(scorer.score_rows(raw_rows(ROWS)))
     return scorer, scores, [h.reshape(len(s), -1) for h, s in zip(hidden, scores)]
@@ -202,3 +205,16 @@ def test_a_family_no_fork_covers_stays_single_item_with_the_reason(root, monkeyp
     assert scorer.metadata["mode"] == "single" and "carries state from token to token" in scorer.metadata["mode_reason"]
     with pytest.raises(UsageError, match="carries state from token to token"):
         Scorer(path, mode="mis")
+
+
+def test_a_mixer_whose_cache_this_package_cannot_stand_in_for_leaves_the_model_single_item(root, monkeypatch):
+    """A transformers whose mixer takes its cache under a name `forks.mixers` does not know: no
+    fork, so `--mode auto` scores one item at a time, exactly, and says why."""
+    from scorecli.forks import mixers
+
+    path = _path("qwen3_next", root)
+    monkeypatch.setattr(mixers, "cache_keyword", lambda module: None)
+    scorer, scores, hidden = _scored(path, attention="sdpa")
+    assert scorer.metadata["mode"] == "single" and "state" in scorer.metadata["mode_reason"]
+    score_err, hidden_err = _errors(path, scores, hidden)
+    assert score_err <= 1e-4 and hidden_err <= 1e-3, (score_err, hidden_err)

@@ -11,8 +11,9 @@ class here gets an adapter swapped in for a forward call (`Fork.running`):
   - attention computed by the model's own code (`ATTENTIONS`: GPT-1, BLOOM, MPT, Falcon,
     GPT-Neo): the MIS mask, ALiBi at key positions and local windows counted in positions
     (`forks.positional`), on padded layouts only (`Fork.ragged_reason`).
-A model is forked when every layer that needs it holds a registered class (`fork_for`);
-otherwise it stays single-item, with the reason (`model.compat.Support`). Adding a family
+A model is forked when every layer that needs it holds a registered class its adapter supports
+as the installed transformers wrote it (`fork_for`); otherwise it stays single-item, with the
+reason (`model.compat.Support`). Adding a family
 is its adapter and one entry below, with tests/test_forks.py's exactness test.
 This package knows nothing about rows, scoring or output.
 """
@@ -110,8 +111,11 @@ def fork_for(layers: list[torch.nn.Module], needed: set[int], stateful: list[tor
                 if target is None or id(child) in seen:
                     continue
                 seen.add(id(child))
-                module, cls = target.split(":")
-                adapter = getattr(importlib.import_module(module), cls)(child)
+                module_name, class_name = target.split(":")
+                cls = getattr(importlib.import_module(module_name), class_name)
+                if not cls.supports(child):  # this transformers' layer takes no state we can give it
+                    continue
+                adapter = cls(child)
                 swaps.append(Swap(owner, name, adapter, key in MIXERS))
                 covered.add(i)
                 if key in MIXERS:

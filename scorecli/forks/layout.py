@@ -103,6 +103,11 @@ class Swapped(torch.nn.Module):
         self.inner = inner
         self.layout: ForkLayout | None = None  # this batch's (set by `forks.run` before the call)
 
+    @staticmethod
+    def supports(module: torch.nn.Module) -> bool:
+        """Whether this adapter can stand in for `module` (as the installed transformers wrote it)."""
+        return True
+
     def __getattr__(self, name: str):
         """The model's layer may read the module's own attributes (`layer_type`)."""
         try:

@@ -114,8 +114,8 @@ class JambaMixer(ForkedMixer):
             gate,
             bias,
             h0,
-            use_mambapy=m.use_mambapy,
-            use_associative_scan=m.use_associative_scan,
+            use_mambapy=getattr(m, "use_mambapy", False),
+            use_associative_scan=getattr(m, "use_associative_scan", False),
         )
         return m.out_proj(y.transpose(1, 2).to(x.dtype)), (window, h)
 
@@ -152,7 +152,8 @@ class ZambaMixer(ForkedMixer):
                 None if bias is None else bias[h],
                 None if h0 is None else h0[:, h],
                 use_mambapy=False,
-                use_associative_scan=m.use_associative_scan,
+                # transformers <= 5.17's Zamba has no such setting and scans as if it were off
+                use_associative_scan=getattr(m, "use_associative_scan", False),
             )
             outs.append(y)
             finals.append(last)

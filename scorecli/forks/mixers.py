@@ -14,12 +14,18 @@ carried (sglang issue #31969 was that leak).
 (Qwen3-Next, Qwen3.5) and Mamba-2 (Zamba2) layers continue several tokens from a cache's
 states, with whatever kernels transformers picked for them (flash-linear-attention,
 mamba-ssm, causal-conv1d on CUDA). `LightningMixer` does the same for MiniMax's lightning
-attention. Mamba-1 layers, whose multi-token scan starts from zero, are in `forks.mamba1`.
+attention. transformers changed how a mixer reads its cache in 5.24 (`cache=`,
+`get_recurrent_state`; before: `cache_params=` or `past_key_values=`, `has_previous_state`,
+`layers[i].recurrent_states`): `StateCache` answers both, under the keyword the mixer's
+forward takes (`cache_keyword`); a mixer that takes none of them is not forked. Mamba-1 layers, whose multi-token scan starts from zero, are in `forks.mamba1`.
 Knows nothing about batches beyond `ForkLayout`, or about scoring.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,6 +34,19 @@ import torch.nn.functional as F
 from scorecli.forks.layout import Swapped
 
 State = tuple[torch.Tensor | None, torch.Tensor | None]  # (convolution window, recurrent state) per sequence
+# what a mixer's forward calls its cache, newest transformers first (5.24; 5.23 and before)
+CACHE_KEYWORDS = ("cache", "cache_params", "past_key_values")
+
+
+def cache_keyword(module: torch.nn.Module) -> str | None:
+    """The keyword under which `module.forward` takes its cache (None: none this package knows)."""
+    return _keyword(type(module))
+
+
+@functools.cache
+def _keyword(cls: type) -> str | None:
+    params = inspect.signature(cls.forward).parameters
+    return next((k for k in CACHE_KEYWORDS if k in params), None)
 
 
 def take(state: State, rows: torch.Tensor) -> State:
@@ -83,6 +102,14 @@ class StateCache:
     def is_recording_past(self, layer_idx: int) -> bool:
         return False
 
+    # transformers <= 5.23 asks whether a layer has states, then reads them per layer
+    def has_previous_state(self, layer_idx: int | None = None, state_idx: int = 0) -> bool:
+        return self.conv is not None or self.recurrent is not None
+
+    @property
+    def layers(self) -> _Layers:
+        return _Layers(self)
+
     def update_conv_state(self, x: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs) -> torch.Tensor:
         """x [b, C, T] -> the columns the convolution runs over (the kept window, then x); keeps the
         last `conv_kernel_size` columns, zero-padded on the left."""
@@ -106,21 +133,41 @@ class StateCache:
         self.recurrent = state
 
 
+class _Layers:
+    """`cache.layers[i]` of transformers <= 5.23: any layer's states are the one layer's here."""
+
+    def __init__(self, cache: StateCache):
+        self.cache = cache
+
+    def __getitem__(self, layer_idx: int) -> SimpleNamespace:
+        cache = self.cache
+        return SimpleNamespace(conv_states=[cache.conv], recurrent_states=[cache.recurrent], record_past=False)
+
+
 class CachedMixer(ForkedMixer):
     """Gated delta-net and Mamba-2 mixers: their own forward over a `StateCache`."""
 
+    @staticmethod
+    def supports(module: torch.nn.Module) -> bool:
+        """Whether this transformers' mixer takes a cache this package can stand in for."""
+        return cache_keyword(module) is not None
+
     def run(self, x, mask, state):
         cache = StateCache(state, mask)
-        out = self.inner(x, cache=cache, attention_mask=None if mask is None else mask.to(x.dtype))
+        keyword = cache_keyword(self.inner)
+        assert keyword is not None, "forked only where the mixer takes a cache (supports)"
+        out = self.inner(x, attention_mask=None if mask is None else mask.to(x.dtype), **{keyword: cache})
         return out, cache.state()
 
 
-class LightningMixer(ForkedMixer):
+class LightningMixer(CachedMixer):
     """MiniMax's lightning attention (no convolution; returns (output, state) to its layer)."""
 
     def run(self, x, mask, state):
         cache = StateCache(state, mask)
-        out, _ = self.inner(x, None, None if mask is None else mask.to(x.dtype), cache=cache)
+        keyword = cache_keyword(self.inner)
+        assert keyword is not None, "forked only where the mixer takes a cache (supports)"
+        out, _ = self.inner(x, None, None if mask is None else mask.to(x.dtype), **{keyword: cache})
         return out, cache.state()
 
     def output(self, out):
