@@ -20,10 +20,23 @@ def pytest_addoption(parser):
         help="run at most N parametrizations of each test function, spread over its parameters "
         "(`make test-fast`; 0: all of them, as `make test` and CI run)",
     )
+    parser.addoption(
+        "--transformers",
+        default="",
+        metavar="VERSION",
+        help="the transformers these tests must run under (`make test-old-transformers`, which lays "
+        "another one over the virtualenv's): the run stops if another is imported",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'")
+    wanted = config.getoption("--transformers")
+    if wanted:
+        import transformers
+
+        if transformers.__version__ != wanted:
+            raise pytest.UsageError(f"--transformers {wanted}: transformers {transformers.__version__} is imported")
 
 
 def pytest_collection_modifyitems(config, items):
