@@ -225,9 +225,24 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/scorecli-compare")
     ap.add_argument("--dry", action="store_true", help="tiny model on the CPU, few rows")
     ap.add_argument("--steady-rows", type=int, default=10_000, help="rows of 10 items in the steady job")
-    ap.add_argument("--skip", default="", help="comma-separated contenders to leave out (st, hf, sdpa, noc)")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated contenders to leave out (st, hf, sdpa, noc, auto; agree: the float32 agreement)",
+    )
     ap.add_argument("--timeout", type=int, default=240, help="seconds per process")
     ap.add_argument("--work", default="/tmp/scorecli-compare-work", help="rows and outputs (large: not in --out)")
+    ap.add_argument("--shapes", default="sglang,steady,passage", help="comma-separated workloads to run, in order")
+    ap.add_argument(
+        "--steady-st",
+        action="store_true",
+        help="sentence-transformers on the steady job too (~6 min on an H200): the 100,000-item ratio measured",
+    )
+    ap.add_argument(
+        "--no-first",
+        action="store_true",
+        help="no first runs (a second call on a warm machine whose caches the first call filled)",
+    )
     args = ap.parse_args()
     out, work_dir = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -288,7 +303,10 @@ def main() -> int:
         k: v
         for k, v in variants.items()
         if not (
-            ("sdpa" in skip and "sdpa" in k) or ("noc" in skip and "off" in k) or ("cascade" in skip and "cascade" in k)
+            ("sdpa" in skip and "sdpa" in k)
+            or ("noc" in skip and "off" in k)
+            or ("cascade" in skip and "cascade" in k)
+            or ("auto" in skip and k == "scorecli auto")
         )
     }
     # first runs on this machine, at once: flashinfer's JIT and inductor's compiles land in their caches
@@ -305,8 +323,21 @@ def main() -> int:
         for n, (name, flags) in enumerate(variants.items())
         if "off" not in flags or name in envs  # the paged plan's first run is auto's
     }
-    first_runs(out, starts, 600)
-    for shape in ("sglang", "steady", "passage"):
+    if args.steady_st:  # first: it needs no warm cache, and it is the run this option is for
+        run(
+            out,
+            "sentence-transformers CrossEncoder.predict (bf16, batch 128)",
+            "steady",
+            [py, str(BENCH / "st_crossencoder_job.py"), str(files["steady"]), str(work_dir / "steady-st.parquet")]
+            + [model, "--batch-size", "128", "--dtype", "bfloat16"],
+            works["steady"],
+            peak,
+            args.dry,
+            max(args.timeout, 600),
+        )
+    if not args.no_first:
+        first_runs(out, starts, 600)
+    for shape in [s_ for s_ in args.shapes.split(",") if s_]:
         if shape == "steady":  # before the optional passage shape: the steady state, then float32 agreement
             for name in ("scorecli auto", "scorecli flashinfer, --compile off"):
                 if name in variants:  # auto compiles a job this long; the other shows what that repays
@@ -323,7 +354,7 @@ def main() -> int:
                         args.dry,
                         max(args.timeout, 300),
                     )
-                if name == "scorecli auto":
+                if name == "scorecli auto" and "agree" not in skip:
                     agreement(out, work_dir, files["sglang"], model, py, args.dry)
             continue
         ref = work_dir / f"{shape}-hf.parquet"
