@@ -13,8 +13,8 @@ class here gets an adapter swapped in for a forward call (`Fork.running`):
     (`forks.positional`), on padded layouts only (`Fork.ragged_reason`).
 A model is forked when every layer that needs it holds a registered class its adapter supports
 as the installed transformers wrote it (`fork_for`); otherwise it stays single-item, with the
-reason (`model.compat.Support`). Adding a family
-is its adapter and one entry below, with tests/test_forks.py's exactness test.
+reason (`model.compat.Support`). Adding a family is its adapter and one entry below, with
+tests/test_forks.py's exactness test.
 This package knows nothing about rows, scoring or output.
 """
 

@@ -17,7 +17,8 @@ mamba-ssm, causal-conv1d on CUDA). `LightningMixer` does the same for MiniMax's 
 attention. transformers changed how a mixer reads its cache in 5.24 (`cache=`,
 `get_recurrent_state`; before: `cache_params=` or `past_key_values=`, `has_previous_state`,
 `layers[i].recurrent_states`): `StateCache` answers both, under the keyword the mixer's
-forward takes (`cache_keyword`); a mixer that takes none of them is not forked. Mamba-1 layers, whose multi-token scan starts from zero, are in `forks.mamba1`.
+forward takes (`cache_keyword`); a mixer that takes none of them is not forked. Mamba-1
+layers, whose multi-token scan starts from zero, are in `forks.mamba1`.
 Knows nothing about batches beyond `ForkLayout`, or about scoring.
 """
 
@@ -81,8 +82,9 @@ class ForkedMixer(Swapped):
 
 
 class StateCache:
-    """The part of transformers' `Cache` API a linear-attention mixer calls, for one layer and a
-    batch of sequences: convolution and recurrent states in, the new ones out. With `mask` (a
+    """The part of transformers' `Cache` API a linear-attention mixer calls (5.24's, and the
+    `has_previous_state` / `layers[i]` reads of 5.23 and before), for one layer and a batch of
+    sequences: convolution and recurrent states in, the new ones out. With `mask` (a
     left-padded prefix) the convolution's input is zero at padding, as an unpadded sequence's
     left edge is, whatever the input projection's bias."""
 
@@ -152,11 +154,15 @@ class CachedMixer(ForkedMixer):
         """Whether this transformers' mixer takes a cache this package can stand in for."""
         return cache_keyword(module) is not None
 
-    def run(self, x, mask, state):
-        cache = StateCache(state, mask)
+    def handing(self, cache: StateCache) -> dict[str, StateCache]:
+        """The keyword argument that hands the mixer its cache."""
         keyword = cache_keyword(self.inner)
         assert keyword is not None, "forked only where the mixer takes a cache (supports)"
-        out = self.inner(x, attention_mask=None if mask is None else mask.to(x.dtype), **{keyword: cache})
+        return {keyword: cache}
+
+    def run(self, x, mask, state):
+        cache = StateCache(state, mask)
+        out = self.inner(x, attention_mask=None if mask is None else mask.to(x.dtype), **self.handing(cache))
         return out, cache.state()
 
 
@@ -165,9 +171,7 @@ class LightningMixer(CachedMixer):
 
     def run(self, x, mask, state):
         cache = StateCache(state, mask)
-        keyword = cache_keyword(self.inner)
-        assert keyword is not None, "forked only where the mixer takes a cache (supports)"
-        out, _ = self.inner(x, None, None if mask is None else mask.to(x.dtype), **{keyword: cache})
+        out, _ = self.inner(x, None, None if mask is None else mask.to(x.dtype), **self.handing(cache))
         return out, cache.state()
 
     def output(self, out):
