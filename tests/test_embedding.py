@@ -151,12 +151,16 @@ def score(path: str, rows: list[dict] = ROWS, **flags):
 
 
 def assert_matches(ours, theirs, atol=1e-5):
-    """Embeddings within `atol` (or 1e-6 relative: float32 rounding of large unnormalized
-    values); similarities within `atol` times |q| |e| when that exceeds 1 (a float32 dot product
-    of unnormalized embeddings is only that exact in sentence-transformers itself)."""
+    """Embeddings within `atol` times their row's largest value when that exceeds 1 (unnormalized
+    pooling, e.g. a sum over sqrt(length), reaches ~40 in these tiny models, where float32 sums
+    taken in another order differ by more than 1e-6 of a value that cancellation made small:
+    1.4e-6 was seen once); similarities within `atol` times |q| |e| when that exceeds 1 (a
+    float32 dot product of unnormalized embeddings is only that exact in sentence-transformers
+    itself)."""
     for (s, e), (rs, re, norms) in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(s, rs, atol=atol * max(1.0, norms), rtol=0)
-        np.testing.assert_allclose(e, re, atol=atol, rtol=1e-6 if atol else 0)
+        scale = float(np.abs(re).max()) if re.size else 1.0
+        np.testing.assert_allclose(e, re, atol=atol * max(1.0, scale), rtol=0)
 
 
 def test_real_minilm_equals_sentence_transformers(minilm):
