@@ -41,6 +41,7 @@ import _common as C  # noqa: E402
 
 SUMMARY = re.compile(r"start-up ([\d.]+) s, scoring ([\d.]+) s")
 RESULTS: list[dict] = []
+ST = "sentence-transformers CrossEncoder.predict (bf16, batch 128)"
 
 
 def log(out: Path, record: dict) -> None:
@@ -286,6 +287,12 @@ def main() -> int:
         works[shape] = {"items": items, "pair_tokens": pairs, "mis_tokens": mis, "params": params}
         log(out, {"shape": shape, "rows": n, **{k_: v for k_, v in works[shape].items() if k_ != "params"}})
     py = sys.executable
+
+    def st_job(shape: str) -> list[str]:
+        """sentence-transformers' `CrossEncoder.predict` over the shape's rows (output: `cmd[3]`)."""
+        job = [py, str(BENCH / "st_crossencoder_job.py"), str(files[shape]), str(work_dir / f"{shape}-st.parquet")]
+        return job + [model, "--batch-size", "128", "--dtype", "bfloat16"]
+
     dry_flags = ["--device", "cpu", "--dtype", "bfloat16"] if args.dry else []
     scorecli = [py, "-m", "scorecli", "score"]
     # flashinfer's MIS plan is the cascade since 2026-11-26 17:12 (RESULTS.md); auto runs it, compiled
@@ -326,10 +333,9 @@ def main() -> int:
     if args.steady_st:  # first: it needs no warm cache, and it is the run this option is for
         run(
             out,
-            "sentence-transformers CrossEncoder.predict (bf16, batch 128)",
+            ST,
             "steady",
-            [py, str(BENCH / "st_crossencoder_job.py"), str(files["steady"]), str(work_dir / "steady-st.parquet")]
-            + [model, "--batch-size", "128", "--dtype", "bfloat16"],
+            st_job("steady"),
             works["steady"],
             peak,
             args.dry,
@@ -368,17 +374,7 @@ def main() -> int:
                 model,
             ]
         if "st" not in skip:
-            peers["sentence-transformers CrossEncoder.predict (bf16, batch 128)"] = [
-                py,
-                str(BENCH / "st_crossencoder_job.py"),
-                str(files[shape]),
-                str(work_dir / f"{shape}-st.parquet"),
-                model,
-                "--batch-size",
-                "128",
-                "--dtype",
-                "bfloat16",
-            ]
+            peers[ST] = st_job(shape)
         outputs = {}
         for name, flags in variants.items():
             if name == "scorecli flashinfer, --compile off":
