@@ -9,6 +9,9 @@ self-checked, first batch). Figures go to benchmarks/RESULTS.md.
 
     python benchmarks/bench_startup.py                        # the default model (minilm)
     python benchmarks/bench_startup.py --model smollm2-judge --model /path/to/qwen3-like
+    python benchmarks/bench_startup.py --imports   # no model: each import step timed alone, and
+                                                  # where the interpreter reads its modules from
+                                                  # (the GPU machines' 8-10 s of imports)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,19 +47,79 @@ OPTIONAL = (
 def one_run(model: str, extra: list[str], row: Path, out: Path) -> tuple[dict[str, float], dict[str, float]]:
     cmd = [sys.executable, "-X", "importtime", "-m", "scorecli", "score", str(row), "--out", str(out)]
     cmd += ["--model", model, *extra]
-    env = {**os.environ, "SCORECLI_TIMINGS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(SCORECLI_TIMINGS="1"), cwd=ROOT)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    by_package: dict[str, float] = collections.defaultdict(float)
-    for line in proc.stderr.splitlines():
+    found = TIMINGS.search(proc.stderr)
+    phases = {k.strip(): float(v) for k, v in PHASE.findall(found.group(1))} if found else {}
+    return by_package(proc.stderr), phases
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This environment with the source tree first on PYTHONPATH (what is already there kept:
+    the GPU machines' flashinfer lies in /tmp/site)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def by_package(stderr: str) -> dict[str, float]:
+    """`-X importtime`'s self times summed by top-level package, seconds."""
+    sums: dict[str, float] = collections.defaultdict(float)
+    for line in stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         _, self_us, _, name = (part.strip() for part in re.split(r"[:|]", line, maxsplit=3))
-        by_package[name.split(".")[0]] += int(self_us) / 1e6
-    found = TIMINGS.search(proc.stderr)
-    phases = {k.strip(): float(v) for k, v in PHASE.findall(found.group(1))} if found else {}
-    return dict(by_package), phases
+        sums[name.split(".")[0]] += int(self_us) / 1e6
+    return dict(sums)
+
+
+# (label, code): each step in a fresh interpreter, wall time; the later steps include the earlier
+IMPORT_STEPS = (
+    ("python3 -c pass (interpreter start)", "pass"),
+    ("import torch", "import torch"),
+    ("+ CUDA initialized (where there is CUDA)", "import torch; torch.cuda.is_available() and torch.cuda.init()"),
+    ("+ transformers", "import torch, transformers"),
+    ("+ transformers.modeling_utils (what loading a model imports)", "import transformers.modeling_utils"),
+    ("scorecli's CLI and Scorer (the timings' `imports` mark)", "import scorecli.cli, scorecli.scorer"),
+    ("+ a Qwen3 model's code", "import scorecli.cli, scorecli.scorer, transformers.models.qwen3.modeling_qwen3"),
+    ("flashinfer alone", "import flashinfer"),
+)
+
+
+def imports(repeats: int) -> int:
+    """Each import step's median wall time, the packages' own import times, and the filesystems
+    the modules are read from."""
+    print("| step (fresh interpreter) | median wall s |\n|---|---:|")
+    for label, code in IMPORT_STEPS:
+        walls = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT)
+            walls.append(time.perf_counter() - start)
+            if proc.returncode:
+                break
+        cell = (
+            f"{statistics.median(walls):.2f}"
+            if not proc.returncode
+            else f"failed: {proc.stderr.strip().splitlines()[-1][:80]}"
+        )
+        print(f"| {label} | {cell} |")
+    code = "import scorecli.cli, scorecli.scorer, transformers.modeling_utils, transformers.models.qwen3.modeling_qwen3"
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT
+    )
+    sums = sorted(by_package(proc.stderr).items(), key=lambda kv: -kv[1])
+    print(
+        f"\n`-X importtime` of the last step but flashinfer, own time by package (s, slowed by the tracing; all: {sum(v for _, v in sums):.2f}):"
+    )
+    print(", ".join(f"{name} {s:.2f}" for name, s in sums[:15]))
+    paths = [p for p in (str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
+    import sysconfig
+
+    paths.append(sysconfig.get_paths()["purelib"])
+    kinds = subprocess.run(["stat", "-f", "-c", "%T", *paths], capture_output=True, text=True).stdout.split()
+    print("\nmodules read from: " + ", ".join(f"{p} ({k})" for p, k in zip(paths, kinds)))
+    return 0
 
 
 def main() -> int:
@@ -63,7 +127,10 @@ def main() -> int:
     ap.add_argument("--model", action="append", help="model names or folders (default: the default model)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--dtype float32'")
+    ap.add_argument("--imports", action="store_true", help="time the import steps alone (no model, no run)")
     args = ap.parse_args()
+    if args.imports:
+        return imports(args.repeats)
     models = args.model or ["minilm"]
     work = Path(tempfile.mkdtemp(prefix="scorecli-startup-"))
     row = work / "one.jsonl"
