@@ -119,7 +119,26 @@ def imports(repeats: int) -> int:
     paths.append(sysconfig.get_paths()["purelib"])
     kinds = subprocess.run(["stat", "-f", "-c", "%T", *paths], capture_output=True, text=True).stdout.split()
     print("\nmodules read from: " + ", ".join(f"{p} ({k})" for p, k in zip(paths, kinds)))
+    print(bytecode())
     return 0
+
+
+def bytecode() -> str:
+    """Whether imports can use compiled bytecode: a package whose modules have no current .pyc
+    (installed without it, in a folder this user cannot write) compiles every module each run."""
+    import importlib.util
+
+    parts = [f"dont_write_bytecode={sys.flags.dont_write_bytecode}", f"pycache_prefix={sys.pycache_prefix}"]
+    for name in ("torch", "transformers", "scorecli", "flashinfer"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        sources = list(root.rglob("*.py"))
+        cached = sum(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
+        writable = os.access(root, os.W_OK)
+        parts.append(f"{name}: {cached}/{len(sources)} modules with .pyc, {'writable' if writable else 'read-only'}")
+    return "bytecode: " + "; ".join(parts)
 
 
 def main() -> int:
