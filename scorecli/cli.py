@@ -34,6 +34,7 @@ from scorecli.io import lazy_pandas
 from scorecli.io.groups import grouping
 from scorecli.io.output import resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
+from scorecli.model import lean_imports
 from scorecli.model.cache import check_writable
 from scorecli.model.default_model import resolve_model
 from scorecli.options import opt
@@ -381,6 +382,7 @@ def main() -> None:
         timings.enable(_STARTED[-1])
     watch_signals(say_interrupted)
     reserve_standard_fds()
+    lean_imports.skip_unneeded()  # no command trains or generates: transformers' model code without scipy
     try:
         code = app(standalone_mode=False)
     except OutputClosed:

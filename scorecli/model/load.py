@@ -21,6 +21,7 @@ from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
+from scorecli.model import lean_imports
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
@@ -107,6 +108,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     a head), one whose weights hold NaN or infinity, a corrupt safetensors file, a tokenizer
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
+    lean_imports.import_model_code()  # before a kernel package's import starts beside it
     path, hf_config, kind = open_checkpoint(cfg)
     declared = KINDS[kind]
     sentence = family_class(kind).read_folder(kind, path)  # the modules after the transformer, if any
