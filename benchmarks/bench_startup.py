@@ -83,6 +83,11 @@ IMPORT_STEPS = (
     ("scorecli's CLI and Scorer (the timings' `imports` mark)", "import scorecli.cli, scorecli.scorer"),
     ("+ a Qwen3 model's code", "import scorecli.cli, scorecli.scorer, transformers.models.qwen3.modeling_qwen3"),
     ("flashinfer alone", "import flashinfer"),
+    (
+        "flashinfer's prefill and cascade modules alone (its __init__, which imports every kernel family, skipped)",
+        "import importlib.util, sys; spec = importlib.util.find_spec('flashinfer'); "
+        "sys.modules['flashinfer'] = importlib.util.module_from_spec(spec); import flashinfer.prefill, flashinfer.cascade",
+    ),
 )
 
 
