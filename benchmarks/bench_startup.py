@@ -73,6 +73,12 @@ def by_package(stderr: str) -> dict[str, float]:
     return dict(sums)
 
 
+# what a `scorecli score` process imports before it reads a Qwen3 model's weights
+CLI_MODEL_CODE = (
+    "import scorecli.cli, scorecli.scorer; from scorecli.model import lean_imports; "
+    "lean_imports.skip_unneeded(); lean_imports.import_model_code(); import transformers.models.qwen3.modeling_qwen3"
+)
+
 # (label, code): each step in a fresh interpreter, wall time; the later steps include the earlier
 IMPORT_STEPS = (
     ("python3 -c pass (interpreter start)", "pass"),
@@ -81,7 +87,7 @@ IMPORT_STEPS = (
     ("+ transformers", "import torch, transformers"),
     ("+ transformers.modeling_utils (what loading a model imports)", "import transformers.modeling_utils"),
     ("scorecli's CLI and Scorer (the timings' `imports` mark)", "import scorecli.cli, scorecli.scorer"),
-    ("+ a Qwen3 model's code", "import scorecli.cli, scorecli.scorer, transformers.models.qwen3.modeling_qwen3"),
+    ("+ transformers' model code as the command line imports it, and a Qwen3 model's", CLI_MODEL_CODE),
     ("flashinfer alone", "import flashinfer"),
     (
         "flashinfer's prefill and cascade modules alone (its __init__, which imports every kernel family, skipped)",
@@ -109,13 +115,12 @@ def imports(repeats: int) -> int:
             else f"failed: {proc.stderr.strip().splitlines()[-1][:80]}"
         )
         print(f"| {label} | {cell} |")
-    code = "import scorecli.cli, scorecli.scorer, transformers.modeling_utils, transformers.models.qwen3.modeling_qwen3"
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT
+        [sys.executable, "-X", "importtime", "-c", CLI_MODEL_CODE], capture_output=True, text=True, env=_env(), cwd=ROOT
     )
     sums = sorted(by_package(proc.stderr).items(), key=lambda kv: -kv[1])
     print(
-        f"\n`-X importtime` of the last step but flashinfer, own time by package (s, slowed by the tracing; all: {sum(v for _, v in sums):.2f}):"
+        f"\n`-X importtime` of the command line's imports (scorecli, transformers' model code, a Qwen3 model's), own time by package (s, slowed by the tracing; all: {sum(v for _, v in sums):.2f}):"
     )
     print(", ".join(f"{name} {s:.2f}" for name, s in sums[:15]))
     paths = [p for p in (str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]

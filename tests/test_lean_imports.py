@@ -76,11 +76,11 @@ def test_model_code_that_needs_scipy_imports_it_unhidden(tmp_path):
 
 @pytest.mark.e2e
 def test_a_local_run_imports_neither(bert_cross_encoder, tmp_path):
-    """A whole run of a BERT cross-encoder exits 3 through the hook if scipy or scikit-learn was
-    imported; its output is as usual."""
+    """A whole run of a BERT cross-encoder exits 3 through the hook if scipy, scikit-learn or
+    boto3 was imported; its output is as usual."""
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "a question", "items": ["an answer", "another"]}]))
     out = tmp_path / "out.parquet"
     args = ["score", str(inp), "--model", bert_cross_encoder, "--out", str(out), "--runtime", "torch"]
-    result = hooked("not-imported:scipy,sklearn", args)
+    result = hooked("not-imported:scipy,sklearn,boto3", args)
     assert result.rc == 0, result.stderr
     assert len(pq.read_table(out)["scores"][0].as_py()) == 2

@@ -3,8 +3,9 @@
 Loading any model imports `transformers.modeling_utils`, and with it transformers' loss functions
 (the object-detection losses import scipy's optimizer, 0.25 s here) and, in transformers 5.17-5.23,
 assisted generation (scikit-learn's metrics, which import pandas: 0.6-0.8 s of a one-row run on
-a 2-core CPU, more on the GPU machines, whose transformers is 5.17). A scoring process neither
-trains nor generates. When the command line asked for it (`skip_unneeded`, a process-wide
+a 2-core CPU, more on the GPU machines, whose transformers is 5.17); where accelerate is installed,
+transformers imports it, and accelerate imports boto3 for its SageMaker launcher (0.09 s). A scoring
+process neither trains, generates nor launches. When the command line asked for it (`skip_unneeded`, a process-wide
 choice: a library caller's process may train or generate later), `import_model_code` imports that
 shared code with those packages hidden (`sys.modules[name] = None`: transformers' availability
 checks answer "not installed" and skip them), then unhides them and clears those checks'
@@ -18,8 +19,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-# packages transformers' shared model code imports only for training losses or generation
-UNNEEDED = ("scipy", "sklearn")
+# packages transformers' shared model code imports only for training losses, generation or
+# (through accelerate) launching on SageMaker
+UNNEEDED = ("scipy", "sklearn", "boto3")
 # what loading any model imports first: the Auto classes (in 5.17-5.23 they import generation
 # and with it scikit-learn), the base model class (the loss functions: scipy)
 MODEL_CODE = ("transformers.models.auto.auto_factory", "transformers.modeling_utils")
