@@ -1,17 +1,17 @@
-"""transformers' model code without the packages only its training and generation use.
+"""transformers' model code without the packages only its training, generation and launching use.
 
 Loading any model imports `transformers.modeling_utils`, and with it transformers' loss functions
-(the object-detection losses import scipy's optimizer, 0.25 s here) and, in transformers 5.17-5.23,
-assisted generation (scikit-learn's metrics, which import pandas: 0.6-0.8 s of a one-row run on
-a 2-core CPU, more on the GPU machines, whose transformers is 5.17); where accelerate is installed,
-transformers imports it, and accelerate imports boto3 for its SageMaker launcher (0.09 s). A scoring
-process neither trains, generates nor launches. When the command line asked for it (`skip_unneeded`, a process-wide
-choice: a library caller's process may train or generate later), `import_model_code` imports that
-shared code with those packages hidden (`sys.modules[name] = None`: transformers' availability
-checks answer "not installed" and skip them), then unhides them and clears those checks'
-answers, so that a model's own module imported afterwards, and anything else, finds them as
-installed. Should a transformers release import one unconditionally, the import is simply done
-again unhidden. Knows nothing about models or runs.
+(the object-detection losses import scipy's optimizer, 0.25 s here) and, in transformers
+5.17-5.23, assisted generation (scikit-learn's metrics, which import pandas: 0.6-0.8 s of a
+one-row run on a 2-core CPU, more on the GPU machines, whose transformers is 5.17); where
+accelerate is installed, transformers imports it, and accelerate imports boto3 for its SageMaker
+launcher (0.09 s). A scoring process neither trains, generates nor launches. When the command
+line asked for it (`skip_unneeded`, a process-wide choice: a library caller's process may train
+or generate later), `import_model_code` imports that shared code with those packages hidden
+(`sys.modules[name] = None`: the availability checks answer "not installed" and skip them), then
+unhides them and clears transformers' cached answers, so that a model's own module imported
+afterwards, and anything else, finds them installed. Should a transformers release import one
+unconditionally, the import is simply done again unhidden. Knows nothing about models or runs.
 """
 
 from __future__ import annotations
