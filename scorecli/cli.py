@@ -382,7 +382,7 @@ def main() -> None:
         timings.enable(_STARTED[-1])
     watch_signals(say_interrupted)
     reserve_standard_fds()
-    lean_imports.skip_unneeded()  # no command trains or generates: transformers' model code without scipy
+    lean_imports.skip_unneeded()  # no command trains, generates or launches: model code without scipy &c.
     try:
         code = app(standalone_mode=False)
     except OutputClosed:
