@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import os
 import re
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -124,8 +126,6 @@ def imports(repeats: int) -> int:
     )
     print(", ".join(f"{name} {s:.2f}" for name, s in sums[:15]))
     paths = [p for p in (str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
-    import sysconfig
-
     paths.append(sysconfig.get_paths()["purelib"])
     kinds = subprocess.run(["stat", "-f", "-c", "%T", *paths], capture_output=True, text=True).stdout.split()
     print("\nmodules read from: " + ", ".join(f"{p} ({k})" for p, k in zip(paths, kinds)))
@@ -136,8 +136,6 @@ def imports(repeats: int) -> int:
 def bytecode() -> str:
     """Whether imports can use compiled bytecode: a package whose modules have no current .pyc
     (installed without it, in a folder this user cannot write) compiles every module each run."""
-    import importlib.util
-
     parts = [f"dont_write_bytecode={sys.flags.dont_write_bytecode}", f"pycache_prefix={sys.pycache_prefix}"]
     for name in ("torch", "transformers", "scorecli", "flashinfer"):
         spec = importlib.util.find_spec(name)

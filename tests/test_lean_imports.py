@@ -1,6 +1,7 @@
-"""The command line loads models without scipy and scikit-learn (`scorecli.model.lean_imports`):
-transformers' shared model code imports them only for training losses and generation, 0.3 s of a
-one-row run under transformers 5.24, 0.8 s under 5.17; what needs them still finds them."""
+"""The command line loads models without scipy, scikit-learn and boto3
+(`scorecli.model.lean_imports`): transformers' shared model code imports them only for training
+losses, generation and (through accelerate) SageMaker, 0.3 s of a one-row run under transformers
+5.24, 0.8 s under 5.17; what needs them still finds them."""
 
 from __future__ import annotations
 
