@@ -8,7 +8,8 @@ markup, no emoji codes, control bytes escaped). A closed pipe on the output ends
 quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only
 environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer; the
 model's name then goes through `model.default_model.resolve_model`, the resolution the library's
-`Scorer` calls too, which reads $SCORECLI_MODEL itself when no name is given). The
+`Scorer` calls too, which reads $SCORECLI_MODEL itself when no name is given), $SCORECLI_TIMINGS
+and $SCORECLI_BYTECODE_CACHE (0: no bytecode in the cache folder, `bytecode`). The
 flags themselves (panels, help) are declared in `options`; `--help` is drawn by `help`.
 """
 
@@ -20,8 +21,8 @@ from typing import Annotated
 
 import typer
 
+from scorecli import bytecode, timings
 from scorecli import options as o
-from scorecli import timings
 from scorecli.cli_cache import cache_app
 from scorecli.config import ScoreConfig
 from scorecli.core.templates import check_template
@@ -37,6 +38,7 @@ from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 from scorecli.model import lean_imports
 from scorecli.model.cache import check_writable
 from scorecli.model.default_model import resolve_model
+from scorecli.model.gguf import default_cache_dir
 from scorecli.options import opt
 from scorecli.process import finish, pipe_closed, reserve_standard_fds, watch_signals
 from scorecli.runtimes import runtime_info
@@ -134,7 +136,7 @@ def score(
     token_ids = o.csv_ints(label_token_ids)
     if template is not None:
         check_template(template)
-    _check_cache_and_runtime(ctx, cache_dir, runtime)
+    _check_cache_and_runtime(ctx, cache_dir, runtime, quiet)
     model_path, default_template = _resolve_model(model)
     cfg = ScoreConfig(  # each flag's field
         model=model_path,
@@ -230,13 +232,18 @@ def score(
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
 
 
-def _check_cache_and_runtime(ctx: typer.Context, cache_dir: str | None, runtime: str = "auto") -> None:
+def _check_cache_and_runtime(
+    ctx: typer.Context, cache_dir: str | None, runtime: str = "auto", quiet: bool = False
+) -> None:
     """An explicit --cache-dir (or $SCORECLI_CACHE_DIR, named as the user gave it) that cannot be
     written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
-    loads (`--runtime auto` falls back instead)."""
+    loads (`--runtime auto` falls back instead). Before torch is imported: where the environment
+    keeps no bytecode for it, it goes to the cache folder (`bytecode`)."""
     source = ctx.get_parameter_source("cache_dir")
     from_env = source is not None and source.name == "ENVIRONMENT"
     check_writable(cache_dir, f"$SCORECLI_CACHE_DIR={cache_dir}" if from_env else f"--cache-dir {cache_dir}")
+    if (note := bytecode.cache_bytecode(cache_dir or default_cache_dir())) and not quiet:
+        say(f"note: {note}")
     if runtime_info(runtime).needs is not None:  # the runtime's module imports torch: not for the others
         from scorecli.runtimes.onnx import check_packages
 
@@ -383,6 +390,8 @@ def main() -> None:
     watch_signals(say_interrupted)
     reserve_standard_fds()
     lean_imports.skip_unneeded()  # no command trains, generates or launches: model code without scipy &c.
+    if os.environ.get("SCORECLI_BYTECODE_CACHE", "1") not in ("0", "off"):
+        bytecode.keep_bytecode()  # where the environment keeps no bytecode for torch: in the cache folder
     try:
         code = app(standalone_mode=False)
     except OutputClosed:

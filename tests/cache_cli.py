@@ -12,6 +12,7 @@ HOOK is one of:
 - `not-imported:A,B`: the run fails (exit 3) if it imported package A or B: a run whose pairs all
   hit, on a CPU-only torch, must not pay torch's and transformers' import, and no local run
   pandas' (pyarrow would import it);
+- `probe:P`: the bytecode check (`scorecli.bytecode`) looks at package P instead of torch;
 - `none`: nothing changed.
 """
 
@@ -37,6 +38,11 @@ def patch(hook: str) -> None:
     name, _, arg = hook.partition(":")
     if name == "not-imported":
         atexit.register(_not_imported, arg.split(","))  # a successful run's exit handlers run (`process.finish`)
+        return
+    if name == "probe":
+        from scorecli import bytecode
+
+        bytecode.PROBE = arg
         return
     from scorecli import scorer  # torch
 
