@@ -16,6 +16,9 @@
 #                                          # (ST first, ~6 min; then scorecli's first runs and its steady job)
 #   bash benchmarks/gpu_session.sh imports # each import step of a start-up timed alone (~75 s; the GPU
 #                                          # machines' imports took 8-10 s against 2.3 s on a 2-core CPU)
+#   bash benchmarks/gpu_session.sh forks   # issue 42's forked families on CUDA in float32, each test named
+#                                          # as it starts, tracebacks of one that runs past 60 s (~2-4 min:
+#                                          # on 2026-11-27 18:36 the first CUDA test ran past a 100 s limit)
 #   bash benchmarks/gpu_session.sh all     # tests and bench
 #
 # Run from the repository root; scorecli runs from the source tree (no install). flashinfer is
@@ -72,6 +75,11 @@ if [[ $stage == steady ]]; then
   # issue 37's whole-process goal at 100,000 items (never measured for sentence-transformers: ~6 min);
   # leaves the float32 agreement and the other shapes to `compare`
   timeout 585 python3 benchmarks/gpu_compare.py --out "$out" --shapes steady --steady-st --skip sdpa,noc,hf,agree 2>&1 | tee "$out/steady.txt"
+  rc=$((rc | PIPESTATUS[0]))
+fi
+if [[ $stage == forks ]]; then
+  timeout ${FORKS_S:-280} python3 -m pytest -v -p no:cacheprovider --durations=0 -o faulthandler_timeout=60 \
+    tests/test_forks.py -k "cuda or correction" 2>&1 | tee "$out/forks.txt"
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == imports ]]; then
