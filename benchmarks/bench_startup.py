@@ -126,9 +126,7 @@ def imports(repeats: int) -> int:
             start = time.perf_counter()
             proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
             wall = f"{time.perf_counter() - start:.2f}" if not proc.returncode else "failed"
-            print(
-                f"| the command line's imports and flashinfer's, bytecode in a folder of its own: {run} | {wall} |"
-            )
+            print(f"| the command line's imports and flashinfer's, bytecode in a folder of its own: {run} | {wall} |")
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", CLI_MODEL_CODE], capture_output=True, text=True, env=_env(), cwd=ROOT
     )
