@@ -60,8 +60,8 @@ def cache_bytecode(cache_dir: str, probe: str | None = None) -> str | None:
         return None
     why = "PYTHONDONTWRITEBYTECODE is set" if sys.flags.dont_write_bytecode else "its folder is read-only"
     return (
-        f"{probe} has no Python bytecode here and {why}: this run compiles it once into {prefix} "
-        "(later runs start seconds faster; SCORECLI_BYTECODE_CACHE=0 turns this off)"
+        f"{probe} has no Python bytecode here and {why}: scorecli keeps it in {prefix} (compiled there "
+        "once, by the first run that imports it; later runs start seconds faster; SCORECLI_BYTECODE_CACHE=0: not)"
     )
 
 
