@@ -240,6 +240,12 @@ def main() -> int:
         help="sentence-transformers on the steady job too (~6 min on an H200): the 100,000-item ratio measured",
     )
     ap.add_argument(
+        "--st-bytecode",
+        action="store_true",
+        help="sentence-transformers also with Python's bytecode kept (as scorecli keeps it where the machine "
+        "keeps none: PYTHONDONTWRITEBYTECODE), its folder filled by an untimed import first",
+    )
+    ap.add_argument(
         "--no-first",
         action="store_true",
         help="no first runs (a second call on a warm machine whose caches the first call filled)",
@@ -343,6 +349,11 @@ def main() -> int:
         )
     if not args.no_first:
         first_runs(out, starts, 600)
+    # sentence-transformers' bytecode in a folder of its own (PYTHONDONTWRITEBYTECODE="" unsets it)
+    st_kept = {"PYTHONPYCACHEPREFIX": str(work_dir / "st-pycache"), "PYTHONDONTWRITEBYTECODE": ""}
+    if args.st_bytecode:
+        fill = "import torch, transformers.modeling_utils, sentence_transformers"
+        subprocess.run([py, "-c", fill], env={**os.environ, **st_kept}, check=False, timeout=300)
     for shape in [s_ for s_ in args.shapes.split(",") if s_]:
         if shape == "steady":  # before the optional passage shape: the steady state, then float32 agreement
             for name in ("scorecli auto", "scorecli flashinfer, --compile off"):
@@ -375,6 +386,8 @@ def main() -> int:
             ]
         if "st" not in skip:
             peers[ST] = st_job(shape)
+            if args.st_bytecode:
+                peers[ST + ", bytecode kept"] = st_job(shape)
         outputs = {}
         for name, flags in variants.items():
             if name == "scorecli flashinfer, --compile off":
@@ -393,7 +406,10 @@ def main() -> int:
                 envs.get(name),
             )
         for name, cmd in peers.items():
-            run(out, name, shape, cmd, works[shape], peak, args.dry, args.timeout)
+            env = st_kept if name.endswith("bytecode kept") else None
+            if env is not None:
+                cmd = [*cmd[:3], str(work_dir / f"{shape}-st-kept.parquet"), *cmd[4:]]
+            run(out, name, shape, cmd, works[shape], peak, args.dry, args.timeout, env)
             outputs[name] = Path(cmd[3])
         log(
             out,

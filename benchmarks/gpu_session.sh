@@ -63,7 +63,10 @@ if [[ $stage == compare ]]; then
   # sdpa left out (measured 2026-11-26 03:05: the slowest scorecli path): room for the steady job
   # SKIP: contenders measured often enough already (hf, noc: see gpu_compare.py --skip), for the shapes not yet reached
   [[ ${SKIP:-sdpa} == *hf* ]] && compare_s=$((compare_s - 60))
-  timeout $compare_s python3 benchmarks/gpu_compare.py --out "$out" --skip "${SKIP:-sdpa}" 2>&1 | tee "$out/compare.txt"
+  # ST_BYTECODE=1: sentence-transformers also with Python's bytecode kept, as scorecli keeps it where the
+  # machine keeps none (the GPU machines: PYTHONDONTWRITEBYTECODE, packages without bytecode)
+  timeout $compare_s python3 benchmarks/gpu_compare.py --out "$out" --skip "${SKIP:-sdpa}" ${ST_BYTECODE:+--st-bytecode} \
+    2>&1 | tee "$out/compare.txt"
   rc=$((rc | PIPESTATUS[0]))
   # the CUDA tests that need no other flashinfer kernel build (head size 64 would be one)
   timeout 80 python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py \
