@@ -294,9 +294,9 @@ def main() -> int:
         log(out, {"shape": shape, "rows": n, **{k_: v for k_, v in works[shape].items() if k_ != "params"}})
     py = sys.executable
 
-    def st_job(shape: str) -> list[str]:
+    def st_job(shape: str, tag: str = "st") -> list[str]:
         """sentence-transformers' `CrossEncoder.predict` over the shape's rows (output: `cmd[3]`)."""
-        job = [py, str(BENCH / "st_crossencoder_job.py"), str(files[shape]), str(work_dir / f"{shape}-st.parquet")]
+        job = [py, str(BENCH / "st_crossencoder_job.py"), str(files[shape]), str(work_dir / f"{shape}-{tag}.parquet")]
         return job + [model, "--batch-size", "128", "--dtype", "bfloat16"]
 
     dry_flags = ["--device", "cpu", "--dtype", "bfloat16"] if args.dry else []
@@ -387,7 +387,7 @@ def main() -> int:
         if "st" not in skip:
             peers[ST] = st_job(shape)
             if args.st_bytecode:
-                peers[ST + ", bytecode kept"] = st_job(shape)
+                peers[ST + ", bytecode kept"] = st_job(shape, "st-kept")
         outputs = {}
         for name, flags in variants.items():
             if name == "scorecli flashinfer, --compile off":
@@ -407,8 +407,6 @@ def main() -> int:
             )
         for name, cmd in peers.items():
             env = st_kept if name.endswith("bytecode kept") else None
-            if env is not None:
-                cmd = [*cmd[:3], str(work_dir / f"{shape}-st-kept.parquet"), *cmd[4:]]
             run(out, name, shape, cmd, works[shape], peak, args.dry, args.timeout, env)
             outputs[name] = Path(cmd[3])
         log(
