@@ -60,6 +60,9 @@ class ScoreConfig:
     runtime: str = "auto"  # CPU encoders: torch, or ONNX Runtime on a cached export (`runtime_onnx`), or its int8 copy
     # not a flag: why a resumed job runs the runtime `auto` chose for its kept rows (their metadata's)
     runtime_reason: str | None = None
+    # not a flag: the route (`runtimes.route.Route.text`) `auto` chose for a resumed job's kept rows
+    # when it ran one runtime on short batches and the other on long ones
+    runtime_route: str | None = None
     max_batch_tokens: int | None = None  # None: by device and model (`runtimes.budget`)
     max_seq_len: int | None = None
     truncate: str = "item"

@@ -125,7 +125,8 @@ class Scorer:
 
     @property
     def runtime(self) -> str:
-        """What runs the forward: torch, onnx or onnx-int8 (`runtime_onnx.choose`)."""
+        """What runs the forward: torch, onnx or onnx-int8 (`runtime_onnx.choose`), or two of them
+        by sequence length (`onnx+torch`: `runtimes.route`)."""
         return getattr(self.family, "runtime", "torch")
 
     @property
@@ -360,6 +361,7 @@ class Scorer:
     def metadata(self) -> dict[str, str]:
         """Provenance recorded in the output file."""
         spec = self.spec
+        route = getattr(self.family.forward, "route", None)  # `auto` ran two runtimes by length
         return {
             "scorecli_version": __version__,
             "model": str(self.loaded.path),
@@ -376,6 +378,7 @@ class Scorer:
             "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "attention": self.backend_name,
             "runtime": self.runtime,
+            "runtime_cut_tokens": str(route.cut) if route is not None and route.second is not None else "",
             "runtime_reason": getattr(self.family, "runtime_reason", "the only runtime of this kind"),
             "self_check": getattr(self, "self_check_note", "not run"),
             "device": str(self.loaded.device),

@@ -8,15 +8,24 @@ import os
 
 
 def keep_verdict(model: str, cache_dir: str, runtime: str, what: str = "pairs") -> str:
-    """Write the verdict `runtime` for `model` under `cache_dir`; its path."""
+    """Write the verdict `runtime` for `model` under `cache_dir`: a runtime's name, or a route
+    (`Route.text`: `onnx:100:torch`, onnx for batches up to 100 tokens, torch beyond); its path."""
     from scorecli.kinds.pairs import CPU_STREAMS
     from scorecli.runtimes import auto
     from scorecli.runtimes.onnx import cache_path
+    from scorecli.runtimes.route import Route
 
     threads = auto.stream_threads(CPU_STREAMS)
     path = auto.record_path(cache_path(str(model), str(cache_dir), what), threads, CPU_STREAMS)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    seconds = {"torch": 1.0, "onnx": 1.0}
-    seconds[runtime] = 0.5
-    auto.write(path, *auto.verdict(seconds), seconds)
+    route = Route.parse(runtime)
+    assert route is not None, runtime
+    lengths = list(auto.PROBE_LENGTHS)
+    seconds = {name: [0.5 if route.runtime_for(n) == name else 1.0 for n in lengths] for name in ("torch", "onnx")}
+    measured, reason = auto.verdict(lengths, seconds)
+    if measured != route:  # a cut of the test's own, not where these times cross
+        reason = (
+            f"auto: {route.first} for batches of sequences up to {route.cut} tokens, {route.second} for longer ones"
+        )
+    auto.write(path, route, reason, lengths, seconds)
     return path

@@ -167,7 +167,7 @@ def test_auto_runs_the_runtime_measured_faster(tmp_path, monkeypatch, what):
 
     for slower, cache, faster in ((slow_onnx, "c1", "torch"), (slow_torch, "c2", "onnx")):
         with monkeypatch.context() as patch:
-            patch.setattr(slower, "__call__", _slowed(slower, 0.02))
+            patch.setattr(slower, "__call__", _slowed(slower, 0.1))
             first = scorer(cache)
         assert first.runtime == faster and first.metadata["runtime"] == faster
         reason = first.metadata["runtime_reason"]
@@ -180,7 +180,9 @@ def test_auto_runs_the_runtime_measured_faster(tmp_path, monkeypatch, what):
     # another machine, or other library versions: another record, measured again
     monkeypatch.setattr(auto, "machine", lambda: "another CPU, 64 cores")
     measured = []
-    monkeypatch.setattr(auto, "measure", lambda forwards, *a: measured.append(1) or dict.fromkeys(forwards, 1.0))
+    monkeypatch.setattr(
+        auto, "measure", lambda forwards, probes, *a: measured.append(1) or {f: [1.0] * len(probes) for f in forwards}
+    )
     assert scorer("c1").runtime == "torch" and measured == [1]  # a tie goes to torch
     assert len(list((tmp_path / "c1" / "runtime").iterdir())) == 2
 

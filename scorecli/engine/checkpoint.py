@@ -31,6 +31,7 @@ from scorecli.io.schema import conform, merge_schema, null_nonfinite
 from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
 from scorecli.runtimes import RUNTIMES, installed
+from scorecli.runtimes.route import Route
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
 PARTS = True
@@ -220,7 +221,8 @@ class Checkpoint:
 
         The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed
         and on which runtime measured faster (`runtimes.auto`); a job resumed after either changed
-        would otherwise mix two runtimes' scores. The kept rows' reason goes with it, so that the
+        would otherwise mix two runtimes' scores. Where `auto` ran one runtime on short batches and
+        the other on long ones, the rest of the job cuts at the same length (`runtime_route`). The kept rows' reason goes with it, so that the
         metadata is the uninterrupted run's.
 
         Raises:
@@ -229,16 +231,20 @@ class Checkpoint:
         if cfg.runtime != "auto" or not self.store.parts:
             return cfg
         metadata = self.metadata()
-        kept = metadata.get("runtime")
-        info = RUNTIMES.get(kept or "")
-        if info is None or not info.auto:
+        route = Route.from_metadata(metadata.get("runtime"), metadata.get("runtime_cut_tokens"))
+        infos = [RUNTIMES.get(name) for name in (route.runtimes if route else ())]
+        if not infos or not all(info is not None and info.auto for info in infos):
             return cfg
-        if info.needs and not installed(info.needs):
-            raise UsageError(
-                f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
-                f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
-            )
-        return replace(cfg, runtime=kept, runtime_reason=metadata.get("runtime_reason") or None)
+        for info in infos:
+            if info is not None and info.needs and not installed(info.needs):
+                raise UsageError(
+                    f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
+                    f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
+                )
+        reason = metadata.get("runtime_reason") or None
+        if route is not None and route.second is not None:  # one runtime for short batches, one for long
+            return replace(cfg, runtime_route=route.text(), runtime_reason=reason)
+        return replace(cfg, runtime=metadata["runtime"], runtime_reason=reason)
 
     def same_choices(self, metadata: dict[str, str] | None) -> None:
         """Refuse to go on with a resumed job on another device, dtype or attention backend than

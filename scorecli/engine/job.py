@@ -40,6 +40,7 @@ NOT_CONTENT = {
     "audit",
     "audit_strict",
     "runtime_reason",
+    "runtime_route",
 }
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}

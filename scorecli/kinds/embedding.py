@@ -21,7 +21,7 @@ from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
-from scorecli.kinds.pairs import CPU_STREAMS, open_runtime
+from scorecli.kinds.pairs import CPU_STREAMS, backend_name, open_runtime
 from scorecli.kinds.probes import embedding_errors, embedding_probe
 from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
@@ -37,7 +37,6 @@ from scorecli.model.sentence import (
 )
 from scorecli.model.st_files import is_sentence_folder
 from scorecli.runtimes import fast_encoder
-from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.forward import with_encoder
 from scorecli.runtimes.fused_norms import fuse_norms
 
@@ -214,8 +213,8 @@ class EmbeddingFamily(FamilyDefaults):
         )
         if backend is None and loaded.device.type == "cpu":  # as for cross-encoders (`pairs.CPU_STREAMS`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
-            backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
+        self.backend_name = backend_name(
+            self.forward, self.runtime, backend.name if backend else ("sdpa (fused encoder)" if fast else "model")
         )
         self.fallback = attention_backends.fallback(cfg.attention, self.backend_name)
         self.padded = backend.is_padded if backend else True

@@ -24,6 +24,7 @@ from scorecli.runtimes import auto
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.fast_encoder import supports
 from scorecli.runtimes.forward import EncoderForward
+from scorecli.runtimes.route import Routed
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -89,9 +90,7 @@ class PairFamily(FamilyDefaults):
         self.streams: list = []
         if loaded.device.type == "cpu":  # used when torch has a thread for each (`Scorer.run`)
             self.streams = [self.forward] + [self.forward.twin() for _ in range(CPU_STREAMS - 1)]
-        self.backend_name = runtime_onnx.BACKEND_NAMES.get(self.runtime) or (
-            "sdpa (fused encoder)" if fast else "model"
-        )
+        self.backend_name = backend_name(self.forward, self.runtime, "sdpa (fused encoder)" if fast else "model")
         if setup.chunking is not None:
             _ = self.encoder.layout  # a tokenizer whose pairs cannot be rebuilt from ids fails now
 
@@ -135,6 +134,7 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
 
     cfg, loaded = setup.config, setup.loaded
     runtime, reason = runtime_onnx.choose(cfg, loaded, fast, why_not)
+    streams = auto.run_streams(CPU_STREAMS)
     threads = auto.stream_threads(CPU_STREAMS)
     folder = loaded.model.name_or_path
 
@@ -151,5 +151,17 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
         lambda: auto.record_path(runtime_onnx.cache_path(folder, cfg.cache_dir, what), threads, CPU_STREAMS),
         lambda: auto.probe_batches(loaded.model, setup.spec.max_seq_len, what == "pairs"),
         threads,
+        streams,
     )
     return runtime, cfg.runtime_reason or reason, forward
+
+
+def backend_name(forward, runtime: str, torch_name: str) -> str:
+    """What the metadata's `attention` says ran the forward of `runtime` (`open_runtime`), where
+    torch's forward is `torch_name`: each runtime's, and where each ran when `auto` routed
+    batches by length (`runtimes.route`)."""
+    names = runtime_onnx.BACKEND_NAMES | {"torch": torch_name}
+    if isinstance(forward, Routed) and forward.route.second is not None:
+        route = forward.route
+        return f"{names[route.first]} up to {route.cut} tokens, {names[route.second]} beyond"
+    return names.get(runtime, torch_name)

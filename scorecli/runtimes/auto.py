@@ -1,19 +1,24 @@
-"""`--runtime auto` between torch and ONNX Runtime: the one that ran faster for this model on this
-machine, timed once on probe batches and recorded in the cache directory.
+"""`--runtime auto` between torch and ONNX Runtime: for each batch, the one that ran faster at
+its sequences' length for this model on this machine, timed once on probe batches and recorded
+in the cache directory.
 
-Which is faster depends on the CPU and the library versions, not on a rule: on the AMD EPYC of
-issue 21 ONNX Runtime ran the same batches 1-6% faster than torch, on the Xeon (AVX-512) of
-issue 36 about 9% slower (benchmarks/RESULTS.md). So the first run of a model on a machine times
-both forwards on the same padded probe batches (`PROBE_LENGTHS`, random ids), alternated, each on
-the threads one CPU stream of the run has, and keeps the verdict in
-`<cache dir>/runtime/<model>-<what>-<key>.json`; the key covers the model's export (its weights
-and the versions that shape the graph: `onnx.cache_path`), onnxruntime's version, the CPU and the
-threads, so a change in any of them measures again. Later runs read the verdict, and the
-output's metadata (`runtime_reason`) says it, word for word, either way.
+Which is faster depends on the CPU, the library versions and the sequences' length, not on a
+rule: on the Xeon (AVX-512) of issue 36 ONNX Runtime ran about 9% slower than torch; on the AMD
+EPYC of RESULTS 2026-11-27 16% faster at 64 tokens and 10% slower at 512 (its graph wins short
+sequences, torch's flash attention long ones), and 14-19% faster on one stream alone where the
+run, two streams at once, saw 1-10% (benchmarks/RESULTS.md). So the first run of a model on a
+machine times both forwards as the run will run them: every CPU stream computing its own copy
+of a probe batch at once, on the threads a stream has, at several lengths (`PROBE_LENGTHS`,
+random ids), alternated; the verdict (`verdict`) is one runtime, or one for batches up to a
+length and the other beyond (`route.Route`), kept in `<cache dir>/runtime/<model>-<what>-<key>.json`.
+The key covers the model's export (its weights and the versions that shape the graph:
+`onnx.cache_path`), onnxruntime's version, the CPU, the streams and threads and this way of
+measuring, so a change in any of them measures again. Later runs read the verdict, and the
+output's metadata (`runtime`, `runtime_cut_tokens`, `runtime_reason`) says it either way.
 
-On one thread per stream (2 cores) the clock is the thread's CPU time: both runtimes compute in
-the calling thread then, and the other work of a shared machine does not count; with more
-threads per stream it is wall time, the best of the rounds.
+On one thread per stream (2 cores) the clock is each stream's thread CPU time: both runtimes
+compute in the calling thread then, and the other work of a shared machine does not count; with
+more threads per stream it is wall time. A probe's time is the best of the rounds.
 
 Knows nothing about rows, files or the CLI: the families hand it their forwards.
 """
@@ -27,6 +32,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -36,11 +42,14 @@ from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import Seq
 from scorecli.errors import UsageError
 from scorecli.model.cache import build_once
+from scorecli.runtimes.route import Route, Routed
 
-PROBE_LENGTHS = (64, 256)  # tokens per sequence of the two probe batches (short and long items)
+PROBE_LENGTHS = (32, 128, 512)  # tokens per sequence of the probe batches
 PROBE_FLOP = 2.5e10  # about this much work per probe batch (a quarter second on one core)
-PROBE_TOKENS = (256, 1024)  # the fewest and most tokens of a probe batch
+PROBE_TOKENS = (256, 2048)  # the fewest and most tokens of a probe batch (the CPU's token budget)
 ROUNDS = 2  # timed passes over the probes, after one untimed (warm-up)
+SPLIT_GAIN = 0.01  # two runtimes by length only where that beats the better one alone by 1% of the time
+METHOD = "2: every stream at once, by length"  # part of the verdict's key: a new way of measuring measures again
 
 
 def stream_threads(streams: int) -> int:
@@ -48,6 +57,12 @@ def stream_threads(streams: int) -> int:
     which an ONNX Runtime session gets too."""
     threads = torch.get_num_threads()
     return max(1, threads // streams) if threads >= streams else threads
+
+
+def run_streams(streams: int) -> int:
+    """How many streams a run with `streams` CPU streams computes at once (one where torch has
+    fewer threads than streams: `Scorer.values`)."""
+    return streams if torch.get_num_threads() >= streams else 1
 
 
 def settle(
@@ -58,94 +73,166 @@ def settle(
     make_torch: Callable[[], Any],
     call: Callable[[Any, Batch], Any],
     record: Callable[[], str],
-    probes: Callable[[], list[Batch]],
+    probes: Callable[[], tuple[list[int], list[Batch]]],
     threads: int,
+    streams: int,
 ) -> tuple[str, Any, str]:
-    """(runtime, its forward, why it runs) of a run.
+    """(runtime, its forward, why it runs) of a run: `route.Route.name` and a `route.Routed`
+    forward where the verdict sends short and long batches to different runtimes.
 
     Args:
-        cfg: the run's configuration (`runtime`).
+        cfg: the run's configuration (`runtime`; `runtime_route`: a resumed job's route).
         runtime, reason: what `onnx.choose` chose and why.
         open_onnx: opens the ONNX forward: (it, None), or (None, why not) where `auto` falls back.
         make_torch: builds the torch forward.
         call: runs a forward on a batch.
         record: the path of this model's verdict (`record_path`).
-        probes: the probe batches (`probe_batches`).
+        probes: the probe batches' lengths and batches (`probe_batches`).
         threads: the threads a forward runs on in the run (`stream_threads`).
+        streams: the forwards the run computes at once (`run_streams`).
+
+    Raises:
+        UsageError: a resumed job's route needs ONNX Runtime, which cannot run here now.
     """
+    resumed = Route.parse(cfg.runtime_route) if cfg.runtime == "auto" and cfg.runtime_route else None
     if runtime == "torch":
+        if resumed is not None and resumed.runtimes != ("torch",):
+            raise UsageError(
+                f"--resume: the kept rows were scored by {resumed.name}, which cannot run here now ({reason})"
+            )
         return "torch", make_torch(), reason
-    kept = read(record(), ("torch", runtime)) if cfg.runtime == "auto" else None
-    if kept is not None and kept[0] == "torch":  # no export, no session
+    kept = (resumed, "") if resumed else read(record(), ("torch", runtime)) if cfg.runtime == "auto" else None
+    if kept is not None and kept[0].runtimes == ("torch",):  # no export, no session
         return "torch", make_torch(), kept[1]
     onnx, why_not = open_onnx()
     if onnx is None:
+        if resumed:
+            raise UsageError(f"--resume: the kept rows were scored by {resumed.name}, and {why_not}")
         return "torch", make_torch(), why_not or reason
     if cfg.runtime != "auto":
         return runtime, onnx, reason
-    if kept is not None:
-        return runtime, onnx, kept[1]
-    torch_forward = make_torch()
-    forwards = {"torch": torch_forward, runtime: onnx}
-    seconds = measure({name: (lambda b, f=f: call(f, b)) for name, f in forwards.items()}, probes(), threads)
-    chosen, why = verdict(seconds)
-    write(record(), chosen, why, seconds)
-    return chosen, forwards[chosen], why
+    forwards = {"torch": None, runtime: onnx}
+    if kept is None:
+        forwards["torch"] = make_torch()
+        lengths, batches = probes()
+        copies = {name: [f] + [f.twin() for _ in range(streams - 1)] for name, f in forwards.items()}
+        timed = {name: [lambda b, f=f: call(f, b) for f in fs] for name, fs in copies.items()}
+        seconds = measure(timed, batches, threads)
+        kept = verdict(lengths, seconds)
+        write(record(), kept[0], kept[1], lengths, seconds)
+    route, why = kept
+    if route.second is None:
+        return route.first, forwards[route.first] or make_torch(), why
+    forwards["torch"] = forwards["torch"] or make_torch()
+    return route.name, Routed(route, {name: forwards[name] for name in route.runtimes}), why
 
 
-def measure(forwards: dict[str, Callable[[Batch], Any]], probes: list[Batch], threads: int) -> dict[str, float]:
-    """Seconds each forward took over `probes` (each probe's best of `ROUNDS`, summed), run in
-    this thread on `threads` torch threads, alternated probe by probe."""
+def measure(
+    forwards: dict[str, list[Callable[[Batch], Any]]], probes: list[Batch], threads: int
+) -> dict[str, list[float]]:
+    """Seconds each runtime took on each of `probes` (best of `ROUNDS`), alternated probe by
+    probe: each of its forwards (one per stream) computes the probe at once, in threads of
+    `threads` torch threads, and a pass takes the forwards' mean."""
     saved = torch.get_num_threads()
     clock = time.thread_time if threads == 1 else time.perf_counter
     best = {name: [math.inf] * len(probes) for name in forwards}
     names = list(forwards)
-    torch.set_num_threads(threads)
-    try:
+
+    def timed(forward: Callable[[Batch], Any], batch: Batch) -> float:
         with torch.inference_mode():
-            for forward in forwards.values():  # first calls allocate and pick kernels
+            start = clock()
+            forward(batch)
+            return clock() - start
+
+    workers = max(len(f) for f in forwards.values())
+    try:
+        with ThreadPoolExecutor(workers, "scorecli-probe", torch.set_num_threads, (threads,)) as pool:
+
+            def together(name: str, batch: Batch) -> float:
+                runs = [pool.submit(timed, forward, batch) for forward in forwards[name]]
+                return sum(run.result() for run in runs) / len(runs)
+
+            for name in names:  # first calls allocate and pick kernels
                 for batch in probes:
-                    forward(batch)
+                    together(name, batch)
             for r in range(ROUNDS):
                 for j, batch in enumerate(probes):
                     for name in names if (r + j) % 2 == 0 else names[::-1]:
-                        start = clock()
-                        forwards[name](batch)
-                        best[name][j] = min(best[name][j], clock() - start)
+                        best[name][j] = min(best[name][j], together(name, batch))
     finally:
         torch.set_num_threads(saved)
-    return {name: sum(times) for name, times in best.items()}
+    return best
 
 
-def verdict(seconds: dict[str, float]) -> tuple[str, str]:
-    """(the faster runtime, the reason the metadata gives); a tie goes to torch (listed first)."""
-    chosen = min(seconds, key=lambda name: (seconds[name], name != "torch"))
-    other = next(name for name in seconds if name != chosen)
-    ratio = seconds[other] / seconds[chosen] if seconds[chosen] > 0 else math.inf
-    shown = ", ".join(f"{name} {s:.3f} s" for name, s in seconds.items())
-    day = dt.date.today().isoformat()
-    return (
-        chosen,
-        f"auto: {chosen} ran {ratio:.2f}x as fast as {other} on this machine ({shown} of probe batches; {day})",
+def verdict(lengths: list[int], seconds: dict[str, list[float]]) -> tuple[Route, str]:
+    """(the route, the reason the metadata gives) from two runtimes' `seconds` at `lengths`:
+    the runtime faster over all of them (a tie goes to torch, listed first), or, where one is
+    faster on short sequences and the other on long ones by more than `SPLIT_GAIN`, each for
+    its lengths, cut where their times cross (interpolated in log length)."""
+    names = list(seconds)
+    best = [min(seconds[name][i] for name in names) for i in range(len(lengths))]
+
+    def loss(route: Route) -> float:  # the mean time lost to the faster runtime at each length
+        return sum(seconds[route.runtime_for(n)][i] / best[i] for i, n in enumerate(lengths)) / len(lengths) - 1
+
+    single = min((Route(name) for name in names), key=lambda r: (loss(r), r.first != "torch"))
+    splits = [cut for i in range(len(lengths) - 1) if (cut := _crossing(lengths, seconds, i)) is not None]
+    split = min(splits, key=loss, default=None)
+    chosen = split if split is not None and loss(single) - loss(split) > SPLIT_GAIN else single
+    a, b = names
+    ratios = ", ".join(
+        f"{seconds[a][i] / seconds[b][i]:.2f} at {n}" + (" tokens" if i == 0 else "") for i, n in enumerate(lengths)
+    )
+    shown = f"time {a}/{b}: {ratios}; probe batches, every stream at once; {dt.date.today().isoformat()}"
+    if chosen.second is None:
+        other = next(name for name in names if name != chosen.first)
+        total = {name: sum(seconds[name]) for name in names}
+        ratio = total[other] / total[chosen.first] if total[chosen.first] > 0 else math.inf
+        return chosen, f"auto: {chosen.first} ran {ratio:.2f}x as fast as {other} on this machine ({shown})"
+    return chosen, (
+        f"auto: {chosen.first} for batches of sequences up to {chosen.cut} tokens, {chosen.second} for longer "
+        f"ones, each faster there on this machine ({shown})"
     )
 
 
-def read(path: str, names: tuple[str, ...]) -> tuple[str, str] | None:
-    """(runtime, reason) the verdict at `path` keeps; None when there is none (or not a whole one)."""
+def _crossing(lengths: list[int], seconds: dict[str, list[float]], i: int) -> Route | None:
+    """The route that switches runtimes where their times cross between `lengths[i]` and the
+    next length (linear in log length), when a different runtime is faster at each; else None."""
+    faster = [min(seconds, key=lambda name: (seconds[name][k], name != "torch")) for k in (i, i + 1)]
+    a, b = faster
+    if a == b:
+        return None
+    lead_a = math.log(seconds[b][i] / seconds[a][i])  # >= 0
+    lead_b = math.log(seconds[a][i + 1] / seconds[b][i + 1])  # > 0
+    share = lead_a / (lead_a + lead_b) if lead_a + lead_b > 0 else 0.5
+    low, high = math.log(lengths[i]), math.log(lengths[i + 1])
+    return Route(a, b, int(math.exp(low + share * (high - low))))
+
+
+def read(path: str, names: tuple[str, ...]) -> tuple[Route, str] | None:
+    """(route, reason) the verdict at `path` keeps; None when there is none (or not a whole one,
+    or one naming a runtime not in `names`)."""
     try:
         with open(path, encoding="utf-8") as f:
             kept = json.load(f)
-        if kept["runtime"] in names and isinstance(kept["reason"], str):
-            return kept["runtime"], kept["reason"]
+        route = Route.parse(kept["route"])
+        if route is not None and set(route.runtimes) <= set(names) and isinstance(kept["reason"], str):
+            return route, kept["reason"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
-def write(path: str, runtime: str, reason: str, seconds: dict[str, float]) -> None:
+def write(path: str, route: Route, reason: str, lengths: list[int], seconds: dict[str, list[float]]) -> None:
     """Keep a verdict (atomically); a cache that cannot be written only means measuring again."""
 
-    record = {"runtime": runtime, "reason": reason, "seconds": seconds, "machine": machine()}
+    record = {
+        "route": route.text(),
+        "reason": reason,
+        "lengths": list(lengths),
+        "seconds": seconds,
+        "machine": machine(),
+    }
 
     def build(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -161,7 +248,7 @@ def record_path(export: str, threads: int, streams: int) -> str:
     """Where the verdict for the model whose export folder is `export` (`onnx.cache_path`) lives."""
     from scorecli.runtimes.onnx import onnxruntime
 
-    parts = [os.path.basename(export), f"onnxruntime {onnxruntime().__version__}", machine()]
+    parts = [os.path.basename(export), f"onnxruntime {onnxruntime().__version__}", machine(), METHOD]
     parts.append(f"{streams} streams x {threads} threads")
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return os.path.join(os.path.dirname(os.path.dirname(export)), "runtime", f"{os.path.basename(export)}-{key}.json")
@@ -180,15 +267,17 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
-def probe_batches(model: torch.nn.Module, max_len: int, pairs: bool) -> list[Batch]:
-    """One padded batch of `PROBE_LENGTHS[k]`-token sequences for each k (at most `max_len`),
-    sized to about `PROBE_FLOP` of the model's work; random ids, query and item halves for pairs."""
+def probe_batches(model: torch.nn.Module, max_len: int, pairs: bool) -> tuple[list[int], list[Batch]]:
+    """The probe lengths (`PROBE_LENGTHS`, at most `max_len`) and one padded batch of sequences
+    of each length, sized to about `PROBE_FLOP` of the model's work; random ids, query and item
+    halves for pairs."""
     embeddings = model.get_input_embeddings().weight
     params = max(1, sum(p.numel() for p in model.parameters()) - embeddings.numel())
     tokens = int(min(max(PROBE_FLOP / (2 * params), PROBE_TOKENS[0]), PROBE_TOKENS[1]))
     rng = np.random.default_rng(0)
+    lengths = sorted({max(2, min(n, max_len)) for n in PROBE_LENGTHS})
     batches = []
-    for length in sorted({min(n, max_len) for n in PROBE_LENGTHS}):
+    for length in lengths:
         head = length // 4 if pairs else 0
         seqs = [
             Seq(
@@ -202,4 +291,4 @@ def probe_batches(model: torch.nn.Module, max_len: int, pairs: bool) -> list[Bat
             for k in range(max(1, tokens // length))
         ]
         batches.append(collate(seqs))
-    return batches
+    return lengths, batches
