@@ -361,7 +361,7 @@ class Scorer:
     def metadata(self) -> dict[str, str]:
         """Provenance recorded in the output file."""
         spec = self.spec
-        route = getattr(self.family.forward, "route", None)  # `auto` ran two runtimes by length
+        route = getattr(getattr(self.family, "forward", None), "route", None)  # `auto` ran two runtimes by length
         return {
             "scorecli_version": __version__,
             "model": str(self.loaded.path),

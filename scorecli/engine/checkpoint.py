@@ -222,8 +222,8 @@ class Checkpoint:
         The fingerprint records `auto`, whose choice depends on whether onnxruntime is installed
         and on which runtime measured faster (`runtimes.auto`); a job resumed after either changed
         would otherwise mix two runtimes' scores. Where `auto` ran one runtime on short batches and
-        the other on long ones, the rest of the job cuts at the same length (`runtime_route`). The kept rows' reason goes with it, so that the
-        metadata is the uninterrupted run's.
+        the other on long ones, the rest of the job cuts at the same length (`runtime_route`). The
+        kept rows' reason goes with it, so that the metadata is the uninterrupted run's.
 
         Raises:
             UsageError: the kept rows ran ONNX Runtime, which this run cannot import.
@@ -235,7 +235,7 @@ class Checkpoint:
         infos = [RUNTIMES.get(name) for name in (route.runtimes if route else ())]
         if not infos or not all(info is not None and info.auto for info in infos):
             return cfg
-        for info in infos:
+        for info in infos:  # each a runtime `auto` may choose (checked above)
             if info is not None and info.needs and not installed(info.needs):
                 raise UsageError(
                     f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
