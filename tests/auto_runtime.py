@@ -29,3 +29,31 @@ def keep_verdict(model: str, cache_dir: str, runtime: str, what: str = "pairs") 
         )
     auto.write(path, route, reason, lengths, seconds)
     return path
+
+
+def interrupted_after(rows, n: int):
+    """The rows, then a KeyboardInterrupt (Ctrl-C) after `n` of them."""
+    for i, row in enumerate(rows):
+        if i == n:
+            raise KeyboardInterrupt
+        yield row
+
+
+def run_job(cfg, paths: list[str], out: str, resume: bool = False, stop: int | None = None):
+    """The table a `scorecli score` job of `cfg` over `paths` writes to `out` (with `--resume`
+    when `resume`; interrupted after `stop` rows when given), warnings silenced."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.engine.run import open_rows, run_score
+    from scorecli.io.output import resolve_output
+
+    target = resolve_output(out, paths)
+    checkpoint = Checkpoint.open(target, cfg, paths, resume)
+    rows = open_rows(cfg, paths, None, checkpoint)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_score(cfg, paths, target, None, None, None, interrupted_after(rows, stop) if stop else rows, checkpoint)
+    return pq.read_table(out)

@@ -13,7 +13,7 @@ import torch
 
 from scorecli.errors import UsageError
 from scorecli.scorer import Scorer
-from tests.auto_runtime import keep_verdict
+from tests.auto_runtime import keep_verdict, run_job
 from tests.builders.models import build_bert_cross_encoder, build_minilm_cross_encoder
 
 pytest.importorskip("onnxruntime")
@@ -289,26 +289,13 @@ def test_onnx_embedding_equals_torch(tmp_path, which):
     assert np.abs(s_onnx - s_torch).max() <= 1e-4 and np.abs(e_onnx - e_torch).max() <= 1e-4
 
 
-def _interrupted_after(rows, n: int):
-    """The rows, then a KeyboardInterrupt (Ctrl-C) after `n` of them."""
-    for i, row in enumerate(rows):
-        if i == n:
-            raise KeyboardInterrupt
-        yield row
-
-
 def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monkeypatch):
     """`--resume` of a `--runtime auto` job: the rest of the rows run what scored the kept ones,
     whether onnxruntime was installed or removed in between (docs/long-jobs.md: resumed == uninterrupted);
     kept ONNX rows with onnxruntime gone: refused, one line, the parts kept."""
     import json
 
-    import pyarrow.parquet as pq
-
     from scorecli.config import ScoreConfig
-    from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.engine.run import open_rows, run_score
-    from scorecli.io.output import resolve_output
 
     model = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
     words = "mars red planet iron oxide sun moon rice water library nine weekday".split()
@@ -330,13 +317,7 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
             monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
         else:
             monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
-        target = resolve_output(str(tmp_path / out), paths)
-        checkpoint = Checkpoint.open(target, cfg, paths, resume)
-        it = open_rows(cfg, paths, None, checkpoint)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run_score(cfg, paths, target, None, None, None, _interrupted_after(it, stop) if stop else it, checkpoint)
-        return pq.read_table(tmp_path / out)
+        return run_job(cfg, paths, str(tmp_path / out), resume, stop)
 
     whole = {installed: run(f"whole-{installed}.parquet", installed) for installed in (False, True)}
     assert [whole[k].schema.metadata[b"runtime"] for k in (False, True)] == [b"torch", b"onnx"]

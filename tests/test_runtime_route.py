@@ -10,14 +10,13 @@ import shutil
 import sys
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
 
 from scorecli.runtimes import auto
 from scorecli.runtimes.route import Route, Routed, each_runtime
-from tests.auto_runtime import keep_verdict
+from tests.auto_runtime import keep_verdict, run_job
 from tests.builders.models import build_bert_cross_encoder
 
 WORDS = "mars red planet iron oxide sun moon rice water library nine weekday".split()
@@ -237,25 +236,14 @@ def test_self_check_probes_both_runtimes_of_a_route(tmp_path, monkeypatch):
         Scorer(str(path), device="cpu", runtime="auto", cache_dir=str(tmp_path / "cache"))
 
 
-def _interrupted_after(rows, n: int):
-    for i, row in enumerate(rows):
-        if i == n:
-            raise KeyboardInterrupt
-        yield row
-
-
 def test_a_resumed_routed_job_cuts_where_it_began(tmp_path, monkeypatch):
     """`--resume` of a job `auto` ran on two runtimes by length goes on with the same route and
     cut though the verdict changed since (resumed == uninterrupted, the same bits); without
     onnxruntime it is refused, one line, the parts kept."""
     pytest.importorskip("onnxruntime")
-    import pyarrow.parquet as pq
 
     from scorecli.config import ScoreConfig
-    from scorecli.engine.checkpoint import Checkpoint
-    from scorecli.engine.run import open_rows, run_score
     from scorecli.errors import UsageError
-    from scorecli.io.output import resolve_output
 
     model = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
     inp = tmp_path / "in.jsonl"
@@ -266,13 +254,7 @@ def test_a_resumed_routed_job_cuts_where_it_began(tmp_path, monkeypatch):
     keep_verdict(model, cache, "onnx:60:torch")
 
     def run(out: str, resume: bool = False, stop: int | None = None):
-        target = resolve_output(str(tmp_path / out), paths)
-        checkpoint = Checkpoint.open(target, cfg, paths, resume)
-        it = open_rows(cfg, paths, None, checkpoint)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run_score(cfg, paths, target, None, None, None, _interrupted_after(it, stop) if stop else it, checkpoint)
-        return pq.read_table(tmp_path / out)
+        return run_job(cfg, paths, str(tmp_path / out), resume, stop)
 
     whole = run("whole.parquet")
     meta = whole.schema.metadata
