@@ -32,11 +32,12 @@ from scorecli.runtimes import Speedup
 # devices where `--compile auto` compiles: inductor's GPU kernels repay their compile; on a CPU its
 # C++ build takes longer than most jobs gain
 AUTO_DEVICES: tuple[str, ...] = ("cuda",)
-# ... and jobs of at least this much forward work (2 x parameters x tokens). On an H200 (Qwen3-0.6B
-# shapes, a 100,000-item job, benchmarks/RESULTS.md 2026-11-27) compiling saved 30% of the scoring
-# (1.14 us per token) and cost 7.6-13.3 s of a process's start-up with inductor's cache warm: it
-# repays itself from 8e15 to 1.4e16 FLOP
-COMPILE_MIN_FLOPS = 1e16
+# ... and jobs of at least this much forward work (2 x parameters x the inputs' tokens, estimated at
+# 4 bytes a token). On an H200 (Qwen3-0.6B shapes, benchmarks/RESULTS.md 2026-11-28 04:15) compiling
+# saved 26-29% of the scoring (1.13-1.17 us per token MIS computes) and cost 3.9-5.1 s of a process's
+# start-up with inductor's cache warm and the bytecode kept (7.6-13.3 s before, 2026-11-27): it repays
+# itself from 3.4-4.4M tokens, 4-5e15 FLOP of English text on that model
+COMPILE_MIN_FLOPS = 5e15
 
 
 def compile_layers(
