@@ -7,7 +7,9 @@ shape is sglang's (a 120-token query, 10 items of 160-200 tokens); `--query-toke
 32 --item-tokens 20` is bench_mis_vs_single's. Each Scorer is built once and warmed up; the
 modes then alternate, `--repeats` times. Printed: seconds per run (best, median), the speed-up
 (single over MIS, medians), and the forward-token ratio, the most that computing each query
-once can save. The machine is shared: read ratios, not seconds.
+once can save. The machine is shared: read ratios, not seconds. On a GPU machine the Scorers
+run on CUDA in its default dtype (bf16), with the kernels transformers uses there
+(`gpu_session.sh forks` runs it with `--rows 64`).
 
     python benchmarks/bench_forks.py [--models qwen3_5 jamba] [--rows 4] [--repeats 3]
 """
@@ -123,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{name}: MIS {min(times['mis']):.2f} s best / {med['mis']:.2f} median, single {min(times['single']):.2f} / "
             f"{med['single']:.2f}; speed-up {med['single'] / med['mis']:.2f}x (best {min(times['single']) / min(times['mis']):.2f}x); "
-            f"max |MIS - single| {diff:.2g}; modes {scorers['mis'].metadata['mode']}/{scorers['single'].metadata['mode']}",
+            f"max |MIS - single| {diff:.2g}; modes {scorers['mis'].metadata['mode']}/{scorers['single'].metadata['mode']}; "
+            f"{scorers['mis'].metadata['device']}, {scorers['mis'].metadata['dtype']}",
             flush=True,
         )
 

@@ -17,8 +17,8 @@
 #   bash benchmarks/gpu_session.sh imports # each import step of a start-up timed alone (~110 s; the GPU
 #                                          # machines' imports took 8-10 s against 2.3 s on a 2-core CPU)
 #   bash benchmarks/gpu_session.sh forks   # issue 42's forked families on CUDA in float32, each test named
-#                                          # as it starts, tracebacks of one that runs past 60 s (~2-4 min:
-#                                          # on 2026-11-27 18:36 the first CUDA test ran past a 100 s limit)
+#                                          # as it starts (14 passed in 17 s on 2026-11-28), then MIS against
+#                                          # single-item scoring on CUDA (bench_forks.py --rows 64; ~1-2 min)
 #   bash benchmarks/gpu_session.sh all     # tests and bench
 #
 # Run from the repository root; scorecli runs from the source tree (no install). flashinfer is
@@ -86,8 +86,11 @@ if [[ $stage == steady ]]; then
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == forks ]]; then
-  forks "${FORKS_S:-280}"
+  forks "${FORKS_S:-150}"
   rc=$((rc | $?))
+  # issue 42's speed on CUDA: MIS against single-item scoring on Qwen3.5- and Jamba-shaped models
+  timeout "${FORKS_SPEED_S:-150}" python3 benchmarks/bench_forks.py --rows 64 --repeats 3 2>&1 | tee "$out/forks_speed.txt"
+  rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ $stage == imports ]]; then
   timeout 150 python3 benchmarks/bench_startup.py --imports --repeats 1 2>&1 | tee "$out/imports.txt"
