@@ -14,6 +14,8 @@
 #                                          # in what is left of ~9.8 minutes (one 600 s call)
 #   bash benchmarks/gpu_session.sh steady  # the 100,000-item job against sentence-transformers, both measured
 #                                          # (ST first, ~6 min; then scorecli's first runs and its steady job)
+#   bash benchmarks/gpu_session.sh compile # compiled layers with flashinfer inside their graph: the CUDA test,
+#                                          # then the sglang job with --compile on / off (~3 min)
 #   bash benchmarks/gpu_session.sh imports # each import step of a start-up timed alone (~110 s; the GPU
 #                                          # machines' imports took 8-10 s against 2.3 s on a 2-core CPU)
 #   bash benchmarks/gpu_session.sh forks   # issue 42's forked families on CUDA in float32, each test named
@@ -50,7 +52,7 @@ forks() {  # issue 42's forked families on CUDA in float32: each test named as i
   return "${PIPESTATUS[0]}"
 }
 if [[ $stage == tests || $stage == all ]]; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py -m "not slow" 2>&1 | tee "$out/tests.txt"
+  python3 -m pytest -q -p no:cacheprovider tests/test_attention_backends.py tests/test_invariance.py tests/test_fused_norms.py tests/test_compiled.py -m "not slow" 2>&1 | tee "$out/tests.txt"
   rc=$((rc | PIPESTATUS[0]))
   # MIS for the recurrent and own-attention families on CUDA (the scan kernel's path, cuDNN's convolutions)
   forks 600
@@ -91,6 +93,22 @@ if [[ $stage == forks ]]; then
   # issue 42's speed on CUDA: MIS against single-item scoring on Qwen3.5- and Jamba-shaped models
   timeout "${FORKS_SPEED_S:-150}" python3 benchmarks/bench_forks.py --rows 64 --repeats 3 2>&1 | tee "$out/forks_speed.txt"
   rc=$((rc | PIPESTATUS[0]))
+fi
+if [[ $stage == compile ]]; then
+  # compiled layers with flashinfer inside their one graph (2026-11-28): the CUDA test, then what a
+  # compile costs and saves on the sglang job, each a second process (the first fills the caches)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_compiled.py -k cuda 2>&1 | tail -15 | tee "$out/compiled.txt"
+  rc=$((rc | PIPESTATUS[0]))
+  work=/tmp/scorecli-compare-work model=/tmp/scorecli-qwen3-0.6b-random
+  [[ -f $work/sglang.jsonl ]] || timeout 120 python3 benchmarks/gpu_compare.py --out "$out" --shapes "" --no-first >/dev/null 2>&1
+  for round in fill 1 2; do
+    for c in on off; do
+      [[ $round == fill && $c == off ]] && continue
+      /usr/bin/time -f "sglang --compile $c ($round): wall %e s" env SCORECLI_TIMINGS=1 timeout 120 python3 -m scorecli score \
+        "$work/sglang.jsonl" --out "$work/sglang-compile-$c.parquet" --model "$model" --compile "$c" 2>&1 \
+        | grep -E "timings|wall|rror" | tee -a "$out/compile.txt"
+    done
+  done
 fi
 if [[ $stage == imports ]]; then
   timeout 150 python3 benchmarks/bench_startup.py --imports --repeats 1 2>&1 | tee "$out/imports.txt"

@@ -29,8 +29,12 @@ def _scores(table) -> np.ndarray:
 
 def test_compiled_layers_score_as_eager(qwen3_seq_cls):
     """Real torch.compile (dynamic shapes: batches of different token counts, a shared prefix)."""
+    from torch._dynamo.utils import counters
+
     rows = _rows()
     eager = Scorer(qwen3_seq_cls, compile="off", max_batch_tokens=300, attention="sdpa").score_rows(rows)
+    torch._dynamo.reset()
+    counters.clear()
     with pytest.warns(Notice, match="compiling the model's layers"):
         scorer = Scorer(qwen3_seq_cls, compile="on", max_batch_tokens=300, attention="sdpa")
     assert scorer.family.compiled.active and scorer.self_check_note.startswith("passed")
@@ -39,6 +43,38 @@ def test_compiled_layers_score_as_eager(qwen3_seq_cls):
     got = scorer.run(prepared)
     assert scorer.family.compiled.active  # nothing fell back
     np.testing.assert_allclose(_scores(got), _scores(eager), atol=1e-5)
+    # one graph per layer, traced for every token count at once: attention is an operator inside
+    # it (`attention.registry`), not a break between graphs, and no batch's size is baked in (but
+    # for a batch of one sequence: the compiler's own 0/1 rule, which the GPU's packed batches of
+    # one sequence meet from the first batch on)
+    assert dict(counters["graph_break"]) == {}, list(counters["graph_break"])
+    assert counters["frames"]["total"] <= 2 and counters["stats"]["unique_graphs"] <= 2
+    scorer.family.compiled.restore("test over")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_flashinfer_runs_inside_the_compiled_layers(tmp_path):
+    """The GPU's path: flashinfer (the cascade) as scorecli's operator inside each compiled layer's
+    one graph, in bf16, scores as the eager layers do (within bf16 rounding)."""
+    pytest.importorskip("flashinfer")
+    from torch._dynamo.utils import counters
+
+    from tests.builders import models
+
+    model = models.build_qwen3_seq_cls(tmp_path / "qwen3_hd64", num_labels=1, head_dim=64)
+    rows = _rows()
+    flags = {"device": "cuda", "dtype": "bfloat16", "attention": "flashinfer", "max_batch_tokens": 600}
+    eager = Scorer(model, compile="off", **flags).score_rows(rows)
+    torch._dynamo.reset()
+    counters.clear()
+    scorer = Scorer(model, compile="on", **flags)
+    got = scorer.score_rows(rows)
+    assert scorer.family.compiled.active and scorer.backend_name == "flashinfer"
+    scale = max(1.0, float(np.abs(_scores(eager)).max()))
+    np.testing.assert_allclose(_scores(got), _scores(eager), atol=3e-2 * scale)
+    assert dict(counters["graph_break"]) == {}, list(counters["graph_break"])
+    assert counters["frames"]["total"] == 1  # packed batches: one sequence each, every token count
     scorer.family.compiled.restore("test over")
 
 

@@ -40,6 +40,9 @@ class Capabilities:
             model's default).
         fused_encoder: BERT-family encoders may run scorecli's fused encoder
             (`runtimes.fast_encoder`, which calls sdpa) under this choice.
+        in_graph: under compiled layers (`runtimes.compiled`) it runs as an operator inside each
+            layer's one graph (`registry`); else the compiler compiles around it, a graph break
+            on each side (flex: its own compiled kernel cannot run inside an operator).
     """
 
     devices: frozenset[str]
@@ -50,6 +53,7 @@ class Capabilities:
     needs: str | None = None
     model_attention: str | None = None
     fused_encoder: bool = False
+    in_graph: bool = True
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ BACKENDS: dict[str, Entry] = {
         "scorecli.attention.flashinfer:FlashInferBackend",
     ),
     "flex": Entry(
-        Capabilities(frozenset({"cpu", "cuda"}), ragged=True, shares_prefix=False),
+        Capabilities(frozenset({"cpu", "cuda"}), ragged=True, shares_prefix=False, in_graph=False),
         "scorecli.attention.flex:FlexBackend",
     ),
     "sdpa": Entry(

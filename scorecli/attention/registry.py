@@ -9,6 +9,7 @@ to one passed as the `scorecli_backend` forward kwarg. Knows nothing about masks
 from __future__ import annotations
 
 import contextlib
+import weakref
 from contextvars import ContextVar
 
 import torch
@@ -57,6 +58,56 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
 
 _DISPATCH = torch.compiler.disable(_dispatch)
 
+# attention modules a compiled layer reaches (`traced_through`), by number: the custom operator
+# below is handed the number as a 0-dim CPU tensor (a graph input, so one graph serves every
+# layer and inductor's cache holds across processes) and finds the module here
+_MODULES: list[weakref.ref[torch.nn.Module]] = []
+_KEY = "_scorecli_attention_key"
+
+
+@torch.library.custom_op("scorecli::attend", mutates_args=())
+def _attend_op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    module_key: torch.Tensor,
+    scaling: float | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """The backend bound to this forward call (`bound`), as `_dispatch` calls it, opaque to the
+    compiler: a compiled layer is one graph around it rather than pieces between graph breaks."""
+    module = _MODULES[int(module_key)]()
+    out, _ = _dispatch(module, query, key, value, None, scaling, softcap=softcap)
+    return out.clone() if out.data_ptr() in (query.data_ptr(), key.data_ptr(), value.data_ptr()) else out.contiguous()
+
+
+@_attend_op.register_fake
+def _(query, key, value, module_key, scaling, softcap):
+    return query.new_empty((query.shape[0], query.shape[2], query.shape[1], value.shape[3]))
+
+
+def _entry(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention function for "scorecli": `_dispatch`, through the custom operator
+    when a compiled layer (`traced_through`) calls it with nothing but tensors and numbers."""
+    if not torch.compiler.is_compiling():
+        return _dispatch(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+    module_key = getattr(module, _KEY, None)
+    plain = attention_mask is None and all(kwargs.get(n) is None for n in (*UNSUPPORTED, "scorecli_backend", "s_aux"))
+    if module_key is None or not plain:  # compiled around: the backend runs between two graphs
+        return _DISPATCH(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+    softcap = kwargs.get("softcap")  # numbers fixed per layer: the operator's arguments are constants
+    scaling, softcap = (None if x is None else float(x) for x in (scaling, softcap))
+    return torch.ops.scorecli.attend(query, key, value, module_key, scaling, softcap), None
+
+
+def traced_through(modules) -> None:
+    """Let the compiler trace attention from these modules (a compiled layer's) through the
+    custom operator: each gets its number."""
+    for m in modules:
+        if getattr(m, _KEY, None) is None:
+            m.__dict__[_KEY] = torch.tensor(len(_MODULES))
+            _MODULES.append(weakref.ref(m))
+
 
 def set_implementation(model: torch.nn.Module, name: str) -> None:
     """`model.set_attn_implementation(name)` without transformers' note that a model whose
@@ -79,7 +130,7 @@ def register() -> None:
     (`runtimes.compiled`) compiles around attention, and the backend runs as it does eagerly."""
     from transformers import AttentionInterface
 
-    AttentionInterface.register(ATTN_NAME, _DISPATCH)
+    AttentionInterface.register(ATTN_NAME, _entry)
 
 
 def make_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32) -> AttentionBackend:

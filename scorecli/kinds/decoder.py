@@ -111,7 +111,8 @@ class DecoderFamily(FamilyDefaults):
         # a kernel compiled on first use (flashinfer's JIT) fails late: `auto` then switches
         self.fallback = attention_backends.fallback(cfg.attention, backend.name)
         self.forward = DecoderForward(loaded.model, backend, loaded.device, loaded.dtype, support.fork)
-        self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens)
+        in_graph = attention_backends.capabilities(backend.name).in_graph
+        self.compiled = compile_layers(cfg.compile, self.forward.base, loaded.device, cfg.job_tokens, in_graph)
         # compiled layers fuse the norms themselves
         self.fused_norms = fuse_norms(loaded.model, loaded.device) if self.compiled is None else None
         self.padded = backend.is_padded

@@ -21,11 +21,14 @@ Knows nothing about batches, kinds or files.
 
 from __future__ import annotations
 
+import contextlib
 import types
 import warnings
+from collections.abc import Iterable, Iterator
 
 import torch
 
+from scorecli.attention.registry import traced_through
 from scorecli.errors import UsageError, notice
 from scorecli.runtimes import Speedup
 
@@ -41,10 +44,11 @@ COMPILE_MIN_FLOPS = 5e15
 
 
 def compile_layers(
-    choice: str, base: torch.nn.Module, device: torch.device, job_tokens: int | None = None
+    choice: str, base: torch.nn.Module, device: torch.device, job_tokens: int | None = None, in_graph: bool = True
 ) -> CompiledLayers | None:
     """`--compile` for a decoder's base model: its layers compiled, or None. `auto` compiles on
-    CUDA when the job (`job_tokens`, None: unknown) is long enough to repay the compile.
+    CUDA when the job (`job_tokens`, None: unknown) is long enough to repay the compile;
+    `in_graph`: the attention backend runs inside the layers' graphs (`Capabilities.in_graph`).
 
     Raises:
         UsageError: `--compile on` for layers `runtimes.compiled` cannot wrap.
@@ -62,7 +66,7 @@ def compile_layers(
             )
         return None
     layers: torch.nn.ModuleList = base.layers  # type: ignore[assignment]  # `compilable` checked its type
-    return CompiledLayers(layers, strict=choice == "on")
+    return CompiledLayers(layers, strict=choice == "on", in_graph=in_graph)
 
 
 COMPILE_NOTE = (
@@ -91,11 +95,12 @@ class CompiledLayers(Speedup):
     Args:
         layers: the model's decoder layers (a `torch.nn.ModuleList` of one class).
         strict: re-raise a compile failure instead of falling back (`--compile on`).
+        in_graph: attention runs as an operator inside each layer's graph (else between two).
     """
 
     name = "the compiled layers"
 
-    def __init__(self, layers: torch.nn.ModuleList, strict: bool = False) -> None:
+    def __init__(self, layers: torch.nn.ModuleList, strict: bool = False, in_graph: bool = True) -> None:
         self.layers, self.strict = layers, strict
         self.active = True
         self.said = False
@@ -110,7 +115,8 @@ class CompiledLayers(Speedup):
                 self.said = True
                 notice(COMPILE_NOTE)
             try:
-                return compiled(layer, *args, **kwargs)
+                with _one_graph(kwargs.values()):
+                    return compiled(layer, *args, **kwargs)
             except Exception as exc:
                 if self.strict or not is_compiler_error(exc):  # the model's errors (OOM...) go on up
                     raise
@@ -118,6 +124,8 @@ class CompiledLayers(Speedup):
                 return eager(layer, *args, **kwargs)
 
         for layer in layers[:-1]:
+            if in_graph:
+                traced_through(layer.modules())  # attention as an operator in the layer's graph
             layer.forward = types.MethodType(forward, layer)
 
     def restore(self, why: str | None = None) -> None:
@@ -128,6 +136,54 @@ class CompiledLayers(Speedup):
                 layer.__dict__.pop("forward", None)
             if why is not None:
                 warnings.warn(f"--compile: {why}; running the layers uncompiled", RuntimeWarning, stacklevel=2)
+
+
+@contextlib.contextmanager
+def _one_graph(kwargs: Iterable[object]) -> Iterator[None]:
+    """A compiled layer's call, set up so that the compiler traces the layer once, as one graph,
+    for every batch (each of these cost a GPU run seconds of start-up, measured on the CPU in
+    benchmarks/RESULTS.md 2026-11-28):
+
+    - every dimension of the tensors among its keyword arguments (the rotary tables, positions)
+      is left symbolic, as `dynamic=True` leaves the positional ones: otherwise the rotary product
+      with the hidden states bakes the first batch's token count into the graph, and the second
+      batch traces it again;
+    - floats are specialized while it traces (`specialize_float`): they are the layer's constants
+      (its attention's scaling, its norms' epsilon), and a symbolic float handed to scorecli's
+      attention operator makes the compiler trace the layer twice;
+    - transformers' output-capturing hooks (installed on the layer's modules once any forward asked
+      for hidden states, as the self-check's reference does) read their collector from a plain
+      attribute (None) instead of a context variable, which the compiler cannot trace (a graph
+      break in every layer), while this thread's collector asks for nothing: transformers' own
+      switch for compiled code (`CompileableContextVar.compiling`).
+    """
+    for value in kwargs:
+        for t in value if isinstance(value, tuple) else (value,):
+            if isinstance(t, torch.Tensor):
+                for dim in range(t.dim()):
+                    torch._dynamo.maybe_mark_dynamic(t, dim)
+    config = torch._dynamo.config
+    floats, config.specialize_float = config.specialize_float, True
+    hooks = _collector()
+    # nothing to capture in this thread (no collector, or one that asks for nothing): the hooks return at once
+    quiet = hooks is not None and not hooks.compiling and hooks.global_var is None and not hooks.context_var.get()
+    if quiet:
+        hooks.compiling = True
+    try:
+        yield
+    finally:
+        config.specialize_float = floats
+        if quiet:
+            hooks.compiling = False
+
+
+def _collector():
+    """transformers' output collector (`utils.output_capturing._active_collector`), where this
+    transformers has one of the shape `_one_graph` knows; else None."""
+    from transformers.utils import output_capturing
+
+    hooks = getattr(output_capturing, "_active_collector", None)
+    return hooks if all(hasattr(hooks, a) for a in ("compiling", "global_var", "context_var")) else None
 
 
 def compilable(base: torch.nn.Module) -> bool:
