@@ -3,7 +3,9 @@
 transformers calls our registered attention function ("scorecli") in every layer; it forwards
 to the backend bound to the current forward call (`bound`, a context variable: decoder layers
 that do not hand `**kwargs` down to attention, StableLM's and Nemotron's, still reach it), or
-to one passed as the `scorecli_backend` forward kwarg. Knows nothing about masks or kernels.
+to one passed as the `scorecli_backend` forward kwarg. Under compiled layers it is a custom
+operator (`scorecli::attend`), which the compiler keeps whole inside each layer's graph. Knows
+nothing about masks or kernels.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ def set_implementation(model: torch.nn.Module, name: str) -> None:
 def register() -> None:
     """Make the "scorecli" attention name known to transformers (idempotent).
 
-    The function is `torch.compiler.disable`d: a layer under `torch.compile`
-    (`runtimes.compiled`) compiles around attention, and the backend runs as it does eagerly."""
+    Under compiled layers (`runtimes.compiled`) the backend runs as it does eagerly, inside the
+    custom operator `scorecli::attend` (one graph per layer), or `torch.compiler.disable`d
+    between two graphs where the operator cannot take the call (`_entry`)."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTN_NAME, _entry)
