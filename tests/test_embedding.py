@@ -187,7 +187,9 @@ def test_query_embedded_once_and_items_length_sorted(built):
     with_items = [r for r in ROWS if r["items"]]
     assert len(prepared.seqs) == len(with_items) + sum(len(r["items"]) for r in with_items)
     assert all(len(s.item_index) == 1 for s in prepared.seqs)  # every text its own sequence
-    lengths = [prepared.seqs[i].length for batch in prepared.batches for i in batch]
+    # each batch a run of the texts longest first (the batches run costliest first: `plan_batches`)
+    batches = sorted(([prepared.seqs[i].length for i in batch] for batch in prepared.batches), key=lambda b: -b[0])
+    lengths = [n for batch in batches for n in batch]
     assert lengths == sorted(lengths, reverse=True) and len(prepared.batches) > 1
 
 
