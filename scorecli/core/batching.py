@@ -124,8 +124,8 @@ def _even(
     A sequence's share of a padded batch's cost is the longest of its batch in the greedy cut."""
     order = np.concatenate(greedy)  # longest first
     ordered = lengths[order]
-    sizes = np.array([len(b) for b in greedy])
-    weight = np.repeat(ordered[np.cumsum(sizes) - sizes], sizes) if padded else ordered
+    counts = np.array([len(b) for b in greedy])
+    weight = np.repeat(ordered[np.cumsum(counts) - counts], counts) if padded else ordered
     total = np.cumsum(weight)
     n = len(order)
     want = -(-len(greedy) // streams) * streams
@@ -136,11 +136,9 @@ def _even(
         cuts = np.maximum(np.where(total[after] - share <= share - before, after + 1, after), 1)
         k = np.arange(want - 1)
         cuts = np.minimum(k + np.maximum.accumulate(cuts - k), n - want + 1 + k)  # increasing, none empty
-        starts = np.concatenate([[0], cuts])
-        sizes = np.diff(np.append(starts, n))
-        cost = sizes * ordered[starts] if padded else np.add.reduceat(ordered, starts)
-        if np.all((cost <= max_batch_tokens) | (sizes == 1)):
-            batches = np.split(order, cuts)
+        batches = np.split(order, cuts)
+        cost = np.array([batch_cost(lengths[b], padded) for b in batches])
+        if all(len(b) == 1 or c <= max_batch_tokens for b, c in zip(batches, cost)):
             return [batches[i] for i in np.argsort(-cost, kind="stable")]
         want += max(streams, want // 16 // streams * streams)  # the shares' cut went over the budget: more
     return [order[i : i + 1] for i in range(n)]  # one sequence a batch
