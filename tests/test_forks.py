@@ -149,6 +149,25 @@ def test_on_cuda_in_float32_mis_and_single_equal_the_models_own_forward(name, ro
         assert score_err <= 1e-4 and hidden_err <= 1e-3, (name, mode, score_err, hidden_err)
 
 
+def test_a_chunked_mixers_items_run_in_runs_of_whole_blocks():
+    """Items padded to whole blocks of a chunked scan run in runs that take as many blocks each:
+    32 items of 150-192 tokens and 8 of 193-200 run as two runs (not all 40 at 4 blocks of 64);
+    a run that would save less than one item's block (the cost of a call) joins its neighbour;
+    every item runs once, each run in length order and as wide as its longest item."""
+    from scorecli.forks.layout import _groups
+
+    rng = np.random.default_rng(0)
+    lens = rng.permutation(np.concatenate([rng.integers(150, 193, 32), rng.integers(193, 201, 8)]))
+    runs = _groups(lens, 64, torch.device("cpu"))
+    assert [len(rows) for rows, _ in runs] == [32, 8]
+    rows = np.concatenate([r.numpy() for r, _ in runs])
+    assert sorted(rows.tolist()) == list(range(40)) and (np.diff(lens[rows]) >= 0).all()
+    assert [w for _, w in runs] == [int(lens[lens <= 192].max()), int(lens.max())]
+    # one item of one block beside ten of two: apart 1 + 1 + 20 + 1 blocks, together 11 x 2 + 1
+    assert _groups(np.array([60] + [70] * 10), 64, torch.device("cpu")) == [(None, 70)]
+    assert _groups(np.array([3, 17, 1]), 64, torch.device("cpu")) == [(None, 17)]
+
+
 def _leaking(layout_of):
     """`ForkLayout.of` whose items of a sequence run as one stream: each item starts from the
     state the item before it ended in, not from its prefix's."""

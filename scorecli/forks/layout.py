@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from scorecli.attention.device import to_device
 from scorecli.core.batching import Batch
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class ForkLayout:
     segment: torch.Tensor | None  # [S, L] padded layouts: 0 prefix, k item k, -1 padding
     positions: torch.Tensor | None  # [S, L] padded layouts: position ids (0 at padding)
     max_position: int  # the largest position id (a host value: no device read on the batch path)
+    item_lens: np.ndarray  # [M] host: each item's length (`item_groups`)
     _made: dict = field(default_factory=dict, compare=False, repr=False)  # per-batch masks (`masks`)
 
     @classmethod
@@ -66,21 +70,35 @@ class ForkLayout:
         uploaded = to_device([a.reshape(-1).astype(np.int64) for a in arrays], device)
         pi, pm, ii, im, seq, *rest = (t.view(a.shape) for t, a in zip(uploaded, arrays))
         seg, pos = rest[4:] if segment is not None else (None, None)
-        return cls(pi, pm.bool(), ii, im.bool(), seq, tuple(rest[:4]), seg, pos, top)  # type: ignore[arg-type]
+        lens = item_mask.sum(axis=1).astype(np.int64)
+        return cls(pi, pm.bool(), ii, im.bool(), seq, tuple(rest[:4]), seg, pos, top, lens)  # type: ignore[arg-type]
 
-    def masks(self, name: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def masks(self, name: str, make: Callable[[], T]) -> T:
         """`make()`, computed once per batch (every layer of the batch reads the same mask)."""
         if name not in self._made:
             self._made[name] = make()
         return self._made[name]
 
+    def item_groups(self, block: int) -> list[tuple[torch.Tensor | None, int]]:
+        """The items in runs of similar length, for a layer that pads every sequence it runs to a
+        multiple of `block` tokens (a chunked scan): [(the runs' rows of `item_index`, None for
+        all of them in order; its width)]. Each run's items take the same number of blocks, or
+        neighbouring numbers where a run of its own would save less than one block of one item,
+        the cost of a call; one run is every item at the layout's width."""
+        return self.masks(f"groups{block}", lambda: _groups(self.item_lens, block, self.item_seq.device))
+
     def gather_prefixes(self, x: torch.Tensor) -> torch.Tensor:
         """x [B * L, H] -> [S, P, H], zero at padding."""
         return x[self.prefix_index] * self.prefix_mask[..., None].to(x.dtype)
 
-    def gather_items(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B * L, H] -> [M, I, H], zero at padding."""
-        return x[self.item_index] * self.item_mask[..., None].to(x.dtype)
+    def gather_items(self, x: torch.Tensor, rows: torch.Tensor | None = None, width: int | None = None) -> torch.Tensor:
+        """x [B * L, H] -> [M, I, H] (the items `rows`, their first `width` columns), zero at padding."""
+        index, mask = self.item_index, self.item_mask
+        if rows is not None:
+            index, mask = index[rows], mask[rows]
+        if width is not None:
+            index, mask = index[:, :width], mask[:, :width]
+        return x[index] * mask[..., None].to(x.dtype)
 
     def scatter(self, like: torch.Tensor, prefixes: torch.Tensor | None, items: torch.Tensor | None) -> torch.Tensor:
         """[B * L, H'] holding `prefixes` [S, P, H'] and `items` [M, I, H'] at their tokens (zero at
@@ -136,3 +154,27 @@ def _items(batch: Batch, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     real = offset < lens[:, None]
     ragged = batch.cu_seqlens[seq][:, None] + start[:, None] + np.minimum(offset, np.maximum(lens[:, None] - 1, 0))
     return np.where(real, flat[ragged], 0), real, seq
+
+
+def _groups(lens: np.ndarray, block: int, device: torch.device) -> list[tuple[torch.Tensor | None, int]]:
+    """`ForkLayout.item_groups` of items of `lens` tokens (each at least 1)."""
+    blocks = -(-lens // block)
+    sizes, counts = np.unique(blocks, return_counts=True)  # ascending
+    # best[j]: the least cost of the sizes below j, cut into runs; a run costs its items times
+    # its largest size, plus one block of one item for the call
+    best, cut = [0] + [0] * len(sizes), [0] * (len(sizes) + 1)
+    for j in range(1, len(sizes) + 1):
+        best[j], cut[j] = min((best[i] + int(counts[i:j].sum()) * int(sizes[j - 1]) + 1, i) for i in range(j))
+    bounds, j = [], len(sizes)
+    while j:
+        bounds.append((cut[j], j))
+        j = cut[j]
+    if len(bounds) == 1:
+        return [(None, int(lens.max()))]
+    order = np.argsort(lens, kind="stable")
+    runs = []
+    for i, j in reversed(bounds):
+        rows = order[(blocks[order] >= sizes[i]) & (blocks[order] <= sizes[j - 1])]
+        runs.append((rows, int(lens[rows].max())))
+    uploaded = to_device([rows for rows, _ in runs], device)
+    return [(rows, width) for rows, (_, width) in zip(uploaded, runs)]

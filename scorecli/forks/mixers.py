@@ -6,7 +6,9 @@ its prefix and itself) cannot be a mask. `ForkedMixer` runs the batch's prefixes
 across rows (left-padded; the padding is zeroed before the convolution and masked as the
 model's own left-padded generation masks it, so each state is the unpadded prefix's), keeps
 each prefix's final convolution and recurrent state, and runs every item of every row from
-its own prefix's copy of that state, batched (right-padded, which a causal layer never reads).
+its own prefix's copy of that state, batched (right-padded, which a causal layer never reads;
+where the mixer pads what it runs to whole chunks, in runs of items that take as many chunks:
+`ForkLayout.item_groups`).
 No state passes from one item to another: each item's is indexed from its prefix's, never
 carried (sglang issue #31969 was that leak).
 
@@ -26,13 +28,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from scorecli.forks.layout import Swapped
+from scorecli.forks.layout import ForkLayout, Swapped
 
 State = tuple[torch.Tensor | None, torch.Tensor | None]  # (convolution window, recurrent state) per sequence
 # what a mixer's forward calls its cache, newest transformers first (5.24; 5.23 and before)
@@ -48,6 +51,14 @@ def cache_keyword(module: torch.nn.Module) -> str | None:
 def _keyword(cls: type) -> str | None:
     params = inspect.signature(cls.forward).parameters
     return next((k for k in CACHE_KEYWORDS if k in params), None)
+
+
+@functools.cache
+def _chunk_rule_block(cls: type) -> int:
+    """The default `chunk_size` of the chunked delta rule in `cls`'s model file (1: none there)."""
+    rule = getattr(sys.modules[cls.__module__], "torch_chunk_gated_delta_rule", None)
+    size = inspect.signature(rule).parameters.get("chunk_size") if rule is not None else None
+    return size.default if size is not None and isinstance(size.default, int) else 1
 
 
 def take(state: State, rows: torch.Tensor) -> State:
@@ -69,8 +80,28 @@ class ForkedMixer(Swapped):
             prefixes, state = self.run(layout.gather_prefixes(x), layout.prefix_mask, (None, None))
         items = None
         if layout.item_index.shape[0]:
-            items, _ = self.run(layout.gather_items(x), None, take(state, layout.item_seq))
+            items = self.run_items(x, layout, state)
         return self.output(layout.scatter(x, prefixes, items).view_as(hidden_states))
+
+    def run_items(self, x: torch.Tensor, layout: ForkLayout, state: State) -> torch.Tensor:
+        """Every item of `layout` from its prefix's `state` -> [M, I, H'] (zero at padding); in
+        runs of similar length where the mixer pads what it runs to whole blocks (`block`)."""
+        block = self.block()
+        groups = layout.item_groups(block) if block > 1 else [(None, layout.item_index.shape[1])]
+        if len(groups) == 1:
+            return self.run(layout.gather_items(x), None, take(state, layout.item_seq))[0]
+        out = None
+        for rows, width in groups:
+            y, _ = self.run(layout.gather_items(x, rows, width), None, take(state, layout.item_seq[rows]))
+            if out is None:
+                out = y.new_zeros(layout.item_index.shape[0], layout.item_index.shape[1], y.shape[-1])
+            out[rows, :width] = y
+        assert out is not None
+        return out
+
+    def block(self) -> int:
+        """The block the mixer pads every sequence it runs to (its chunked scan's; 1: none)."""
+        return 1
 
     def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
         """x [b, T, H] (zero at padding) from `state` -> ([b, T, H], the state after the last column).
@@ -154,6 +185,14 @@ class CachedMixer(ForkedMixer):
         """Whether this transformers' mixer takes a cache this package can stand in for."""
         return cache_keyword(module) is not None
 
+    def block(self) -> int:
+        """Mamba-2's `chunk_size`; gated delta-net's chunked rule's own (`chunk_size` of the model
+        file's `torch_chunk_gated_delta_rule`, as flash-linear-attention's chunks on CUDA)."""
+        size = getattr(self.inner, "chunk_size", None)
+        if isinstance(size, int):
+            return size
+        return _chunk_rule_block(type(self.inner))
+
     def handing(self, cache: StateCache) -> dict[str, StateCache]:
         """The keyword argument that hands the mixer its cache."""
         keyword = cache_keyword(self.inner)
@@ -168,6 +207,10 @@ class CachedMixer(ForkedMixer):
 
 class LightningMixer(CachedMixer):
     """MiniMax's lightning attention (no convolution; returns (output, state) to its layer)."""
+
+    def block(self):
+        size = getattr(self.inner, "block_size", None)
+        return size if isinstance(size, int) else 1
 
     def run(self, x, mask, state):
         cache = StateCache(state, mask)
