@@ -70,10 +70,10 @@ def build(name: str, out: Path) -> str:
     return _save(cls(config).eval(), tok, out / name)
 
 
-def rows(n: int, query: int, items: int, item_tokens: int, seed: int = 0) -> list[dict]:
-    """Seeded pre-tokenized rows: `query` tokens, `items` items of item_tokens +- 20 (at least 1)."""
+def rows(n: int, query: int, items: int, item_tokens: int, seed: int = 0, spread: int = 20) -> list[dict]:
+    """Seeded pre-tokenized rows: `query` tokens, `items` items of item_tokens +- spread (at least 1)."""
     rng = np.random.default_rng(seed)
-    spread = min(20, item_tokens - 1)
+    spread = min(spread, item_tokens - 1)
     return [
         {
             "query_ids": rng.integers(5, 1000, size=query).tolist(),
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--query-tokens", type=int, default=120)
     ap.add_argument("--items", type=int, default=10)
     ap.add_argument("--item-tokens", type=int, default=180)
+    ap.add_argument("--item-spread", type=int, default=20, help="items of --item-tokens +- this many tokens")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
 
@@ -102,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     from tests.test_invariance import raw_rows
 
     work = Path("/tmp/scorecli-bench/forks")
-    data = rows(args.rows, args.query_tokens, args.items, args.item_tokens)
+    data = rows(args.rows, args.query_tokens, args.items, args.item_tokens, spread=args.item_spread)
     tokens_single = sum(len(r["query_ids"]) + len(i) for r in data for i in r["item_ids"])
     tokens_mis = sum(len(r["query_ids"]) + sum(len(i) for i in r["item_ids"]) for r in data)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rows} rows x ({args.query_tokens} + "
-        f"{args.items} x ~{args.item_tokens}); forward tokens: single {tokens_single}, MIS {tokens_mis} "
+        f"{args.items} x {args.item_tokens} +- {args.item_spread}); forward tokens: single {tokens_single}, MIS {tokens_mis} "
         f"(ratio {tokens_single / tokens_mis:.2f}x)"
     )
     for name in args.models:
