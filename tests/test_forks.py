@@ -168,6 +168,26 @@ def test_a_chunked_mixers_items_run_in_runs_of_whole_blocks():
     assert _groups(np.array([3, 17, 1]), 64, torch.device("cpu")) == [(None, 17)]
 
 
+def test_the_mamba_loop_runs_each_item_only_over_its_own_tokens():
+    """`forks.mamba1._loop_from` with lengths (longest first) gives each sequence the outputs and
+    final state of its own loop over its real tokens alone, from its own state (the padding after
+    a shorter item never reaches its state)."""
+    from scorecli.forks.mamba1 import _loop_from
+
+    g = torch.Generator().manual_seed(0)
+    b, d, n, steps = 4, 6, 3, 7
+    lens = np.array([7, 5, 5, 1])
+    x, dt, z = (torch.randn(b, d, steps, generator=g) for _ in range(3))
+    B, C = (torch.randn(b, n, steps, generator=g) for _ in range(2))
+    A, D, bias, h0 = -torch.rand(d, n, generator=g), torch.randn(d, generator=g), torch.randn(d), torch.randn(b, d, n)
+    y, last = _loop_from(x, dt, A, B, C, D, z, bias, h0, lens)
+    for i, k in enumerate(lens):
+        alone = [t[i : i + 1, ..., :k] for t in (x, dt, B, C, z)]
+        y1, last1 = _loop_from(alone[0], alone[1], A, alone[2], alone[3], D, alone[4], bias, h0[i : i + 1])
+        torch.testing.assert_close(y[i : i + 1, :, :k], y1, rtol=0, atol=1e-6)
+        torch.testing.assert_close(last[i : i + 1], last1, rtol=0, atol=1e-6)
+
+
 def _leaking(layout_of):
     """`ForkLayout.of` whose items of a sequence run as one stream: each item starts from the
     state the item before it ended in, not from its prefix's."""

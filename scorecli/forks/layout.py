@@ -87,6 +87,15 @@ class ForkLayout:
         the cost of a call; one run is every item at the layout's width."""
         return self.masks(f"groups{block}", lambda: _groups(self.item_lens, block, self.item_seq.device))
 
+    def longest_first(self) -> tuple[torch.Tensor, np.ndarray]:
+        """(rows of `item_index` longest first, on the device; their lengths, on the host)."""
+
+        def make():
+            order = np.argsort(-self.item_lens, kind="stable")
+            return to_device([order], self.item_seq.device)[0], self.item_lens[order]
+
+        return self.masks("longest", make)
+
     def gather_prefixes(self, x: torch.Tensor) -> torch.Tensor:
         """x [B * L, H] -> [S, P, H], zero at padding."""
         return x[self.prefix_index] * self.prefix_mask[..., None].to(x.dtype)

@@ -48,11 +48,11 @@ def convolve(m: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None, win
 LOOP_DEVICES = {"cpu"}
 
 
-def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, lens=None, **kw) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's selective scan (x, dt, z [b, d, T]; A [d, n]; B, C [b, n, T]) from state h0
-    [b, d, n] (None: zero) -> (output [b, d, T], final state [b, d, n])."""
+    [b, d, n] (None: zero) -> (output [b, d, T], final state [b, d, n]); `lens`: `_loop_from`'s."""
     if h0 is not None and x.device.type in LOOP_DEVICES:  # the model's own loop, from h0
-        return _loop_from(x, dt, A, B, C, D, z, dt_bias, h0)
+        return _loop_from(x, dt, A, B, C, D, z, dt_bias, h0, lens)
     scan = _own(m, "mamba_selective_scan")
     y, last = scan(x, dt, A, B, C, D=D, z=z, delta_bias=dt_bias, delta_softplus=True, return_last_state=True, **kw)
     if h0 is None:
@@ -65,35 +65,57 @@ def scan_from(m, x, dt, A, B, C, D, z, dt_bias, h0, **kw) -> tuple[torch.Tensor,
     return y, (last.float() + carried[:, :, -1]).to(last.dtype)
 
 
-def _loop_from(x, dt, A, B, C, D, z, dt_bias, h0) -> tuple[torch.Tensor, torch.Tensor]:
+def _loop_from(x, dt, A, B, C, D, z, dt_bias, h0, lens=None) -> tuple[torch.Tensor, torch.Tensor]:
     """`scan_from` where no scan kernel runs (a CPU): transformers' own recurrent loop over time
     steps (its torch path, step for step), started from h0 instead of zeros. Adding h0's part
     to a zero-state scan afterwards, as the kernel path must, costs four more tensors of batch x
-    channels x steps x state; here the state simply carries on."""
+    channels x steps x state; here the state simply carries on. With `lens` (each sequence's
+    length, longest first, right padding after), a step runs only the sequences still going:
+    the loop's work follows the real tokens, not the longest's."""
     dtype = x.dtype
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)[..., None]
     dt = F.softplus(dt)
     B, C = B.transpose(1, 2), C.transpose(1, 2)  # [b, T, n]
-    decay = torch.exp(A[None, :, None, :] * dt[:, :, :, None])  # [b, d, T, n]
-    pushed = dt[:, :, :, None] * B[:, None, :, :].float() * x[:, :, :, None].float()
-    state = h0.to(decay.dtype)
-    outputs = []
-    for t in range(x.shape[-1]):
-        state = decay[:, :, t] * state + pushed[:, :, t]
-        outputs.append(torch.matmul(state.to(dtype), C[:, t, :].unsqueeze(-1))[:, :, 0])
-    y = torch.stack(outputs, dim=-1) if outputs else x.new_zeros(x.shape)
+    steps = x.shape[-1]
+    ends = [steps] if lens is None else sorted({int(n) for n in lens})
+    state = h0.to(torch.promote_types(A.dtype, dt.dtype))  # the dtype of the decay, as transformers' loop
+    final = torch.empty_like(state)
+    y = x.new_zeros(x.shape)
+    start = 0
+    for end in ends:  # steps [start, end): the sequences of at least `end` tokens
+        going = state.shape[0] if lens is None else int((lens >= end).sum())
+        final[going : state.shape[0]] = state[going:]
+        state, now = state[:going], slice(start, end)
+        if end > start:
+            decay = torch.exp(A[None, :, None, :] * dt[:going, :, now, None])  # [k, d, t, n]
+            pushed = dt[:going, :, now, None] * B[:going, None, now, :].float() * x[:going, :, now, None].float()
+            outputs = []
+            for t in range(end - start):
+                state = decay[:, :, t] * state + pushed[:, :, t]
+                outputs.append(torch.matmul(state.to(dtype), C[:going, start + t, :].unsqueeze(-1))[:, :, 0])
+            y[:going, :, now] = torch.stack(outputs, dim=-1)
+        start = end
+    final[: state.shape[0]] = state
     if D is not None:
         y = y + x * D[None, :, None]
     if z is not None:
         y = y * F.silu(z)
-    return y.to(dtype), state.to(h0.dtype)
+    return y.to(dtype), final.to(h0.dtype)
 
 
-class JambaMixer(ForkedMixer):
+class LoopMixer(ForkedMixer):
+    """A Mamba-1 mixer: where its scan is the loop over time steps (`LOOP_DEVICES`), items run
+    longest first and each step only the items still going."""
+
+    def by_length(self, x: torch.Tensor) -> bool:
+        return x.device.type in LOOP_DEVICES
+
+
+class JambaMixer(LoopMixer):
     """`JambaMambaMixer` (norms on dt, B and C)."""
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State, lens=None) -> tuple[torch.Tensor, State]:
         m, (window, h0) = self.inner, state
         xs, gate = m.in_proj(x).transpose(1, 2).chunk(2, dim=1)  # [b, D, T] each
         xs, window = convolve(m, xs, mask, window)
@@ -114,16 +136,17 @@ class JambaMixer(ForkedMixer):
             gate,
             bias,
             h0,
+            lens,
             use_mambapy=getattr(m, "use_mambapy", False),
             use_associative_scan=getattr(m, "use_associative_scan", False),
         )
         return m.out_proj(y.transpose(1, 2).to(x.dtype)), (window, h)
 
 
-class ZambaMixer(ForkedMixer):
+class ZambaMixer(LoopMixer):
     """`ZambaMambaMixer` (independent Mamba heads, each with its own x and dt projections)."""
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State, lens=None) -> tuple[torch.Tensor, State]:
         m, (window, h0) = self.inner, state
         b, t = x.shape[:2]
         heads, width = m.n_mamba_heads, m.mamba_head_dim
@@ -151,6 +174,7 @@ class ZambaMixer(ForkedMixer):
                 gate[h],
                 None if bias is None else bias[h],
                 None if h0 is None else h0[:, h],
+                lens,
                 use_mambapy=False,
                 # transformers <= 5.17's Zamba has no such setting and scans as if it were off
                 use_associative_scan=getattr(m, "use_associative_scan", False),

@@ -32,6 +32,7 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -86,6 +87,10 @@ class ForkedMixer(Swapped):
     def run_items(self, x: torch.Tensor, layout: ForkLayout, state: State) -> torch.Tensor:
         """Every item of `layout` from its prefix's `state` -> [M, I, H'] (zero at padding); in
         runs of similar length where the mixer pads what it runs to whole blocks (`block`)."""
+        if self.by_length(x):
+            rows, lens = layout.longest_first()
+            y, _ = self.run(layout.gather_items(x, rows), None, take(state, layout.item_seq[rows]), lens)
+            return torch.empty_like(y).index_copy_(0, rows, y)
         block = self.block()
         groups = layout.item_groups(block) if block > 1 else [(None, layout.item_index.shape[1])]
         if len(groups) == 1:
@@ -103,9 +108,17 @@ class ForkedMixer(Swapped):
         """The block the mixer pads every sequence it runs to (its chunked scan's; 1: none)."""
         return 1
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None, state: State) -> tuple[torch.Tensor, State]:
+    def by_length(self, x: torch.Tensor) -> bool:
+        """Whether the mixer runs only the tokens of items it is given longest first with their
+        lengths (`run`'s `lens`): a loop over time steps that drops each item as it ends."""
+        return False
+
+    def run(
+        self, x: torch.Tensor, mask: torch.Tensor | None, state: State, lens: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, State]:
         """x [b, T, H] (zero at padding) from `state` -> ([b, T, H], the state after the last column).
-        `mask` [b, T]: left-padded prefixes (None: no padding before a real token)."""
+        `mask` [b, T]: left-padded prefixes (None: no padding before a real token). `lens` (where
+        `by_length`): each sequence's length, longest first, right padding after."""
         raise NotImplementedError
 
     def output(self, out: torch.Tensor) -> Any:
@@ -199,7 +212,7 @@ class CachedMixer(ForkedMixer):
         assert keyword is not None, "forked only where the mixer takes a cache (supports)"
         return {keyword: cache}
 
-    def run(self, x, mask, state):
+    def run(self, x, mask, state, lens=None):
         cache = StateCache(state, mask)
         out = self.inner(x, attention_mask=None if mask is None else mask.to(x.dtype), **self.handing(cache))
         return out, cache.state()
@@ -212,7 +225,7 @@ class LightningMixer(CachedMixer):
         size = getattr(self.inner, "block_size", None)
         return size if isinstance(size, int) else 1
 
-    def run(self, x, mask, state):
+    def run(self, x, mask, state, lens=None):
         cache = StateCache(state, mask)
         out, _ = self.inner(x, None, None if mask is None else mask.to(x.dtype), **self.handing(cache))
         return out, cache.state()
