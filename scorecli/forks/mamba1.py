@@ -7,8 +7,10 @@ layer's own steps with its own weights, convolution and scan functions (the mode
 kernels where transformers found them), and add what the prefix's state contributes: the scan
 is linear in its state, so from a state h0 the outputs gain `C_t . (exp(A * sum dt) * h0)`
 (times the gate) and the final state gains the decayed h0. Exact against the model's own
-forward over prefix + item (float32 rounding; tests/test_forks.py). Knows nothing about
-batches beyond `ForkedMixer`.
+forward over prefix + item (float32 rounding; tests/test_forks.py). Where the scan is the loop
+over time steps (a CPU), it continues from the prefix's state instead, over items given longest
+first, each step running only the items still going. Knows nothing about batches beyond
+`ForkedMixer`.
 """
 
 from __future__ import annotations
