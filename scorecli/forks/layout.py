@@ -74,7 +74,7 @@ class ForkLayout:
         return cls(pi, pm.bool(), ii, im.bool(), seq, tuple(rest[:4]), seg, pos, top, lens)  # type: ignore[arg-type]
 
     def masks(self, name: str, make: Callable[[], T]) -> T:
-        """`make()`, computed once per batch (every layer of the batch reads the same mask)."""
+        """`make()`, computed once per batch (every layer of the batch reads the same masks and item runs)."""
         if name not in self._made:
             self._made[name] = make()
         return self._made[name]
@@ -171,7 +171,7 @@ def _groups(lens: np.ndarray, block: int, device: torch.device) -> list[tuple[to
     sizes, counts = np.unique(blocks, return_counts=True)  # ascending
     # best[j]: the least cost of the sizes below j, cut into runs; a run costs its items times
     # its largest size, plus one block of one item for the call
-    best, cut = [0] + [0] * len(sizes), [0] * (len(sizes) + 1)
+    best, cut = [0] * (len(sizes) + 1), [0] * (len(sizes) + 1)
     for j in range(1, len(sizes) + 1):
         best[j], cut[j] = min((best[i] + int(counts[i:j].sum()) * int(sizes[j - 1]) + 1, i) for i in range(j))
     bounds, j = [], len(sizes)

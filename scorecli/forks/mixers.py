@@ -198,13 +198,14 @@ class CachedMixer(ForkedMixer):
         """Whether this transformers' mixer takes a cache this package can stand in for."""
         return cache_keyword(module) is not None
 
+    BLOCK = "chunk_size"  # the mixer's attribute holding its scan's block, where it has one
+
     def block(self) -> int:
-        """Mamba-2's `chunk_size`; gated delta-net's chunked rule's own (`chunk_size` of the model
-        file's `torch_chunk_gated_delta_rule`, as flash-linear-attention's chunks on CUDA)."""
-        size = getattr(self.inner, "chunk_size", None)
-        if isinstance(size, int):
-            return size
-        return _chunk_rule_block(type(self.inner))
+        """The mixer's own block (Mamba-2's `chunk_size`, lightning attention's `block_size`), else
+        gated delta-net's chunked rule's (`chunk_size` of the model file's
+        `torch_chunk_gated_delta_rule`, as flash-linear-attention's chunks on CUDA)."""
+        size = getattr(self.inner, self.BLOCK, None)
+        return size if isinstance(size, int) else _chunk_rule_block(type(self.inner))
 
     def handing(self, cache: StateCache) -> dict[str, StateCache]:
         """The keyword argument that hands the mixer its cache."""
@@ -221,9 +222,7 @@ class CachedMixer(ForkedMixer):
 class LightningMixer(CachedMixer):
     """MiniMax's lightning attention (no convolution; returns (output, state) to its layer)."""
 
-    def block(self):
-        size = getattr(self.inner, "block_size", None)
-        return size if isinstance(size, int) else 1
+    BLOCK = "block_size"
 
     def run(self, x, mask, state, lens=None):
         cache = StateCache(state, mask)
