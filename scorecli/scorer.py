@@ -92,7 +92,7 @@ class Scorer:
         self.template = load_template(cfg.template, loaded.tokenizer)
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
-        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
+        self.fields = Fields.of(cfg)
         self.id_type: pa.DataType | None = None  # set by callers whose input has a schema (Parquet)
         self.max_batch_tokens = cfg.max_batch_tokens or default_batch_tokens(loaded.config, loaded.device, loaded.dtype)
         self.chunking = Chunking(cfg.chunk_tokens, cfg.chunk_overlap, cfg.chunk_aggregate) if cfg.chunk_tokens else None

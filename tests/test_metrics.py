@@ -165,3 +165,17 @@ def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_s
     assert len(parts) == 7 and all({k: pq.read_schema(p).metadata[k] for k in expected} == expected for p in parts)
     line = uninterrupted.lines()[-1].split("; ", 1)[1]
     assert line.startswith("MRR@10") and resumed.lines()[-1].endswith(line), (line, resumed.lines()[-1])
+
+
+@pytest.mark.e2e
+def test_labels_under_another_field_name(tmp_path, qwen3_seq_cls):
+    """`--labels-field rel`: the labels are read from `rel`, kept under that name and measured, as
+    `labels` is by default (every run reads its rows through the reuse of repeated pairs)."""
+    rows = [{"id": 1, "query": "q", "items": ["a", "b"], "rel": [1]}, {"id": 2, "query": "p", "items": ["c"], "rel": [3]}]
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    out = tmp_path / "o.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--labels-field", "rel"]))
+    assert result.rc == 0, result.stderr
+    table = pq.read_table(out)
+    assert table["rel"].to_pylist() == [[0.0, 1.0], [3.0]] and "labels" not in table.column_names
+    assert "over 2 labelled rows" in result.lines()[-1], result.stderr

@@ -324,3 +324,38 @@ def test_a_cache_of_another_format_is_one_line(tmp_path, qwen3_seq_cls):
     result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "out.parquet", "--score-cache", str(cache))))
     assert result.rc == 2 and len(result.lines()) == 1 and "other files" in result.stderr, result.stderr
     assert sorted(p.name for p in cache.iterdir()) == ["notes.txt"]
+
+
+def test_a_pair_met_again_in_the_next_windows_is_scored_once(tmp_path, qwen3_seq_cls):
+    """Rows that repeat the same pairs across windows of two rows (each window prepared while the
+    one before runs, so its first rows' pairs are found only when it runs): only the first row
+    pays for them, with or without a cache; the cache counts the first window's four pairs as
+    misses (a repeat within the window where a pair is first met is one: docs/long-jobs.md), the
+    later windows' as hits."""
+    rows = [{"id": i, "query": "the quick brown fox", "items": ["a lazy dog", "yes no maybe"]} for i in range(6)]
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    plain = tmp_path / "plain.parquet"
+    result = run_cli(Case(score(inp, qwen3_seq_cls, plain)))
+    assert result.rc == 0, result.stderr
+    tokens = pq.read_table(plain)["num_tokens"].to_pylist()
+    assert tokens[0] > 0 and tokens[1:] == [0] * 5, tokens
+    cached = tmp_path / "cached.parquet"
+    result = run_cli(Case(score(inp, qwen3_seq_cls, cached, "--score-cache", str(tmp_path / "cache"))))
+    assert result.rc == 0, result.stderr
+    assert counts(cached) == (items_of(rows) - 4, 4)
+    assert pq.read_table(cached)["num_tokens"].to_pylist() == tokens
+    assert_same(pq.read_table(cached), pq.read_table(plain))
+
+
+def test_a_cache_named_by_a_file_url(tmp_path, qwen3_seq_cls):
+    """`--score-cache file:///...` and `scorecli cache info file:///...` are the local folder (SPEC 15's
+    schemes, as inputs and outputs take them)."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    url = (tmp_path / "cache").as_uri()
+    result = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "one.parquet", "--score-cache", url)))
+    assert result.rc == 0, result.stderr
+    assert (tmp_path / "cache" / "scorecli-score-cache.json").is_file()
+    again = run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "two.parquet", "--score-cache", str(tmp_path / "cache"))))
+    assert again.rc == 0 and counts(tmp_path / "two.parquet") == (items_of(FIRST), 0), again.stderr
+    info = run_cli(Case(["cache", "info", url]))
+    assert info.rc == 0 and f"score cache {url}:" in info.stderr + info.stdout.decode(), info.stderr

@@ -122,7 +122,7 @@ class Reusing:
 
     def __init__(self, cfg, load: Callable[[], Any], cache: CacheStore | None = None):
         self.config, self._load, self.cache = cfg, load, cache
-        self.fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field)
+        self.fields = Fields.of(cfg)
         self.id_type: pa.DataType | None = None
         self.scorer: Any = None
         self.figures = Figures()
@@ -268,10 +268,11 @@ class Reusing:
         which ran while this one was prepared) taken as hits, and its rows prepared again if
         there were any (else as it was)."""
         p = window.plan
-        found, scores, chunks = self.index.lookup(window.keys[p.scored])
+        missing = np.flatnonzero(~p.found)  # the pairs it would score and their repeats in later rows
+        found, scores, chunks = self.index.lookup(window.keys[missing])
         if not found.any():
             return window
-        hit = p.scored[found]
+        hit = missing[found]
         window.plan.found[hit] = True
         window.hit_scores[hit] = scores[found]
         if window.hit_chunks is not None and chunks is not None:

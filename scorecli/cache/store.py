@@ -27,7 +27,7 @@ from scorecli.cache.identity import Memo
 from scorecli.cache.segments import SUFFIX, Damaged, Entries, read_entries, read_metadata, to_ipc
 from scorecli.errors import ScorecliError, UsageError, first_line
 from scorecli.io.folders import Folder, folder_at
-from scorecli.io.urls import is_url
+from scorecli.io.urls import is_url, local_path, scheme_of
 
 MARKER = "scorecli-score-cache.json"
 FORMAT_NAME = "scorecli score cache"
@@ -86,8 +86,10 @@ class CacheStore:
     """
 
     def __init__(self, location: str, create: bool):
+        self.shown = location.rstrip("/") if is_url(location) else location
+        if scheme_of(location) == "file":  # a local folder named as a URL (SPEC 15)
+            location = local_path(location)
         self.location = location.rstrip("/") if is_url(location) else location
-        self.shown = self.location
         self.root = folder_at(self.location)
         self._open(create)
         self.memo = _FolderMemo(self._folder("models"))

@@ -38,6 +38,12 @@ class Fields:
     id: str = "id"
     labels: str = "labels"
 
+    @classmethod
+    def of(cls, cfg: Any) -> Fields:
+        """The input field names a run's config (`--query-field`, `--items-field`, `--id-field`,
+        `--labels-field`) gives: every reader of rows takes them from here, all four."""
+        return cls(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
+
 
 def parse_row(data: dict, where: str, fields: Fields) -> Row:
     """Check one record's fields and types; raise InputError naming `where` and the field.

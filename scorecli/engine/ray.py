@@ -313,7 +313,7 @@ def _stage(ray, blocks: Schedule, cfg: ScoreConfig, rows: Iterator[RawRow], done
     Without --skip-bad-rows, rows that fail the reader or the field checks stop the run here,
     before any worker starts, with the local engine's message.
     """
-    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
+    fields = Fields.of(cfg)
     refs, total = [], 0
     while window := list(islice(rows, blocks.next())):
         if not cfg.skip_bad_rows:

@@ -68,7 +68,7 @@ def preflight(cfg: ScoreConfig, paths: list[str], rows: Iterator[RawRow]) -> Ite
     peeked from `rows` (the peeked row is put back). Raises InputError for a bad first row
     unless `cfg.skip_bad_rows`.
     """
-    fields = Fields(cfg.query_field, cfg.items_field, cfg.id_field, cfg.labels_field)
+    fields = Fields.of(cfg)
     firsts: list[RawRow] = []
     peeked = next(rows, None) if paths and _is_stream(paths[0]) else None
     if peeked is not None:
