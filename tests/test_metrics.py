@@ -171,7 +171,10 @@ def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_s
 def test_labels_under_another_field_name(tmp_path, qwen3_seq_cls):
     """`--labels-field rel`: the labels are read from `rel`, kept under that name and measured, as
     `labels` is by default (every run reads its rows through the reuse of repeated pairs)."""
-    rows = [{"id": 1, "query": "q", "items": ["a", "b"], "rel": [1]}, {"id": 2, "query": "p", "items": ["c"], "rel": [3]}]
+    rows = [
+        {"id": 1, "query": "q", "items": ["a", "b"], "rel": [1]},
+        {"id": 2, "query": "p", "items": ["c"], "rel": [3]},
+    ]
     inp = write(tmp_path / "in.jsonl", jsonl(rows))
     out = tmp_path / "o.parquet"
     result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--labels-field", "rel"]))
