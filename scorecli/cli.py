@@ -62,6 +62,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from scorecli.version import __version__
+
+        print(f"scorecli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Offline batch scoring with transformer rerankers, classifiers, embedding and reward models."""
+
+
 @app.command(cls=Command, epilog=o.SCORE_EXAMPLES)
 def score(
     ctx: typer.Context,

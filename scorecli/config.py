@@ -15,6 +15,8 @@ from scorecli.kinds import FAMILIES
 from scorecli.runtimes import NAMES as runtime_names
 from scorecli.runtimes import runtime_info
 
+MAX_TOKEN_ID = 2**31 - 1  # the largest `--label-token-ids` value (the command line's integer bound)
+
 KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
 MODES = ("auto", "mis", "single")
@@ -96,6 +98,11 @@ class ScoreConfig:
     job_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        # a library caller may write a list flag as the command line does: label_tokens="yes,no"
+        if isinstance(self.label_tokens, str):
+            object.__setattr__(self, "label_tokens", split_list(self.label_tokens))
+        if isinstance(self.label_token_ids, str):
+            object.__setattr__(self, "label_token_ids", token_ids(self.label_token_ids))
         check_choice("--kind", self.kind, KINDS, optional=True)
         check_choice("--mode", self.mode, MODES)
         check_choice("--activation", self.activation, ACTIVATIONS, optional=True)
@@ -150,3 +157,20 @@ def check_choice(flag: str, value: str | None, allowed: tuple[str, ...], optiona
         return
     if value not in allowed:
         raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    """A comma-separated flag's values (`--label-tokens yes,no`)."""
+    return tuple(v.strip() for v in value.split(","))
+
+
+def token_ids(value: str) -> tuple[int, ...]:
+    """`--label-token-ids`' token ids, each checked (UsageError, exit 2)."""
+    try:
+        ids = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
+    for i in ids:
+        if not 0 <= i <= MAX_TOKEN_ID:
+            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_TOKEN_ID})")
+    return ids

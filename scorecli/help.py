@@ -170,7 +170,7 @@ class Group(TyperGroup):
             parts.append(Padding(paragraphs(self.help), (1, 1, 1, 1)))
         parts.append(Panel(table, title="Commands", title_align="left", box=box.ROUNDED, border_style="dim"))
         parts.append(
-            Padding(Text("Options: --help shows this text; scorecli COMMAND --help, a command's."), (0, 1, 1, 1))
+            Padding(Text("Options: --help (this text), --version; scorecli COMMAND --help, a command's."), (0, 1, 1, 1))
         )
         _print([*parts, *_epilog(self.epilog)], console)
 

@@ -149,7 +149,9 @@ def check(
         labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
         cfg = dataclasses.replace(cfg, **labels)
     lines, ok, modes = [], True, ("single",)
-    if KINDS[loaded.kind].scorecli_attention:
+    if KINDS[loaded.kind].similarity:  # no packing to ask about: query and items run apart
+        lines.append("mode:           single (query and items encoded as their own sequences)")
+    elif KINDS[loaded.kind].scorecli_attention:
         from scorecli.model.compat import support
 
         allowed = support(loaded.model, loaded.kind)  # a model no mode reproduces: UsageError, one line

@@ -13,8 +13,8 @@ import typer
 
 from scorecli import runtimes
 from scorecli.attention import backends as attention
+from scorecli.config import split_list, token_ids
 from scorecli.core.templates import ACTIVATIONS, PRESETS
-from scorecli.errors import UsageError
 from scorecli.io.readers import FORMATS
 from scorecli.io.schemes import listed
 from scorecli.kinds import KINDS
@@ -190,21 +190,12 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
 
 def csv(value: str | None) -> tuple[str, ...] | None:
     """A comma-separated flag's values (None: not given)."""
-    return None if value is None else tuple(v.strip() for v in value.split(","))
+    return None if value is None else split_list(value)
 
 
 def csv_ints(value: str | None) -> tuple[int, ...] | None:
     """`--label-token-ids`' token ids, each checked (UsageError, exit 2)."""
-    if value is None:
-        return None
-    try:
-        ids = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
-    for i in ids:
-        if not 0 <= i <= MAX_INT:
-            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_INT})")
-    return ids
+    return None if value is None else token_ids(value)
 
 
 def opt(flag: str, *names: str, **kw: Any) -> Any:

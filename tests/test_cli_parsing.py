@@ -11,7 +11,7 @@ import pytest
 
 from scorecli.cli import app
 from scorecli.errors import UsageError
-from tests.test_cli import GOOD_LINE, SCORECLI, TIMEOUT, _env, write
+from tests.test_cli import GOOD_LINE, SCORECLI, TIMEOUT, Case, _env, run_cli, write
 
 
 @pytest.mark.e2e
@@ -69,3 +69,10 @@ def test_every_command_checks(tmp_path):
         check_glued(_params("bench"), ["-json", "x"])
     with pytest.raises(UsageError, match="--model"):
         check_glued(_params("bench"), ["-model", "x"])
+
+
+def test_version_prints_the_version():
+    from scorecli.version import __version__
+
+    result = run_cli(Case(["--version"]))
+    assert result.rc == 0 and result.stdout.decode().strip() == f"scorecli {__version__}", result.stderr

@@ -390,6 +390,12 @@ def test_console_script(built, tmp_path):
         "similarity:     cosine",
     ):
         assert line in inspect.stdout, inspect.stdout
+    checked = subprocess.run(
+        [*SCORECLI, "inspect", path, "--check"], capture_output=True, env=_env(), timeout=180, text=True
+    )
+    assert checked.returncode == 0, checked.stderr  # an encoder: no packing asked about (it is never packed)
+    assert "mode:           single (query and items encoded as their own sequences)" in checked.stdout
+    assert "self-check:     passed" in checked.stdout, checked.stdout
 
 
 @pytest.mark.parametrize("runtime", ["torch", "onnx"])

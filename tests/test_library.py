@@ -131,3 +131,16 @@ def test_the_readme_offline_reranker_runs_from_a_local_folder(tmp_path, bert_cro
     assert proc.returncode == 0, proc.stderr.decode()
     meta = metadata(tmp_path / "reranked.parquet")
     assert meta["kind"] == "cross-encoder" and meta["model"] == "./ms-marco-MiniLM-L6-v2", meta
+
+
+def test_list_flags_in_their_command_line_form():
+    """`Scorer(label_tokens="yes,no")`, as the flag is written, means the two tokens (not six
+    one-character ones); ids the same; a bad id is the flag's one-line error."""
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import UsageError
+
+    assert ScoreConfig(model="m", label_tokens="yes, no").label_tokens == ("yes", "no")
+    assert ScoreConfig(model="m", label_tokens=("yes", "no")).label_tokens == ("yes", "no")
+    assert ScoreConfig(model="m", label_token_ids="9454,2152").label_token_ids == (9454, 2152)
+    with pytest.raises(UsageError, match="--label-token-ids: expected comma-separated integers"):
+        ScoreConfig(model="m", label_token_ids="9454,no")

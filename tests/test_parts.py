@@ -183,6 +183,19 @@ def test_folder_with_files_scorecli_did_not_write_is_refused(tmp_path, name, dat
     assert os.listdir(tmp_path / "d") == [name] and pq.read_table(tmp_path / "d" / name).equals(theirs)
 
 
+@pytest.mark.parametrize("dataset", [True, False], ids=["dataset", "partial"])
+def test_a_success_marker_with_content_is_not_ours(tmp_path, dataset):
+    """scorecli's `_SUCCESS` is empty: one holding something is another writer's, kept and refused;
+    an empty one (a finished dataset's) is replaced as before."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "_SUCCESS").write_text("user data")
+    with pytest.raises(UsageError, match="holds files scorecli did not write \\(_SUCCESS\\)"):
+        open_store(str(tmp_path / "d"), FP, "parquet", resume=False, dataset=dataset)
+    assert (tmp_path / "d" / "_SUCCESS").read_text() == "user data"
+    (tmp_path / "d" / "_SUCCESS").write_text("")
+    open_store(str(tmp_path / "d"), FP, "parquet", resume=False, dataset=dataset)
+
+
 def test_finished_dataset_has_parts_and_success_only(tmp_path):
     store = store_with(tmp_path / "d", [2, 2])
     store.finish_dataset()

@@ -76,7 +76,9 @@ def not_ours(folder: Folder, fmt: str) -> list[str]:
     return sorted(
         n
         for n in folder.names()
-        if not ours(n) or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt))
+        if not ours(n)
+        or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt))
+        or (n == SUCCESS and folder.size(n) != 0)  # scorecli's marker is empty: one with content is someone's
     )
 
 

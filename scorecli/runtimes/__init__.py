@@ -60,7 +60,7 @@ RUNTIMES: dict[str, RuntimeInfo] = {
 NAMES: tuple[str, ...] = ("auto", *RUNTIMES)
 # what `--runtime auto` runs (`onnx.choose`), as `--runtime`'s help says it; which models a runtime
 # other than torch may run
-AUTO_HELP = "onnx where installed and it applies, else torch"
+AUTO_HELP = "torch or onnx, whichever this machine ran faster when measured, per sequence length"
 APPLIES_TO = "CPU BERT-family encoders"
 
 
