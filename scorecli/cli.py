@@ -52,6 +52,7 @@ from scorecli.stderr import (
     say,
     say_interrupted,
 )
+from scorecli.version import __version__
 
 app = typer.Typer(
     cls=Group,
@@ -64,8 +65,6 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from scorecli.version import __version__
-
         print(f"scorecli {__version__}")
         raise typer.Exit()
 
