@@ -188,6 +188,30 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         exp=Expect(2, ["files scorecli did not write", "notes.txt"], [notes.parent]),
     )
     add("stdin_to_a_new_dataset", ["-"], f"{tmp / 'fresh'}/", stdin=good)
+    # an output its input's glob would list: the next run of the same command line would read it
+    globbed = Path(write(tmp / "g" / "a.jsonl", good.read_bytes()))
+    pattern = ["the input pattern", "a later run would read it as input"]
+    add(
+        "file_the_input_glob_matches",
+        [str(tmp / "g" / "*.jsonl")],
+        str(tmp / "g" / "scores.jsonl"),
+        exp=Expect(2, pattern, [globbed.parent]),
+    )
+    add(
+        "file_a_wildcard_glob_matches",
+        [f"{tmp}/g/*"],
+        str(tmp / "g" / "s.parquet"),
+        exp=Expect(2, pattern, [globbed.parent]),
+    )
+    nested = Path(write(tmp / "g2" / "sub" / "a.jsonl", good.read_bytes()))
+    add(
+        "dataset_parts_the_input_glob_matches",
+        [f"{tmp}/g2/*/*"],
+        f"{tmp}/g2/ds/",
+        exp=Expect(2, pattern, [nested.parent.parent]),
+    )
+    add("beside_a_glob_that_does_not_match", [str(tmp / "g3" / "*.jsonl")], str(tmp / "g3" / "s.parquet"))
+    write(tmp / "g3" / "a.jsonl", good.read_bytes())
 
     # item 3: a zero-row Parquet input keeps its id column (and its type)
     schema = pa.schema([("id", pa.int32()), ("query", pa.string()), ("items", pa.list_(pa.string()))])
@@ -316,6 +340,9 @@ REFUSED = [
     "input_inside_the_parts_folder",
     "parts_folder_is_the_input_folder",
     "stdin_redirected_from_the_output",
+    "file_the_input_glob_matches",
+    "file_a_wildcard_glob_matches",
+    "dataset_parts_the_input_glob_matches",
     "stdout_appended_to_an_input",
     "dataset_into_another_writers_parts",
     "stdin_dataset_into_another_writers_parts",
@@ -365,6 +392,11 @@ def ok(runs: Runs, name: str) -> Result:
 
 
 # ---- item 1: outputs and inputs ------------------------------------------------------------
+
+
+def test_an_output_beside_a_glob_that_does_not_match_it_is_written(runs):
+    ok(runs, "beside_a_glob_that_does_not_match")
+    assert pq.read_table(runs.tmp / "g3" / "s.parquet")["id"].to_pylist() == [1, 2, 3]
 
 
 def test_stdin_into_a_new_folder_writes_a_dataset(runs):

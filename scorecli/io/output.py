@@ -19,6 +19,7 @@ Knows nothing about tables or models.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
 from scorecli.io.schemes import place
-from scorecli.io.sources import localize
+from scorecli.io.sources import GLOB_CHARS, localize
 from scorecli.io.stores import locate
 from scorecli.io.urls import is_url
 
@@ -210,9 +211,39 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
             if any(_within(place, zone) for place in places):
                 return f"{what} holds the input {shown}"
     for folder in folders if target.kind in ("file", "dataset") else ():  # its .partial/ lies beside it
-        if _within(written, os.path.realpath(folder)):
+        if GLOB_CHARS & set(folder):
+            if any(_matches(folder, name) for name in _written_files(target)):
+                return f"it matches the input pattern {folder} (a later run would read it as input)"
+        elif _within(written, os.path.realpath(folder)):
             return f"it lies inside the input folder {folder} (a later run would read it as input)"
     return None
+
+
+def _written_files(target: Target) -> list[str]:
+    """The files a run leaves at `target` that an input glob could match: the file, or a
+    dataset's parts and marker (their names as the first part's)."""
+    path = os.path.abspath(target.path or "")
+    if target.kind == "dataset":
+        return [os.path.join(path, name) for name in ("part-00000.parquet", "part-00000.jsonl", "_SUCCESS")]
+    return [path]
+
+
+def _matches(pattern: str, path: str) -> bool:
+    """Whether `glob.glob(pattern)` would list the file `path` once it exists: the names after the
+    pattern's first wildcard match it component by component as glob matches them (a leading dot
+    only by a leading dot), and the folder before them is the pattern's (as real paths)."""
+    parts = os.path.abspath(pattern).split(os.sep)
+    first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
+    tail, names = parts[first:], path.split(os.sep)
+    if len(names) <= len(tail):
+        return False
+    head = os.path.realpath(os.sep.join(parts[:first]) or os.sep)
+    if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
+        return False
+    for part, name in zip(tail, names[-len(tail) :]):
+        if (name.startswith(".") and not part.startswith(".")) or not fnmatch.fnmatchcase(name, part):
+            return False
+    return True
 
 
 def _touches_input_url(target: Target, inputs, folders) -> str | None:
