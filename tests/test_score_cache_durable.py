@@ -129,6 +129,12 @@ def test_a_flipped_byte_fails_the_checksum(tmp_path, qwen3_seq_cls):
     assert result.rc == 0 and "fails its checksum" in result.stderr, result.stderr
     assert counts(tmp_path / "b.parquet") == (0, items_of(FIRST))
     assert_same(pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "a.parquet"))
+    # `cache info` reads each segment whole: the flipped one is counted damaged; `prune` removes it
+    info = run_cli(Case(["cache", "info", str(cache)]))
+    assert info.rc == 0 and "1 damaged segments" in info.stdout.decode() + info.stderr, info.stderr
+    pruned = run_cli(Case(["cache", "prune", str(cache), "--older-than", "1000d"]))
+    assert pruned.rc == 0 and "tidied 1 damaged" in pruned.stdout.decode() + pruned.stderr, pruned.stderr
+    assert not segment.exists() and len(segments(cache)) == 1
 
 
 def test_prune_by_model_and_age(tmp_path, qwen3_seq_cls, bert_cross_encoder):

@@ -47,7 +47,7 @@ def info(location: str) -> list[str]:
     per_model: dict[tuple[str, str], list[SegmentInfo]] = defaultdict(list)
     damaged = 0
     for profile in store.profiles():
-        for segment in store.infos(profile):
+        for segment in store.infos(profile, verify=True):
             if isinstance(segment, SegmentInfo):
                 key = (segment.meta.get("model_identity", ""), segment.meta.get("model_name", ""))
                 per_model[key].append(segment)
@@ -89,7 +89,7 @@ def prune(location: str, model: str | None, older_than: str | None) -> str:
     identity = _matches(model, store) if model else None
     removed = kept = segments_removed = tidied = 0
     for profile in store.profiles():
-        for segment in store.infos(profile):
+        for segment in store.infos(profile, verify=True):
             if not isinstance(segment, SegmentInfo):  # damaged: of no use to anyone
                 store.delete(profile, segment[0])
                 tidied += 1

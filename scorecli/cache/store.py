@@ -194,13 +194,20 @@ class CacheStore:
             )
             return None
 
-    def infos(self, profile: str) -> list[SegmentInfo | tuple[str, str]]:
-        """Each segment's metadata, or (name, why) for a damaged one."""
+    def infos(self, profile: str, verify: bool = False) -> list[SegmentInfo | tuple[str, str]]:
+        """Each segment's metadata, or (name, why) for a damaged one; `verify`: each read whole and
+        its checksum checked (`cache info`, `cache prune`), else only its footer (a damaged body
+        then shows when a run reads it)."""
         folder = self._folder("segments", profile)
         out: list[SegmentInfo | tuple[str, str]] = []
         for name in self.segment_names(profile):
             try:
                 meta = read_metadata(folder.source(name))
+                if verify:
+                    body = folder.source(name) if not is_url(self.location) else folder.read(name)
+                    if body is None:
+                        continue
+                    read_entries(body, profile, False)
                 out.append(SegmentInfo(profile, name, folder.size(name) or 0, meta))
             except FileNotFoundError:
                 continue
