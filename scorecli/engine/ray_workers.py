@@ -29,6 +29,7 @@ from scorecli.io.ids import IdCheck, with_id_column
 from scorecli.io.parts import write_part
 from scorecli.io.readers import RawRow, index_file, iter_range
 from scorecli.io.schema import null_nonfinite
+from scorecli.model.default_model import config_for
 
 ROW_INDEX = "__row_index"
 # engine-internal columns: rows as the reader produced them, and failures and metadata back
@@ -46,7 +47,8 @@ class ScorecliPredictor:
     """Callable class for `Dataset.map_batches(..., batch_format="pyarrow")`: one Scorer per actor.
 
     Args:
-        model: a model folder, .gguf file or Hub id (readable on every worker node).
+        model: a model folder, .gguf file, Hub id (readable on every worker node) or a bundled
+            model's short name (`minilm`), resolved on the worker as `Scorer(model)` resolves it.
         **flags: `ScoreConfig` fields (`template=`, `label_tokens=`, `skip_bad_rows=`, ...),
             or `config=` a whole `ScoreConfig`.
 
@@ -57,7 +59,8 @@ class ScorecliPredictor:
     def __init__(self, model: str, id_type: pa.DataType | None = None, **flags: Any):
         from scorecli.scorer import Scorer
 
-        cfg = flags.pop("config", None) or ScoreConfig(model=model, **flags)
+        # a short name resolved as the library resolves it; the run's score cache is read and added to here
+        cfg = flags.pop("config", None) or config_for(model, flags, applied=("score_cache",))[0]
         # pairs already scored are reused (the run's --score-cache, read and added to here too)
         self.scorer = reusing(cfg, lambda: Scorer(model, cfg))
         self.scorer.id_type = id_type

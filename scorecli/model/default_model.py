@@ -119,10 +119,39 @@ def resolve(model: str | None) -> tuple[str, str]:
     return path, bundled.template
 
 
-def config_for(model: str | Any | None, overrides: dict[str, Any]) -> tuple[ScoreConfig, str | None]:
+# flags of a whole run (`scorecli score`: its reading, windows, cache and audit) that a Scorer, which
+# scores the tables it is given, does not apply: refused by name rather than ignored
+RUN_FLAGS = {
+    "group_by": "--group-by",
+    "window_rows": "--window-rows",
+    "window_seconds": "--window-seconds",
+    "score_cache": "--score-cache",
+    "audit": "--audit",
+    "audit_strict": "--audit-strict",
+}
+
+
+def config_for(
+    model: str | Any | None, overrides: dict[str, Any], applied: tuple[str, ...] = ()
+) -> tuple[ScoreConfig, str | None]:
     """A library caller's configuration (`Scorer(model, **overrides)`) and the Hub note to show,
     if any: a name resolved by `resolve_model`, with its template unless `overrides` name one;
-    an already loaded model (`model.load.Loaded`) as it is."""
+    an already loaded model (`model.load.Loaded`) as it is. `apply_softmax=True` is
+    `activation="softmax"`, as the flag is; `applied`: the `RUN_FLAGS` the caller applies itself.
+
+    Raises:
+        UsageError: a flag of a whole run (`RUN_FLAGS`), or `apply_softmax` against another activation.
+    """
+    overrides = dict(overrides)
+    if run_only := [flag for name, flag in RUN_FLAGS.items() if name in overrides and name not in applied]:
+        raise UsageError(
+            f"{', '.join(run_only)}: a flag of `scorecli score` (a whole run), which a Scorer does not apply "
+            "to the tables it scores (docs/library.md)"
+        )
+    if overrides.pop("apply_softmax", False):
+        if overrides.get("activation") not in (None, "softmax"):
+            raise UsageError(f"--apply-softmax contradicts --activation {overrides['activation']}")
+        overrides["activation"] = "softmax"
     if model is not None and not isinstance(model, str):
         return ScoreConfig(model=model.path, **overrides), None
     choice = resolve_model(model)
