@@ -381,6 +381,7 @@ def bench(
         cache_dir=cache_dir,
     )
     quiet_transformers()
+    one_line_warnings(quiet=False)  # as `score` shows them (flex on the CPU: not torch's 8-line note)
     work = Workload(rows, items, query_tokens, item_tokens)
     results = run_bench(
         cfg,

@@ -254,7 +254,7 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         ("repeats", ["--repeats", "0"], "--repeats"),
         ("items", ["--items", BIG], "--items"),
         ("attention", ["--attention", "sdpa,nope"], "nope"),
-        ("modes", ["--modes", "mis,both"], "--modes"),
+        ("modes", ["--modes", "mis,both"], "expected one of mis, single"),
         ("peak", ["--peak-tflops", "0"], "--peak-tflops"),
         ("json", ["--json", str(tmp / "nonexistent" / "b.json")], "--json"),
     ]:
