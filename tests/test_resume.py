@@ -242,9 +242,15 @@ def test_resume_needs_files(tmp_path, job_input, qwen3_seq_cls):
         )
     )
     stdout = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", "-", "--resume"]))
-    for result in (stdin, stdout):
+    fifo = tmp_path.parent / f"{tmp_path.name}.fifo"  # a pipe named as a file (`<(zcat rows.gz)`): read once
+    os.mkfifo(fifo)
+    pipe = run_cli(
+        Case(["score", str(fifo), "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.parquet"), "--resume"])
+    )
+    for result in (stdin, stdout, pipe):
         assert result.rc == 2 and len(result.lines()) == 1 and "--resume" in result.stderr, result.stderr
         assert result.stdout == b""
+    assert "is a pipe, which cannot be read again" in pipe.stderr
     assert list(tmp_path.iterdir()) == []
     device = run_cli(Case(["score", job_input, "--model", qwen3_seq_cls, "--out", os.devnull, "--resume", "-q"]))
     assert device.rc == 0, device.stderr  # a device keeps no parts: --resume just runs the job (docs/long-jobs.md)

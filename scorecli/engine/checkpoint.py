@@ -94,9 +94,13 @@ class Checkpoint:
                 raise UsageError(f"--resume: {target.out} is standard output, which keeps no parts to resume from")
             return None  # a device or FIFO keeps no parts: with --resume, the job just starts
         dataset = target.kind == "dataset"
-        if "-" in paths:
-            if resume:
+        # stdin, or a pipe named as a file (`<(zcat rows.gz)`, a FIFO): read once, never again
+        once = [p for p in paths if p == "-" or (not is_url(p) and not os.path.isfile(p))]
+        if once:
+            if resume and "-" in once:
                 raise UsageError("--resume: stdin (-) cannot be read again; give the input as files")
+            if resume:
+                raise UsageError(f"--resume: {once[0]} is a pipe, which cannot be read again; give the input as files")
             if not dataset:
                 return None  # a run from stdin cannot continue: no parts to keep (a dataset's parts are its output)
         folder = target.path if dataset else target.path + ".partial"
