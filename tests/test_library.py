@@ -177,3 +177,18 @@ def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activ
     assert config_for(str(tmp_path), {"apply_softmax": True})[0].activation == "softmax"
     with pytest.raises(UsageError, match="--apply-softmax contradicts --activation sigmoid"):
         config_for(str(tmp_path), {"apply_softmax": True, "activation": "sigmoid"})
+
+
+def test_a_classifier_of_three_labels_says_which_fills_score(qwen3_seq_cls_3labels):
+    """No class of three is the positive one: `score` holds the first, and a note says so (not with
+    --positive-label, which names it)."""
+    import warnings
+
+    from scorecli import Scorer
+    from scorecli.errors import Notice
+
+    with pytest.warns(Notice, match=r"`score` holds the first of 3 labels \(negative\)"):
+        Scorer(qwen3_seq_cls_3labels, self_check=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)
+        Scorer(qwen3_seq_cls_3labels, self_check=False, positive_label="2")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from scorecli.config import ScoreConfig
 from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
-from scorecli.errors import UsageError
+from scorecli.errors import UsageError, notice
 from scorecli.kinds import family_class
 from scorecli.model.compat import Support, text_config
 from scorecli.model.load import Loaded
@@ -99,6 +99,8 @@ def positive_index(positive: str | None, names: tuple[str, ...], classes: bool =
     """Which label feeds `score`: the only one, the first label token, or the 2nd of 2 classes
     (`classes`: the labels are a classifier's)."""
     if positive is None:
+        if classes and len(names) > 2:  # no class is "the positive one": say which fills `score`
+            notice(f"`score` holds the first of {len(names)} labels ({names[0]}); --positive-label picks another")
         return 1 if classes and len(names) == 2 else 0
     if positive in names:
         return names.index(positive)
