@@ -161,8 +161,8 @@ def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
 
 
 def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activation(tmp_path):
-    """A Scorer scores the tables it is given: `score_cache=`, `audit=`, `group_by=`, window sizes
-    are a run's (`scorecli score`) and refused by name, not ignored; `apply_softmax=True` is
+    """A Scorer scores the tables it is given: `score_cache=`, `audit=`, `group_by=` are a run's
+    (`scorecli score`) and refused by name, not ignored; `apply_softmax=True` is
     `activation="softmax"`, as the flag is (no model is loaded for either)."""
     from scorecli.errors import UsageError
     from scorecli.model.default_model import config_for

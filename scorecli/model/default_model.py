@@ -119,12 +119,11 @@ def resolve(model: str | None) -> tuple[str, str]:
     return path, bundled.template
 
 
-# flags of a whole run (`scorecli score`: its reading, windows, cache and audit) that a Scorer, which
-# scores the tables it is given, does not apply: refused by name rather than ignored
+# flags of a whole run (`scorecli score`: its reading, cache and audit) that a Scorer, which scores
+# the tables it is given, does not apply: refused by name rather than ignored (window sizes are kept:
+# the engines that drive a Scorer window by window read them from its config)
 RUN_FLAGS = {
     "group_by": "--group-by",
-    "window_rows": "--window-rows",
-    "window_seconds": "--window-seconds",
     "score_cache": "--score-cache",
     "audit": "--audit",
     "audit_strict": "--audit-strict",
