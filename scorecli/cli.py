@@ -324,8 +324,8 @@ def eval_(
         list[str], typer.Argument(metavar="SCORES", show_default=False, rich_help_panel=o.INPUT, help=o.SCORES)
     ],
     labels: Annotated[list[str] | None, opt("--labels")] = None,
-    labels_field: Annotated[str, opt("--labels-field")] = "labels",
-    id_field: Annotated[str, opt("--id-field")] = "id",
+    labels_field: Annotated[str, opt("--labels-field", help=o.EVAL_LABELS_FIELD)] = "labels",
+    id_field: Annotated[str, opt("--id-field", help=o.EVAL_ID_FIELD)] = "id",
     query_field: Annotated[str, opt("--query-field")] = "query",
     items_field: Annotated[str, opt("--items-field")] = "items",
     group_by: Annotated[str | None, opt("--group-by")] = None,

@@ -43,9 +43,9 @@ def evaluate(
         given = grouped_rows(resolve_inputs(labels), grouping)
         for n, (out, row) in enumerate(zip_longest(outputs, given), start=1):
             if out is None or row is None:
-                longer = "SCORES" if row is None else "--labels"
+                longer, shorter = ("the scores", "the labels' input") if row is None else ("--labels", "the scores")
                 raise UsageError(
-                    f"{longer} holds more rows (from row {n}) than the other: give the output of that input"
+                    f"{longer} hold more rows (from row {n}) than {shorter}: give the output scored from that input"
                 )
             _check(out)
             _check(row)

@@ -241,6 +241,8 @@ EVAL_EXAMPLES = """Examples (labels: a grade per item, or the relevant items' in
 INPUTS = f"{INPUT_FORMATS} files, folders, globs, URLs ({', '.join(listed())}), or - for stdin."
 SCORES = "An output of scorecli score: a Parquet or JSON lines file, or a dataset folder."
 EVAL_K = "k of MRR@k and nDCG@k (default: 10)."
+EVAL_LABELS_FIELD = "Field of relevance labels in the scores (kept there) or in --labels' rows."
+EVAL_ID_FIELD = "Field of the row ids, which must agree between the scores and --labels' rows."
 CACHE_EXAMPLES = """Examples:
   scorecli cache info ~/.cache/nightly-scores
   scorecli cache prune ~/.cache/nightly-scores --older-than 30d
