@@ -82,7 +82,9 @@ class DecoderFamily(FamilyDefaults):
     @classmethod
     def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
         if KINDS[kind].label_tokens:
-            lines = ["labels:         label tokens (pass --label-tokens)"]
+            lines = [
+                "labels:         label tokens: --label-tokens, or a template's own (yes-no-chat, qwen3-reranker: yes,no)"
+            ]
         else:
             names = class_names(checkpoint.config)
             lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
