@@ -520,3 +520,18 @@ def test_bad_id_after_the_kept_rows_gives_the_uninterrupted_error(tmp_path, qwen
     with pytest.raises(KeyboardInterrupt):
         run("job.parquet", False, stop=6)
     assert run("job.parquet", True).equals(whole)
+
+
+@pytest.mark.e2e
+def test_every_json_line_has_the_keys_any_window_has(tmp_path, qwen3_seq_cls):
+    """A JSON lines file made from windows of one row: the id and labels keys a later window's
+    rows carry are in every line (null where a row has none), as the Parquet file's columns are."""
+    rows = [{"query": "q", "items": ["x"]}, {"id": 5, "query": "q", "items": ["x", "y"], "labels": [1]}]
+    inp = write(tmp_path / "in.jsonl", jsonl(rows))
+    result = run_cli(
+        Case(["score", inp, "--model", qwen3_seq_cls, "--out", str(tmp_path / "o.jsonl"), "--window-rows", "1"])
+    )
+    assert result.rc == 0, result.stderr
+    lines = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [list(line) for line in lines] == [list(lines[1])] * 2 and "id" in lines[0] and "labels" in lines[0]
+    assert lines[0]["id"] is None and lines[0]["labels"] is None and lines[1]["id"] == 5

@@ -292,9 +292,11 @@ class Checkpoint:
             self.store.finish_dataset()
             self.written = True
         else:
+            schemas = [self.store.schema(name) for name in self.store.names()]
+            final = _merged(schemas) if schemas else None
             with FileSink(self.target, metadata | (closing or {})) as sink:
-                for table in self.store.tables():
-                    sink.write(table)
+                for table in self.store.tables():  # every row with every column (an id a window lacked: null)
+                    sink.write(table if final is None else conform(table, final))
             self.written = True
             self.store.remove()
 
@@ -303,14 +305,21 @@ class Checkpoint:
         known (all null in its window), or before the metadata the run closes with, is rewritten
         under the final schema."""
         schemas = [self.store.schema(name) for name in self.store.names()]
-        final = schemas[0]
-        for schema in schemas[1:]:
-            final = merge_schema(final, schema)
+        final = _merged(schemas)
         final = final.with_metadata((schemas[-1].metadata or {}) | {k.encode(): v.encode() for k, v in closing.items()})
         for name, schema in zip(self.store.names(), schemas):
             if not schema.equals(final, check_metadata=True):
                 table = conform(self.store.table(name), final).replace_schema_metadata(final.metadata)
                 self.store.rewrite(name, table)
+
+
+def _merged(schemas: list[pa.Schema]) -> pa.Schema:
+    """The one schema that holds every part's: columns some windows lacked (the id field where a
+    window's rows had none, labels) and types a window left null."""
+    final = schemas[0]
+    for schema in schemas[1:]:
+        final = merge_schema(final, schema)
+    return final
 
 
 class PartsSink:
