@@ -29,7 +29,7 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
 from scorecli.kinds.spec import any_label_ids
 from scorecli.model.default_model import short_name
-from scorecli.model.load import load_model, resolve_device
+from scorecli.model.load import load_model, resolve_device, resolve_dtype
 from scorecli.scorer import Scorer
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides
@@ -219,7 +219,7 @@ def as_json(results: list[BenchResult], work: Workload, cfg: ScoreConfig, device
     return {
         "workload": asdict(work),
         "model": cfg.model,
-        "dtype": cfg.dtype,
+        "dtype": str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),  # what ran
         "device": device,
         "results": [asdict(r) for r in results],
     }

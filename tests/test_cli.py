@@ -656,4 +656,5 @@ def test_bench_prints_json_for_each_backend_and_mode(qwen3_seq_cls):
     assert got["sdpa", "mis"]["tokens"] == 2 * (8 + 3 * 4)  # the prefix once per row
     assert got["sdpa", "single"]["tokens"] == 2 * 3 * (8 + 4)
     assert all(r["items_per_s"] > 0 and r["flop_fraction"] is None for r in got.values())
+    assert report["dtype"] == "float32" and report["device"] == "cpu"  # what ran, not "auto"
     assert "scorecli bench" in result.stderr  # the rich table goes to stderr when JSON takes stdout
