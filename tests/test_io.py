@@ -96,6 +96,19 @@ def test_glob_expansion_sorted(tmp_path):
     assert [os.path.basename(p) for p in got] == ["part-1.jsonl", "part-10.jsonl", "part-2.jsonl"]
 
 
+def test_a_double_star_glob_reaches_every_depth(tmp_path):
+    """`data/**/*.jsonl` lists the files at any depth below `data/` (its own included), as a shell's
+    globstar and the object stores' globs do; hidden files stay out."""
+    for folder in ("sub/deeper", ".hidden"):
+        (tmp_path / folder).mkdir(parents=True)
+    write_jsonl(tmp_path / "a.jsonl", [{"id": "a"}])
+    write_jsonl(tmp_path / "sub" / "b.jsonl", [{"id": "b"}])
+    write_jsonl(tmp_path / "sub" / "deeper" / "c.jsonl", [{"id": "c"}])
+    write_jsonl(tmp_path / ".hidden" / "d.jsonl", [{"id": "d"}])
+    got = resolve_inputs([str(tmp_path / "**" / "*.jsonl")])
+    assert [os.path.relpath(p, tmp_path) for p in got] == ["a.jsonl", "sub/b.jsonl", "sub/deeper/c.jsonl"]
+
+
 def test_specs_keep_their_order(tmp_path):
     b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b"}])
     a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a"}])

@@ -210,6 +210,13 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         f"{tmp}/g2/ds/",
         exp=Expect(2, pattern, [nested.parent.parent]),
     )
+    deep = Path(write(tmp / "g4" / "sub" / "a.jsonl", good.read_bytes()))
+    add(
+        "file_a_recursive_glob_matches",
+        [f"{tmp}/g4/**/*.jsonl"],
+        f"{tmp}/g4/sub/s.jsonl",
+        exp=Expect(2, pattern, [deep.parent.parent]),
+    )
     add("beside_a_glob_that_does_not_match", [str(tmp / "g3" / "*.jsonl")], str(tmp / "g3" / "s.parquet"))
     write(tmp / "g3" / "a.jsonl", good.read_bytes())
 
@@ -343,6 +350,7 @@ REFUSED = [
     "file_the_input_glob_matches",
     "file_a_wildcard_glob_matches",
     "dataset_parts_the_input_glob_matches",
+    "file_a_recursive_glob_matches",
     "stdout_appended_to_an_input",
     "dataset_into_another_writers_parts",
     "stdin_dataset_into_another_writers_parts",

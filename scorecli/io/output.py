@@ -238,6 +238,14 @@ def _matches(pattern: str, path: str) -> bool:
     if len(names) <= len(tail):
         return False
     head = os.path.realpath(os.sep.join(parts[:first]) or os.sep)
+    if "**" in tail:  # any depth of folders: a file under the head whose name the last component matches
+        name = names[-1]
+        inside = _within(os.path.realpath(os.path.dirname(path)), head)
+        return (
+            inside
+            and not (name.startswith(".") and not tail[-1].startswith("."))
+            and fnmatch.fnmatchcase(name, tail[-1])
+        )
     if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
         return False
     for part, name in zip(tail, names[-len(tail) :]):

@@ -63,7 +63,7 @@ class LocalSource:
         if os.path.exists(spec):
             return [spec]
         if GLOB_CHARS & set(spec):
-            matches = sorted(glob.glob(spec))
+            matches = sorted(glob.glob(spec, recursive=True))  # `**`: any depth of folders, as a shell's globstar
             if not matches:
                 raise UsageError(f"input not found: {spec}")
             found = [m for m in matches if os.path.isfile(m) and keep(m)]
