@@ -78,7 +78,7 @@ def not_ours(folder: Folder, fmt: str) -> list[str]:
         for n in folder.names()
         if not ours(n)
         or (_PART.fullmatch(n) and n not in listed and not _our_part(folder, n, fmt))
-        or (n == SUCCESS and folder.size(n) != 0)  # scorecli's marker is empty: one with content is someone's
+        or (n == SUCCESS and (folder.size(n) or 0) != 0)  # scorecli's marker is empty: one with content is someone's
     )
 
 
