@@ -15,7 +15,9 @@ from scorecli.kinds import FAMILIES
 from scorecli.runtimes import NAMES as runtime_names
 from scorecli.runtimes import runtime_info
 
-MAX_TOKEN_ID = 2**31 - 1  # the largest `--label-token-ids` value (the command line's integer bound)
+# Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
+# needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
+MAX_INT = 2**31 - 1
 
 KINDS = tuple(FAMILIES)
 SIMILARITIES = ("cosine", "dot")
@@ -171,6 +173,6 @@ def token_ids(value: str) -> tuple[int, ...]:
     except ValueError:
         raise UsageError(f"--label-token-ids: expected comma-separated integers, got {value!r}") from None
     for i in ids:
-        if not 0 <= i <= MAX_TOKEN_ID:
-            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_TOKEN_ID})")
+        if not 0 <= i <= MAX_INT:
+            raise UsageError(f"--label-token-ids: {i} is not a token id (0 to {MAX_INT})")
     return ids

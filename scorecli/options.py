@@ -13,16 +13,13 @@ import typer
 
 from scorecli import runtimes
 from scorecli.attention import backends as attention
-from scorecli.config import split_list, token_ids
+from scorecli.config import MAX_INT, split_list, token_ids
 from scorecli.core.templates import ACTIVATIONS, PRESETS
 from scorecli.io.readers import FORMATS
 from scorecli.io.schemes import listed
 from scorecli.kinds import KINDS
 from scorecli.model.default_model import BUNDLED, DEFAULT
 
-# Every integer flag is range-checked while it is parsed (exit 2, one line): no count or token id
-# needs more than 2**31 - 1, and a value past 2**63 - 1 would overflow numpy after the model loads.
-MAX_INT = 2**31 - 1
 # windows grow from one row until one takes this long, up to this many rows (docs/long-jobs.md)
 WINDOW_SECONDS, WINDOW_ROWS = 30.0, 2048
 

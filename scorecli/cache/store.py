@@ -87,9 +87,8 @@ class CacheStore:
 
     def __init__(self, location: str, create: bool):
         self.shown = location.rstrip("/") if is_url(location) else location
-        if scheme_of(location) == "file":  # a local folder named as a URL (SPEC 15)
-            location = local_path(location)
-        self.location = location.rstrip("/") if is_url(location) else location
+        # a local folder named as a URL (SPEC 15) is that folder
+        self.location = local_path(location) if scheme_of(location) == "file" else self.shown
         self.root = folder_at(self.location)
         self._open(create)
         self.memo = _FolderMemo(self._folder("models"))
@@ -179,7 +178,7 @@ class CacheStore:
         warning: its pairs are scored again)."""
         folder = self._folder("segments", profile)
         try:
-            source = folder.source(name) if not is_url(self.location) else folder.read(name)
+            source = self._body(folder, name)
             if source is None:
                 return None
             entries, _ = read_entries(source, profile, with_added)
@@ -194,6 +193,11 @@ class CacheStore:
             )
             return None
 
+    def _body(self, folder: Folder, name: str):
+        """What `segments.read_entries` reads of a segment: a local file's path (memory-mapped), a
+        stored object's bytes (None: gone)."""
+        return folder.source(name) if not is_url(self.location) else folder.read(name)
+
     def infos(self, profile: str, verify: bool = False) -> list[SegmentInfo | tuple[str, str]]:
         """Each segment's metadata, or (name, why) for a damaged one; `verify`: each read whole and
         its checksum checked (`cache info`, `cache prune`), else only its footer (a damaged body
@@ -202,12 +206,13 @@ class CacheStore:
         out: list[SegmentInfo | tuple[str, str]] = []
         for name in self.segment_names(profile):
             try:
-                meta = read_metadata(folder.source(name))
-                if verify:
-                    body = folder.source(name) if not is_url(self.location) else folder.read(name)
+                if verify:  # the whole segment read, its metadata with it
+                    body = self._body(folder, name)
                     if body is None:
                         continue
-                    read_entries(body, profile, False)
+                    meta = read_entries(body, profile)[1]
+                else:
+                    meta = read_metadata(folder.source(name))
                 out.append(SegmentInfo(profile, name, folder.size(name) or 0, meta))
             except FileNotFoundError:
                 continue

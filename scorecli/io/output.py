@@ -81,7 +81,8 @@ def resolve_output(
     Args:
         out: the `--out` value.
         inputs: resolved input paths (`-` for stdin); `out` may not be one of them.
-        folders: the input folders they were found in; `out` may not lie inside one.
+        folders: the input folders they were found in, and local input globs; `out` may not lie
+            inside such a folder or be a file such a glob would list.
 
     Raises:
         UsageError: empty, unsupported suffix, a missing or unwritable
@@ -221,10 +222,10 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
 
 def _written_files(target: Target) -> list[str]:
     """The files a run leaves at `target` that an input glob could match: the file, or a
-    dataset's parts and marker (their names as the first part's)."""
+    dataset's parts (named as its first) and marker."""
     path = os.path.abspath(target.path or "")
     if target.kind == "dataset":
-        return [os.path.join(path, name) for name in ("part-00000.parquet", "part-00000.jsonl", "_SUCCESS")]
+        return [os.path.join(path, name) for name in (f"part-00000.{target.format}", "_SUCCESS")]
     return [path]
 
 
@@ -241,17 +242,15 @@ def _matches(pattern: str, path: str) -> bool:
     if "**" in tail:  # any depth of folders: a file under the head whose name the last component matches
         name = names[-1]
         inside = _within(os.path.realpath(os.path.dirname(path)), head)
-        return (
-            inside
-            and not (name.startswith(".") and not tail[-1].startswith("."))
-            and fnmatch.fnmatchcase(name, tail[-1])
-        )
+        return inside and _name_matches(name, tail[-1])
     if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
         return False
-    for part, name in zip(tail, names[-len(tail) :]):
-        if (name.startswith(".") and not part.startswith(".")) or not fnmatch.fnmatchcase(name, part):
-            return False
-    return True
+    return all(_name_matches(name, part) for part, name in zip(tail, names[-len(tail) :]))
+
+
+def _name_matches(name: str, part: str) -> bool:
+    """Whether glob matches `name` by the pattern component `part` (a leading dot only by a dot)."""
+    return (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)
 
 
 def _touches_input_url(target: Target, inputs, folders) -> str | None:
