@@ -335,7 +335,13 @@ def eval_(
 
     The labels the output kept, or those of the input it was scored from (--labels)."""
     ranking = evaluate(
-        scores, labels, labels_field, id_field, grouping(group_by, query_field, items_field, labels_field), top_k
+        scores,
+        labels,
+        labels_field,
+        id_field,
+        grouping(group_by, query_field, items_field, labels_field),
+        top_k,
+        items_field,
     )
     typer.echo(ranking.line())
 

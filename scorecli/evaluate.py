@@ -24,6 +24,7 @@ def evaluate(
     id_field: str,
     grouping: Grouping | None,
     k: int | None,
+    items_field: str = "items",
 ) -> Ranking:
     """The metrics of the `scores` output's rows against `labels` (input specs; None: the labels
     column the output kept).
@@ -50,6 +51,7 @@ def evaluate(
             _check(out)
             _check(row)
             _same_id(out, row, id_field)
+            _same_items(out, row, items_field)
             if row.data.get(labels_field) is not None:
                 _add(ranking, out, row.data[labels_field], row.where, labels_field)
     if not ranking.rows:
@@ -68,6 +70,19 @@ def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:
     if id_field in out.data and id_field in row.data and str(out.data[id_field]) != str(row.data[id_field]):
         raise UsageError(
             f"{out.where}: id {out.data[id_field]!r:.40} but {row.where}: id {row.data[id_field]!r:.40}; "
+            "SCORES must be the output of the --labels input, row for row"
+        )
+
+
+def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:
+    """The input row holds as many items as the output row scored: labels read against another
+    count of items (an input edited since scoring) would mean other items, or grades for indices."""
+    assert out.data is not None and row.data is not None
+    items = next((row.data[n] for n in (items_field, "item_ids") if isinstance(row.data.get(n), list)), None)
+    scores = out.data.get("score")
+    if items is not None and isinstance(scores, list) and len(items) != len(scores):
+        raise UsageError(
+            f"{row.where}: {len(items)} items but {out.where}: {len(scores)} scores; "
             "SCORES must be the output of the --labels input, row for row"
         )
 

@@ -125,6 +125,14 @@ def test_a_run_keeps_labels_and_reports_metrics_and_eval_agrees(tmp_path, qwen3_
     assert kept_eval.stdout.decode().startswith(line) and kept_eval.stdout == from_input.stdout
     other = write(tmp_path / "other.jsonl", jsonl(rows[:3]))
     assert run_cli(Case(["eval", str(out), "--labels", other])).rc == 2
+    # an input edited since scoring (an item removed): its grades would be read as indices, or
+    # against other items; refused in one line, as other rows are
+    edited = [dict(r) for r in rows]
+    edited[1]["items"] = edited[1]["items"][:-1]
+    edited[1]["labels"] = edited[1]["labels"][: len(edited[1]["items"])]
+    changed = run_cli(Case(["eval", str(out), "--labels", write(tmp_path / "edited.jsonl", jsonl(edited))]))
+    assert changed.rc == 2 and len(changed.lines()) == 1, changed.stderr
+    assert f"edited.jsonl:2: {len(edited[1]['items'])} items but " in changed.stderr, changed.stderr
 
 
 @pytest.mark.e2e
