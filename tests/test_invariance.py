@@ -451,3 +451,14 @@ def test_longrope_sequences_stop_where_the_rotary_factors_switch(tmp_path):
         np.testing.assert_allclose(np.array(table["scores"].to_pylist()[0]), ref[0], atol=1e-4, rtol=0)
     with pytest.raises(UsageError, match="LongRoPE"):
         Scorer(path, device="cpu", max_seq_len=300)
+
+
+@pytest.mark.parametrize("query", ["", "what is up"])
+def test_cls_pooling_in_mis_reads_each_items_first_token_where_the_prefix_is_empty(qwen3_seq_cls, query):
+    """--pooling cls reads a sequence's first token: the prefix's where there is one, else each
+    item's own (no BOS, an empty query) — in MIS as in single-item scoring, never item 0's."""
+    rows = [{"query": query, "items": ["the first item here", "x", "a third one"]}]
+    _, s_mis, h_mis = scorer_outputs(qwen3_seq_cls, rows, mode="mis", pooling="cls")
+    _, s_one, h_one = scorer_outputs(qwen3_seq_cls, rows, mode="single", pooling="cls")
+    np.testing.assert_allclose(s_mis[0], s_one[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(h_mis[0], h_one[0], atol=1e-4, rtol=0)

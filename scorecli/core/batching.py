@@ -71,6 +71,10 @@ def collate(seqs: list[Seq], shared_len: int = 0) -> Batch:
     seq_start = np.repeat(cu[:-1], counts)  # [N]
     item_start = np.repeat(prefix_lens, counts) + _exclusive_cumsum_per_group(item_lens, counts)
     offset = np.where(item_lens > 0, item_start + item_lens - 1, np.repeat(prefix_lens, counts) - 1)
+    # a sequence's first token: the prefix's, or each item's own where there is no prefix (no BOS,
+    # an empty query), as the item's sequence alone would start (an empty item there has none:
+    # rows refuse it, and its index stays in the sequence)
+    first = np.where((np.repeat(prefix_lens, counts) > 0) | (item_lens == 0), 0, item_start)
     types = [s.token_type_ids for s in seqs]
     return Batch(
         input_ids=np.concatenate([s.input_ids for s in seqs]),
@@ -82,7 +86,7 @@ def collate(seqs: list[Seq], shared_len: int = 0) -> Batch:
         item_counts=counts,
         item_start=item_start,
         pool_index=seq_start + offset,
-        first_index=seq_start,
+        first_index=seq_start + first,
         item_index=np.concatenate([s.item_index for s in seqs]),
         token_type_ids=None if types[0] is None else np.concatenate(types),
         shared_len=shared_len,
