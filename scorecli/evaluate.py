@@ -60,6 +60,9 @@ def evaluate(
     return ranking
 
 
+_ROW_FOR_ROW = "SCORES must be the output of the --labels input, row for row"
+
+
 def _check(raw: RawRow) -> None:
     if raw.error is not None:
         raise InputError(f"{raw.where}: {raw.error}")
@@ -70,7 +73,7 @@ def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:
     if id_field in out.data and id_field in row.data and str(out.data[id_field]) != str(row.data[id_field]):
         raise UsageError(
             f"{out.where}: id {out.data[id_field]!r:.40} but {row.where}: id {row.data[id_field]!r:.40}; "
-            "SCORES must be the output of the --labels input, row for row"
+            + _ROW_FOR_ROW
         )
 
 
@@ -81,10 +84,7 @@ def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:
     items = next((row.data[n] for n in (items_field, "item_ids") if isinstance(row.data.get(n), list)), None)
     scores = out.data.get("score")
     if items is not None and isinstance(scores, list) and len(items) != len(scores):
-        raise UsageError(
-            f"{row.where}: {len(items)} items but {out.where}: {len(scores)} scores; "
-            "SCORES must be the output of the --labels input, row for row"
-        )
+        raise UsageError(f"{row.where}: {len(items)} items but {out.where}: {len(scores)} scores; " + _ROW_FOR_ROW)
 
 
 def _add(ranking: Ranking, out: RawRow, labels, where: str, labels_field: str) -> None:

@@ -69,12 +69,13 @@ def collate(seqs: list[Seq], shared_len: int = 0) -> Batch:
     item_lens = np.concatenate([s.item_lens for s in seqs])
     counts = np.array([len(s.item_lens) for s in seqs], dtype=np.int64)
     seq_start = np.repeat(cu[:-1], counts)  # [N]
-    item_start = np.repeat(prefix_lens, counts) + _exclusive_cumsum_per_group(item_lens, counts)
-    offset = np.where(item_lens > 0, item_start + item_lens - 1, np.repeat(prefix_lens, counts) - 1)
+    item_prefix = np.repeat(prefix_lens, counts)  # [N] each item's sequence's prefix length
+    item_start = item_prefix + _exclusive_cumsum_per_group(item_lens, counts)
+    offset = np.where(item_lens > 0, item_start + item_lens - 1, item_prefix - 1)
     # a sequence's first token: the prefix's, or each item's own where there is no prefix (no BOS,
     # an empty query), as the item's sequence alone would start (an empty item there has none:
     # rows refuse it, and its index stays in the sequence)
-    first = np.where((np.repeat(prefix_lens, counts) > 0) | (item_lens == 0), 0, item_start)
+    first = np.where((item_prefix > 0) | (item_lens == 0), 0, item_start)
     types = [s.token_type_ids for s in seqs]
     return Batch(
         input_ids=np.concatenate([s.input_ids for s in seqs]),
