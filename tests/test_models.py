@@ -199,6 +199,31 @@ def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
         Scorer(qwen3_causal_lm, label_token_ids=(5, 10**7))
 
 
+@pytest.mark.parametrize("fixture", ["qwen3_seq_cls", "qwen3_causal_lm", "bert_cross_encoder"])
+@pytest.mark.parametrize(
+    "flags, what",
+    [
+        ({"similarity": "dot"}, "--similarity"),
+        ({"query_prompt": "query: "}, "--query-prompt"),
+        ({"item_prompt": "passage"}, "--item-prompt"),
+        ({"instruction": "find the answer"}, "--instruction"),  # template plain: no slot for it
+    ],
+)
+def test_flags_of_the_embedding_kinds_are_refused(request, fixture, flags, what):
+    """A flag no part of the run reads is refused rather than ignored (it entered the score
+    cache's key, so a re-run with it missed every pair)."""
+    labels = {"label_tokens": ("yes", "no")} if fixture == "qwen3_causal_lm" else {}
+    with pytest.raises(UsageError, match=what):
+        Scorer(request.getfixturevalue(fixture), **labels, **flags)
+
+
+def test_an_instruction_fills_the_templates_slot(qwen3_causal_lm):
+    rows = _rows([{"query": "what is a fox", "items": ["a small wild dog"]}])
+    own = Scorer(qwen3_causal_lm, template="qwen3-reranker").score_rows(rows)["score"].to_pylist()
+    other = Scorer(qwen3_causal_lm, template="qwen3-reranker", instruction="x").score_rows(rows)["score"].to_pylist()
+    assert own != other
+
+
 def test_positive_label_and_two_class_default(tmp_path):
     from tests.builders.models import build_qwen3_seq_cls
 

@@ -77,6 +77,11 @@ class Template:
         return _PLACEHOLDER.sub(lambda m: item if m.group(1) == "item" else m.group(0), self.item)
 
     @property
+    def takes_instruction(self) -> bool:
+        """Whether the prefix has an `{instruction}` slot (`--instruction` fills it)."""
+        return "{instruction}" in self.prefix
+
+    @property
     def item_suffix(self) -> str:
         """The constant text after `{item}` ('' for `plain`)."""
         return self.item.split("{item}", 1)[1]

@@ -28,6 +28,7 @@ from scorecli.kinds.spec import (
     class_names,
     max_seq_len,
     positive_index,
+    refuse_apart_flags,
     template_room,
 )
 from scorecli.model.compat import backend_for, check_backend, stateful_reason, text_config
@@ -56,6 +57,7 @@ class DecoderFamily(FamilyDefaults):
         mis = cfg.mode != "single" and support.packed
         if cfg.mode == "mis" and not support.packed:
             check_backend(support, cfg.attention, mis=True)
+        refuse_apart_flags(kind, cfg, template)
         check_texts(cfg)
         if KINDS[kind].label_tokens:
             label_ids, names = label_tokens(cfg, loaded.tokenizer, template)

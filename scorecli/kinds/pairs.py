@@ -19,7 +19,15 @@ from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import activate
 from scorecli.kinds.probes import pair_errors, pair_scores
-from scorecli.kinds.spec import RunSpec, check_room, check_texts, class_names, max_seq_len, positive_index
+from scorecli.kinds.spec import (
+    RunSpec,
+    check_room,
+    check_texts,
+    class_names,
+    max_seq_len,
+    positive_index,
+    refuse_apart_flags,
+)
 from scorecli.runtimes import auto
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.fast_encoder import supports
@@ -51,6 +59,7 @@ class PairFamily(FamilyDefaults):
             raise UsageError(
                 f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs"
             )
+        refuse_apart_flags(kind, cfg, template)
         check_texts(cfg)
         if cfg.label_tokens is not None or cfg.label_token_ids is not None:
             raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")

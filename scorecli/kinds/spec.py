@@ -14,7 +14,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
 from scorecli.errors import UsageError, notice
-from scorecli.kinds import family_class
+from scorecli.kinds import KINDS, family_class
 from scorecli.model.compat import Support, text_config
 from scorecli.model.load import Loaded
 
@@ -54,6 +54,30 @@ def refuse(refused: list[tuple[bool, str]]) -> None:
     for bad, message in refused:
         if bad:
             raise UsageError(message)
+
+
+def refuse_apart_flags(kind: str, cfg: ScoreConfig, template: Template) -> None:
+    """UsageError for the flags of the kinds that encode query and items apart (`--similarity`,
+    the prompts) and for an instruction no slot of the template takes: they would change nothing
+    but the score cache's key (kinds whose score is a head's or label tokens')."""
+    where = (
+        f"a {kind} model scores (query, item) pairs, with no instruction"
+        if KINDS[kind].pairs
+        else f"template {template.name} has no {{instruction}} in its prefix (qwen3-reranker and yes-no-chat have one)"
+    )
+    refuse(
+        [
+            (
+                cfg.similarity is not None,
+                f"--similarity applies to embedding models, not to a {kind} model",
+            ),
+            (
+                cfg.query_prompt is not None or cfg.item_prompt is not None,
+                f"--query-prompt/--item-prompt apply to embedding, multi-vector and sparse models, not to a {kind} model",
+            ),
+            (cfg.instruction is not None and not template.takes_instruction, f"--instruction: {where}"),
+        ]
+    )
 
 
 def check_texts(cfg: ScoreConfig) -> None:
