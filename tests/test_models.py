@@ -186,6 +186,9 @@ def test_cross_encoder_rejects_mis_and_templates(bert_cross_encoder):
         Scorer(bert_cross_encoder, mode="mis")
     with pytest.raises(UsageError, match="template"):
         Scorer(bert_cross_encoder, template="qwen3-reranker")
+    for attention in ("flex", "flashinfer"):  # its own attention runs: no backend of scorecli's
+        with pytest.raises(UsageError, match=f"--attention {attention}: a cross-encoder model"):
+            Scorer(bert_cross_encoder, attention=attention)
 
 
 def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):

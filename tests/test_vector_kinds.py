@@ -99,10 +99,10 @@ def test_scores_equal_sentence_transformers(folders, rows_file, tmp_path, name):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mv-skiplist", "sparse-router"])
-@pytest.mark.parametrize("attention", ["sdpa", "eager", "flex"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_every_attention_choice_that_applies(folders, rows_file, tmp_path, name, attention):
-    """Their encoders run their own attention: sdpa (the fused encoder stack), eager and flex (the
-    model's own implementations) give sentence-transformers' scores."""
+    """Their encoders run their own attention: sdpa (the fused encoder stack) and eager (the model's
+    own implementation) give sentence-transformers' scores (flex and flashinfer are refused below)."""
     table = score(rows_file, folders[name], tmp_path / "out.parquet", "--attention", attention)
     assert_close(table["score"].to_pylist(), reference(folders[name], ROWS, FOLDERS[name][0]))
 
@@ -278,6 +278,8 @@ def test_ray_engine_gives_the_local_output(folders, rows_file, tmp_path):
         ("sparse", ["--activation", "sigmoid"], "--activation"),
         ("sparse", ["--runtime", "onnx"], "--runtime onnx"),
         ("sparse", ["--pooling", "cls"], "--pooling"),
+        ("sparse", ["--attention", "flex"], "--attention flex"),
+        ("mv-skiplist", ["--attention", "flashinfer"], "--attention flashinfer"),
     ],
 )
 def test_flags_that_do_not_apply_are_refused_in_one_line(folders, rows_file, tmp_path, name, flag, said):

@@ -123,6 +123,11 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     encoder = hf_config.model_type in ENCODER_TYPES
     if declared.scorecli_attention and not encoder:  # a kernel package imports while the weights load
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
+    elif cfg.attention != "auto" and capabilities(cfg.attention).model_attention is None:
+        raise UsageError(
+            f"--attention {cfg.attention}: a {kind} model ({hf_config.model_type}) runs its own attention, "
+            "not scorecli's backends; use --attention auto, sdpa or eager"
+        )
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
     tokenizer = load_tokenizer(path, cfg)
     mark("weights read")
