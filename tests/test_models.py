@@ -227,6 +227,18 @@ def test_an_instruction_fills_the_templates_slot(qwen3_causal_lm):
     assert own != other
 
 
+@pytest.mark.parametrize("kind", ["seq-cls", "causal-lm"])
+def test_a_decoder_kind_on_an_encoder_names_the_kind_it_is(tmp_path, bert_cross_encoder, kind):
+    """The way out offered is the kind the folder is detected as (an embedding folder was told to
+    use --kind cross-encoder, which refuses it too)."""
+    from tests.builders.embedding import build_sentence_model
+
+    embedder = build_sentence_model(tmp_path / "st", pooling="mean", dense=False, normalize=True)
+    for path, found in ((embedder, "embedding"), (bert_cross_encoder, "cross-encoder")):
+        with pytest.raises(UsageError, match=f"leave --kind out \\(detected: {found}\\)"):
+            Scorer(path, kind=kind)
+
+
 def test_positive_label_and_two_class_default(tmp_path):
     from tests.builders.models import build_qwen3_seq_cls
 

@@ -160,10 +160,11 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     if kind is None:
         raise UsageError(f"cannot tell the kind of model {_architecture(hf_config)!r}: pass --kind")
     if not KINDS[kind].encoder and hf_config.model_type in ENCODER_TYPES:
+        found = detect(checkpoint)  # what leaving --kind out runs
+        use = f"leave --kind out (detected: {found})" if found else "use --kind cross-encoder"
         raise UsageError(
             f"cannot score model {cfg.model} as {kind}: it is a {hf_config.model_type} encoder, whose tokens "
-            "attend both ways (scorecli's decoder kinds would attend causally); use --kind cross-encoder "
-            "(or leave --kind out)"
+            f"attend both ways (scorecli's decoder kinds would attend causally); {use}"
         )
     return path, hf_config, kind
 
