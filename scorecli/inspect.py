@@ -11,6 +11,7 @@ import textwrap
 
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
+from scorecli.errors import UsageError
 from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
 
@@ -81,6 +82,8 @@ def describe(
         f"vocabulary:     {len(tokenizer)} tokens; {_specials(tokenizer)}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
     ] + (["multi-item:     " + multi] if mis_line else [])
+    if label_tokens and not info.label_tokens:
+        raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
     for token in label_tokens or ():
         ids = tokenizer.encode(token, add_special_tokens=False)
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
@@ -131,7 +134,9 @@ def check(
     """Load the weights and run the start-up self-check (`scorecli.checks.selfcheck`) in every mode
     the model supports. Returns (lines, whether every mode passed)."""
     import dataclasses
+    import warnings
 
+    from scorecli.errors import Notice
     from scorecli.kinds.spec import any_label_ids
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
@@ -162,7 +167,10 @@ def check(
         )
     for mode in modes:
         try:
-            scorer = Scorer(loaded, dataclasses.replace(cfg, mode=mode))
+            with warnings.catch_warnings():
+                if mode != modes[0]:  # the notes of a run of this model (a 3-label `score`) were said once
+                    warnings.simplefilter("ignore", Notice)
+                scorer = Scorer(loaded, dataclasses.replace(cfg, mode=mode))
             outcome = scorer.metadata["self_check"]
             where = f"{mode}, {scorer.backend_name}, {str(loaded.dtype).removeprefix('torch.')} on {loaded.device}"
         except SelfCheckError as exc:

@@ -607,6 +607,24 @@ def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
     assert "multi-item:" not in text and "mode:           mis (--mode auto)" in text  # the check's answer only
 
 
+@pytest.mark.e2e
+def test_inspect_refuses_what_a_run_refuses_before_any_line(qwen3_seq_cls_3labels):
+    """A bad --dtype is refused before the report (it was printed first), --label-tokens on a model
+    whose scores are a head's is refused as `score` refuses it (it said "ok"), and a note of the
+    model's (which label fills `score`) is said once, not once per mode checked."""
+    for flags, said in (
+        (["--check", "--dtype", "bogus"], "--dtype: expected one of"),
+        (["--label-tokens", "yes,no"], "--label-tokens applies to causal-lm models, not to a seq-cls model"),
+    ):
+        result = run_cli(Case(["inspect", qwen3_seq_cls_3labels, *flags]))
+        assert result.rc == 2 and result.stdout == b"" and said in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    checked = run_cli(Case(["inspect", qwen3_seq_cls_3labels, "--check"]))
+    assert checked.rc == 0, checked.stderr
+    assert checked.stdout.decode().count("self-check:     passed") == 2
+    assert checked.stderr.count("`score` holds the first of 3 labels") == 1, checked.stderr
+
+
 def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
     the template `--model smollm2-judge` gets; any other model gets `plain`."""
