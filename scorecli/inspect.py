@@ -11,7 +11,7 @@ import textwrap
 
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
-from scorecli.errors import UsageError
+from scorecli.errors import Notice, UsageError
 from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
 
@@ -136,7 +136,6 @@ def check(
     import dataclasses
     import warnings
 
-    from scorecli.errors import Notice
     from scorecli.kinds.spec import any_label_ids
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
