@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
 from scorecli.engine.progress import loading
-from scorecli.errors import ScorecliError, UsageError
+from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
@@ -123,6 +124,7 @@ def run_bench(
     MIS and single-item, or single-item alone (said through `note`) for a model that runs only
     that way (a cross-encoder, an embedding model, a decoder `compat.Support` keeps single); modes
     given are run as asked, and refused as `score` refuses. Progress on `console` (a terminal)."""
+    cfg = replace(cfg, truncate="error")  # the rows are run at the sizes asked, or refused
     with loading(console, short_name(cfg.model) or cfg.model):
         loaded = load_model(cfg)
     vocab = loaded.model.get_input_embeddings().num_embeddings
@@ -146,7 +148,13 @@ def run_bench(
                 n_items = work.rows * work.items
                 task = progress.add_task(f"{scorer.backend_name} {mode}", total=(repeats + 1) * n_items)
                 advance = functools.partial(_advance, progress, task)
-                seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device, advance)
+                try:
+                    seconds, tokens = time_scorer(scorer, rows, repeats, loaded.device, advance)
+                except InputError as e:  # the first row, in the warm-up: the sizes asked do not fit
+                    raise UsageError(
+                        f"--query-tokens {work.query_tokens} and --item-tokens {work.item_tokens} do not fit the "
+                        f"model's sequences (bench runs the sizes asked, never cut): {_WHY.sub('', first_line(e))}"
+                    ) from e
                 flops = 2.0 * params * tokens / seconds
                 fraction = flops / (peak * 1e12) if peak else None
                 results.append(
@@ -155,6 +163,10 @@ def run_bench(
                     )
                 )
     return results
+
+
+# what an over-long bench row's error says besides why: its row and field, and `score`'s way out
+_WHY = re.compile(r"^bench row \d+: field '[^']*'(\[\d+\])?: | \((use )?--truncate [^)]*\)")
 
 
 def _advance(progress: Progress, task: int, items: int, tokens: int) -> None:

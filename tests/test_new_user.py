@@ -353,6 +353,24 @@ def test_bench_runs_every_kind_single_item(fixture, request):
         assert "an embedding model scores each item" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("fixture", "query", "item"),
+    [("qwen3_seq_cls", 400, 200), ("bert_cross_encoder", 400, 200), ("embedding_model", 4, 30)],
+)
+def test_bench_refuses_sizes_the_model_would_cut(fixture, query, item, request):
+    """Items over the model's sequences were cut silently while the report named the sizes asked."""
+    from scorecli.bench import Workload, run_bench
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import UsageError
+
+    cfg = ScoreConfig(model=request.getfixturevalue(fixture), device="cpu")
+    with pytest.raises(UsageError, match=f"--query-tokens {query} and --item-tokens {item} do not fit") as said:
+        run_bench(cfg, Workload(1, 2, query, item), ["auto"], ["single"], 1, None)
+    assert "--truncate" not in str(said.value) and "bench row" not in str(said.value), said.value
+    fits = run_bench(cfg, Workload(1, 2, 4, 4), ["auto"], ["single"], 1, None)
+    assert [r.mode for r in fits] == ["single"]
+
+
 @pytest.fixture(scope="module")
 def embedding_model(tmp_path_factory) -> str:
     from tests.builders.embedding import build_sentence_model
