@@ -342,6 +342,9 @@ ROWS = [
     ({"query": "q"}, "missing field 'items'"),
     ({"query_ids": None, "item_ids": [[1]]}, "field 'query_ids' is null"),
     ({"query": "q", "items": [None]}, "field 'items'[0]: expected a string, got null"),
+    # a text query with token-id items (and the other way round): not "missing field 'items'"
+    ({"query": "q", "item_ids": [[1]]}, "fields 'query', 'item_ids': a row is text ('query', 'items') or token ids"),
+    ({"query_ids": [1], "items": ["a"]}, "fields 'items', 'query_ids': a row is text"),
 ]
 
 

@@ -56,6 +56,17 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
     def given(names: tuple[str, ...]) -> bool:
         return any(data.get(n) is not None for n in names)
 
+    mix = [n for n in (*text_fields, *id_fields) if data.get(n) is not None]
+    if (
+        given(text_fields)
+        and given(id_fields)
+        and not any(all(n in mix for n in pair) for pair in (text_fields, id_fields))
+    ):
+        said = ", ".join(f"'{n}'" for n in mix)
+        raise InputError(
+            f"{where}: fields {said}: a row is text ('{fields.query}', '{fields.items}') or token ids "
+            "('query_ids', 'item_ids'), not a mix of both"
+        )
     if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
         query = _get(data, fields.query, where, "--query-field")
         items = _get(data, fields.items, where, "--items-field")
