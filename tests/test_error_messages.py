@@ -88,6 +88,19 @@ def test_the_cache_folder_is_named_as_it_was_given(runs):
     assert one_error(runs["cache_flag"][0], 2).startswith(f"error: --cache-dir {os.devnull}: cannot write the cache")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_cache_folder_that_cannot_be_made_is_refused_though_access_allows_it(tmp_path, monkeypatch):
+    """root's access() allows /proc, where no folder can be made: the run failed later instead."""
+    from scorecli.errors import UsageError
+    from scorecli.model import cache
+
+    monkeypatch.setattr(cache.os, "access", lambda *a, **k: True)  # as root sees it, for any user
+    with pytest.raises(UsageError, match="--cache-dir /proc/x: cannot write the cache there: /proc cannot hold"):
+        cache.check_writable("/proc/x")
+    cache.check_writable(str(tmp_path / "new" / "cache"))  # a folder that can be made: fine, and
+    assert list(tmp_path.iterdir()) == []  # nothing left behind by the probe
+
+
 def test_a_missing_field_points_at_the_flag_that_names_it(runs):
     line = one_error(runs["no_query"][0], 2)
     assert "nq.jsonl:1: missing field 'query'" in line and "'q'" in line and "--query-field" in line

@@ -28,6 +28,11 @@ def check_writable(cache_dir: str | None, given: str | None = None) -> None:
     reason = None if os.path.isdir(probe) else "is not a directory"
     if reason is None and not os.access(probe, os.W_OK | os.X_OK):
         reason = "is not writable"
+    if reason is None:  # what access() allows a folder may still refuse (root in /proc, a FUSE mount)
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".scorecli-probe-", dir=probe))
+        except OSError as e:
+            reason = f"cannot hold a folder ({e.strerror or e})"
     if reason:
         raise UsageError(f"{given or '--cache-dir ' + cache_dir}: cannot write the cache there: {probe} {reason}")
 
