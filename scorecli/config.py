@@ -141,6 +141,9 @@ class ScoreConfig:
                 f"--chunk-overlap must be at least 0 and less than --chunk-tokens {self.chunk_tokens}, "
                 f"got {self.chunk_overlap}"
             )
+        if not self.pooled_hidden_states and (self.pooling is not None or self.hidden_dtype != "float32"):
+            flag = "--pooling" if self.pooling is not None else "--hidden-dtype"
+            raise UsageError(f"{flag} applies to the pooled_hidden_states column: pass --pooled-hidden-states too")
         if self.audit < 0:
             raise UsageError(f"--audit must be at least 0, got {self.audit}")
         if self.audit_strict and not self.audit:

@@ -220,6 +220,19 @@ def test_flags_of_the_embedding_kinds_are_refused(request, fixture, flags, what)
         Scorer(request.getfixturevalue(fixture), **labels, **flags)
 
 
+@pytest.mark.parametrize(
+    "flags, what", [({"pooling": "cls"}, "--pooling"), ({"hidden_dtype": "float16"}, "--hidden-dtype")]
+)
+def test_flags_of_the_hidden_states_column_need_it(flags, what):
+    """--pooling and --hidden-dtype shape only the pooled_hidden_states column: without it they were
+    ignored (and --pooling entered the score cache's key)."""
+    from scorecli.config import ScoreConfig
+
+    with pytest.raises(UsageError, match=f"{what} applies to the pooled_hidden_states column"):
+        ScoreConfig(model="m", **flags)
+    assert ScoreConfig(model="m", pooled_hidden_states=True, **flags)
+
+
 def test_an_instruction_fills_the_templates_slot(qwen3_causal_lm):
     rows = _rows([{"query": "what is a fox", "items": ["a small wild dog"]}])
     own = Scorer(qwen3_causal_lm, template="qwen3-reranker").score_rows(rows)["score"].to_pylist()
