@@ -93,7 +93,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
         ["--kind", "causal-lm", "--label-tokens", "yes,no"],
         ["lm_head.weight", "randomly initialised", "--kind seq-cls"],
     )
-    add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "--kind cross-encoder"])
+    add("seq_cls_on_cross_encoder", m["cross"], ["--kind", "seq-cls"], ["bert encoder", "(detected: cross-encoder)"])
     add("base_model_without_head", m["minilm_plain"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
@@ -151,7 +151,12 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("corrupt_safetensors", m["corrupt"], [], [m["corrupt"] + "/model.safetensors", "corrupt safetensors"])
     add("nan_weights", m["nan"], [], ["model.layers.1.mlp.down_proj.weight", "NaN"])
     add("custom_code", m["automap_custom"], [], ["MyRankerForSequenceClassification", "--trust-remote-code"])
-    add("instruction_flag_surrogate", m["seq_cls"], ["--instruction", "\udcff"], ["--instruction", "surrogate"])
+    add(
+        "instruction_flag_surrogate",
+        m["causal"],
+        ["--template", "qwen3-reranker", "--instruction", "\udcff"],
+        ["--instruction", "surrogate"],
+    )
     template = write(
         tmp / "surrogate_template.json", json.dumps({"prefix": "{query}\ud800", "item": " {item}"}).encode()
     )
