@@ -41,6 +41,22 @@ def test_sound_run_passes(rows, qwen3_seq_cls, tmp_path):
 
 
 @pytest.mark.e2e
+def test_windows_with_a_bad_row_are_audited_too(qwen3_seq_cls, tmp_path):
+    """A row that fails at tokenization (--skip-bad-rows) made its window's good pairs invisible
+    to the audit: with one in every window, `audit: 0 pairs ... passed`."""
+    bad = {"id": 99, "query_ids": [5], "item_ids": [[10**9]]}  # outside the vocabulary: found when encoding
+    inp = write(tmp_path / "rows.jsonl", jsonl([r for row in SECOND for r in (row, bad)]))
+    out = tmp_path / "out.parquet"
+    args = score(inp, qwen3_seq_cls, out, "--skip-bad-rows", "--audit", str(items_of(SECOND)), "--audit-strict")
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    figures = audited(out)
+    assert figures["audit_pairs"] == items_of(SECOND) and figures["audit_max_score_diff"] <= 1e-5, figures
+    errors = pq.read_table(out)["error"].to_pylist()
+    assert all("outside the vocabulary" in e for e in errors[1::2]) and errors[::2] == [None] * len(SECOND)
+
+
+@pytest.mark.e2e
 def test_broken_path_is_found(rows, qwen3_seq_cls, tmp_path):
     """Every other item's scores off by 0.5: the audit says so, records it, and --audit-strict
     exits 1 with the output written."""

@@ -242,6 +242,10 @@ class Reusing:
             good = [k for k, e in enumerate(inner.errors) if e is None and window.parsed[k] is not None]
             keys = [window.keys[p.offsets[k] : p.offsets[k + 1]] for k in good]
             self._remember(np.concatenate(keys) if keys else window.keys[:0], values, inner.chunks)
+            if self.sampler is not None:  # the good rows' pairs, all scored now
+                offsets = np.concatenate([[0], np.cumsum([p.offsets[k + 1] - p.offsets[k] for k in good])])
+                rows, parsed = [window.rows[k] for k in good], [window.parsed[k] for k in good]
+                self.sampler.offer(rows, parsed, offsets.astype(np.int64), np.zeros(int(offsets[-1]), bool), values)
             return self.scorer.table(inner, values)
         if inner is not None and self.lookups and self.index.version != window.version:
             window = self._again(window)  # the window before added entries after this one was prepared
@@ -258,7 +262,7 @@ class Reusing:
         chunks = p.merge_chunks(window.hit_chunks, inner.chunks if inner is not None else None)
         merged = self._merged(window, chunks, inner)
         if self.sampler is not None:
-            self.sampler.offer(window, values)
+            self.sampler.offer(window.rows, window.parsed, p.offsets, p.found, values)
         if self.scorer is not None:
             return self.scorer.table(merged, values)
         return self._table(merged, values)

@@ -57,20 +57,21 @@ class Sampler:
     pairs: list[Pair] = field(default_factory=list)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(SEED))
 
-    def offer(self, window, values: np.ndarray) -> None:
-        """A finished window (`cache.reuse.CachedWindow`) and its items' values [items, >= labels]."""
-        offsets, found = window.plan.offsets, window.plan.found
+    def offer(self, rows: list, parsed: list, offsets: np.ndarray, found: np.ndarray, values: np.ndarray) -> None:
+        """A finished window's good rows (`RawRow`s and their parsed `Row`s), where each row's items
+        start (`offsets`, [rows + 1]), which items were cache hits, and the items' values
+        [items, >= labels]."""
         m = int(offsets[-1])
         t = self.seen + np.arange(m)
         # algorithm R: item t is taken into slot j (uniform in [0, t]) when j < n
         slots = np.where(t < self.n, t, (self.rng.random(m) * (t + 1)).astype(np.int64))
         for i in np.flatnonzero(slots < self.n):
             row = int(np.searchsorted(offsets, i, side="right") - 1)
-            parsed, a, b = window.parsed[row], int(offsets[row]), int(offsets[row + 1])
+            one, a, b = parsed[row], int(offsets[row]), int(offsets[row + 1])
             k = int(i) - a
             pair = Pair(
-                Row(parsed.query, [parsed.items[k]], parsed.instruction, None),
-                window.rows[row].where,
+                Row(one.query, [one.items[k]], one.instruction, None),
+                rows[row].where,
                 k,
                 values[i, : self.labels].astype(np.float64),
                 values[a:b, self.positive].astype(np.float64),
