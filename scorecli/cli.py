@@ -33,7 +33,7 @@ from scorecli.inspect import bundled_lines, describe, fitted
 from scorecli.inspect import check as self_check
 from scorecli.io import lazy_pandas
 from scorecli.io.groups import grouping
-from scorecli.io.output import resolve_output
+from scorecli.io.output import check_apart, resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 from scorecli.model import lean_imports
 from scorecli.model.cache import check_writable
@@ -148,6 +148,8 @@ def score(
         lazy_pandas.defer()  # pyarrow asks for pandas objects no input here holds: 0.3-0.5 s
     paths = resolve_inputs(inputs)
     target = resolve_output(out, paths, input_folders(inputs))
+    if score_cache:
+        check_apart(target, score_cache, "--score-cache")
     # what the flags alone tell fails before anything about the model is looked up
     token_ids = o.csv_ints(label_token_ids)
     if template is not None:

@@ -312,6 +312,17 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         model=no_model,
         env={"SCORECLI_CACHE_DIR": str(home_file / "c")},
     )
+    # a score cache (kept across runs) inside what a run writes and replaces, or holding it
+    for name, out, cache in (
+        ("score_cache_in_partial", tmp / "sc1" / "z.parquet", tmp / "sc1" / "z.parquet.partial"),
+        ("score_cache_is_the_dataset", tmp / "sc2" / "dd", tmp / "sc2" / "dd" / "cache"),
+        ("score_cache_holds_the_output", tmp / "sc3" / "cache" / "z.parquet", tmp / "sc3" / "cache"),
+    ):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shown = str(out) + ("/" if name == "score_cache_is_the_dataset" else "")
+        add(
+            name, [str(good)], shown, ["--score-cache", str(cache)], Expect(2, ["--score-cache", "overlaps the output"])
+        )
     return runs, expect
 
 
@@ -373,6 +384,9 @@ REFUSED = [
     "onnx_without_onnx",
     "unwritable_cache_dir",
     "unwritable_cache_dir_from_env",
+    "score_cache_in_partial",
+    "score_cache_is_the_dataset",
+    "score_cache_holds_the_output",
 ]
 
 

@@ -220,6 +220,27 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
     return None
 
 
+def check_apart(target: Target, location: str, flag: str) -> None:
+    """UsageError when the folder at `location` (`flag`'s, kept across runs: the score cache) is,
+    holds or lies inside what writing `target` makes and may clear (the file, its `<out>.partial/`,
+    a dataset folder): a run would delete it, or leave the output a folder of other files."""
+    if target.kind not in ("file", "dataset") or target.path is None:
+        return
+    zones = [target.path] + ([target.path + ".partial"] if target.kind == "file" else [])
+    if is_url(target.path) != is_url(localize(location)):
+        return  # a store and a local folder never meet
+    if is_url(target.path):
+        mine, zones, sep = place(locate_url(location)).rstrip("/"), [place(z).rstrip("/") for z in zones], "/"
+    else:
+        mine, sep = os.path.realpath(localize(location)), os.sep
+    if any(a == b or a.startswith(b + sep) for zone in zones for a, b in ((mine, zone), (zone, mine))):
+        what = f"{target.out} or its parts folder {target.out}.partial/" if target.kind == "file" else target.out
+        raise UsageError(
+            f"{flag} {location}: it overlaps the output {what}, which a run writes and replaces; "
+            "give it a folder of its own"
+        )
+
+
 def _written_files(target: Target) -> list[str]:
     """The files a run leaves at `target` that an input glob could match: the file, or a
     dataset's parts (named as its first) and marker."""
