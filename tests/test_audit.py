@@ -88,6 +88,11 @@ def test_wrong_scores_in_a_cache_are_found(qwen3_seq_cls, tmp_path):
     assert meta(tmp_path / "b.parquet")["score_cache_hits"] == str(items_of(FIRST))
     assert abs(audited(tmp_path / "b.parquet")["audit_max_score_diff"] - 0.01) < 1e-4
     assert "(7 of them reused)" in result.stderr and "warning: audit:" in result.stderr
+    assert "Loading weights" not in result.stderr  # the reference's load: no progress bar of transformers'
+    quiet = run_cli(
+        Case(score(inp, qwen3_seq_cls, tmp_path / "c.parquet", "--score-cache", str(cache), "--audit", "7", "-q"))
+    )
+    assert quiet.rc == 0 and [x for x in quiet.lines() if not x.startswith("warning: audit:")] == [], quiet.stderr
 
 
 @pytest.mark.e2e
