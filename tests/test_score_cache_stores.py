@@ -103,3 +103,5 @@ def test_cache_with_resume(inputs, uncached, qwen3_seq_cls, tmp_path):
     assert result.rc == 0, result.stderr
     assert "resumed after" in result.stderr
     assert_same(pq.read_table(out), uncached["rows"])
+    hits, misses = counts(out)  # the whole output's pairs, kept windows included (not the resumed ones alone)
+    assert hits + misses == sum(len(s) for s in pq.read_table(out)["score"].to_pylist()), (hits, misses)

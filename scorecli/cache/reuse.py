@@ -60,6 +60,10 @@ class Figures:
         self.misses += other.misses
 
 
+def _encoded(metadata: dict[str, str]) -> dict[bytes, bytes]:
+    return {k.encode(): v.encode() for k, v in metadata.items()}
+
+
 @dataclass
 class CachedWindow:
     """A prepared window: its rows, their plan, and the Scorer's `Prepared` of the rows to score."""
@@ -234,7 +238,19 @@ class Reusing:
         return window
 
     def run(self, window: CachedWindow, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
-        """Score a prepared window's missing pairs; its output table, as an uncached run's."""
+        """Score a prepared window's missing pairs; its output table, as an uncached run's, whose
+        metadata counts the job's hits and misses so far (a resumed job's kept part says them:
+        `resumed`)."""
+        table = self._run(window, on_batch)
+        if self.cache is None:
+            return table
+        return table.replace_schema_metadata((table.schema.metadata or {}) | _encoded(self.closing_metadata()))
+
+    def resumed(self, kept: dict[str, str]) -> None:
+        """A resumed job's counts so far: those its last kept part was written with."""
+        self.figures = Figures(int(kept.get("score_cache_hits") or 0), int(kept.get("score_cache_misses") or 0))
+
+    def _run(self, window: CachedWindow, on_batch: Callable[[int, int], None] | None) -> pa.Table:
         p, inner = window.plan, window.inner
         if window.whole:
             self.figures.add(window.figures)

@@ -117,6 +117,7 @@ class LocalEngine:
         scorer.id_type = schema_id_type(self.paths, cfg.id_field)
         if self.checkpoint is not None and self.checkpoint.rows_done:  # pairs as the kept windows left them
             scorer.seed(read_rows(cfg, self.paths), self.checkpoint.store.tables())
+            scorer.resumed(self.checkpoint.metadata())
         yield _Local(scorer, rows, self.total_rows, self.checkpoint, windows)
 
 
