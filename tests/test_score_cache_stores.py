@@ -105,3 +105,30 @@ def test_cache_with_resume(inputs, uncached, qwen3_seq_cls, tmp_path):
     assert_same(pq.read_table(out), uncached["rows"])
     hits, misses = counts(out)  # the whole output's pairs, kept windows included (not the resumed ones alone)
     assert hits + misses == sum(len(s) for s in pq.read_table(out)["score"].to_pylist()), (hits, misses)
+
+
+def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_path):
+    """Kept windows whose pairs all came from the cache carry the metadata of the run that filled
+    it (here with --attention eager, which is no part of the key): --resume of the very same
+    command goes on (it was refused: "pass --attention eager")."""
+    rows = [{"id": i, "query": f"query number {i}", "items": [f"item {i}", f"another item {i}"]} for i in range(8)]
+    first, every = write(tmp_path / "first.jsonl", jsonl(rows[:4])), write(tmp_path / "all.jsonl", jsonl(rows))
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    filled = run_cli(
+        Case(score(first, qwen3_seq_cls, tmp_path / "f.parquet", "--score-cache", str(cache), "--attention", "eager"))
+    )
+    assert filled.rc == 0, filled.stderr
+    args = score(every, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
+    proc = start("slow:3", args)  # the four hits are written at once; the first miss sleeps
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "out.parquet.partial" / "part-00003.parquet").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not out.exists()
+    result = run_cli(Case([*args, "--resume"]))
+    assert result.rc == 0, result.stderr
+    assert "resumed after" in result.stderr and pq.read_table(out).num_rows == len(rows)
+    assert counts(out) == (4 * 2, 4 * 2)

@@ -34,6 +34,7 @@ from scorecli.cache.index import Index
 from scorecli.cache.keys import keys_of
 from scorecli.cache.segments import Entries
 from scorecli.cache.store import CacheStore
+from scorecli.engine.job import FROM_CACHE
 from scorecli.cache.window import Plan, plan
 from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.errors import InputError, notice
@@ -385,7 +386,7 @@ class Reusing:
         if self.scorer is not None:
             return self.scorer.metadata
         meta = dict((self.record or {}).get("metadata") or {})
-        return meta | {"model": str(self.config.model), "self_check": "not run (every pair came from the score cache)"}
+        return meta | {"model": str(self.config.model), "self_check": FROM_CACHE}
 
     def closing_metadata(self) -> dict[str, str]:
         """Keys known once every window is scored: the cache's counts."""

@@ -22,7 +22,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
-from scorecli.engine.job import fingerprint
+from scorecli.engine.job import FROM_CACHE, fingerprint
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
@@ -261,7 +261,10 @@ class Checkpoint:
         """
         if not metadata or not self.store.resumed or not self.store.parts:
             return
-        kept = self.metadata()
+        scored = (self._metadata(name) for name in reversed(self.store.names()))
+        kept = next((m for m in scored if m.get("self_check") != FROM_CACHE), None)
+        if kept is None:  # every kept window came from the score cache: no choice of this job's to keep
+            return
         then, now = _choices(kept), _choices(metadata)
         if then == now or not all(then.values()):  # parts of an older scorecli may not say
             return
@@ -273,7 +276,10 @@ class Checkpoint:
 
     def metadata(self) -> dict[str, str]:
         """The output metadata the last kept part was written with (for a job whose rows are all kept)."""
-        schema = self.store.schema(self.store.names()[-1])
+        return self._metadata(self.store.names()[-1])
+
+    def _metadata(self, name: str) -> dict[str, str]:
+        schema = self.store.schema(name)
         return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
 
     def id_type(self, field: str) -> pa.DataType | None:

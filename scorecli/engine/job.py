@@ -30,6 +30,10 @@ from scorecli.io.sources import source_for
 from scorecli.model.st_files import module_folders
 from scorecli.version import __version__
 
+# the `self_check` of a window whose pairs all came from the score cache: no model of this job scored
+# it (its metadata's device, dtype and attention are those of the run that filled the cache)
+FROM_CACHE = "not run (every pair came from the score cache)"
+
 # ScoreConfig fields that do not change the output's content
 NOT_CONTENT = {
     "window_rows",
