@@ -34,9 +34,9 @@ from scorecli.cache.index import Index
 from scorecli.cache.keys import keys_of
 from scorecli.cache.segments import Entries
 from scorecli.cache.store import CacheStore
-from scorecli.engine.job import FROM_CACHE
 from scorecli.cache.window import Plan, plan
 from scorecli.core.rows import Fields, Row, parse_row
+from scorecli.engine.job import FROM_CACHE
 from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
