@@ -149,6 +149,23 @@ def test_all_hits_load_no_model(nightly):
     assert meta(root / "again.parquet")["kind"] == "seq-cls"
 
 
+def test_flags_that_change_no_score_still_load_no_model(nightly, qwen3_seq_cls):
+    """The labels' field, grouping's field and the device named as `auto` resolves it change no
+    pair's score: a run adding them hits every pair without a model (they were in the request)."""
+    root, runs = nightly
+    grouped = root / "grouped.jsonl"
+    records = [{"qid": r["id"], "query": r["query"], "items": item} for r in SECOND for item in r["items"]]
+    write(grouped, jsonl(records))
+    flags = ["--chunk-tokens", "6", "--labels-field", "grades", "--device", "cpu"]  # the job's: --chunk-tokens
+    for inp, extra in ((root / "second.jsonl", []), (grouped, ["--group-by", "qid"])):
+        out = root / f"flags-{len(extra)}.parquet"
+        result = hooked(
+            "no-model", [*score(str(inp), qwen3_seq_cls, out, *flags, *extra), "--score-cache", str(root / "cache")]
+        )
+        assert result.rc == 0, result.stderr
+        assert counts(out)[1] == 0, counts(out)
+
+
 @pytest.mark.skipif(not cpu_only_torch(), reason="a torch built for a GPU is imported to ask whether one is there")
 def test_all_hits_import_no_torch(nightly, qwen3_seq_cls, tmp_path):
     """The same job again on a CPU-only torch: neither torch nor transformers is imported, nor

@@ -40,6 +40,9 @@ _NOT_SCORE = {
     "query_field",
     "items_field",
     "id_field",
+    "labels_field",  # relevance labels ride along to the output and metrics
+    "group_by",  # records grouped into rows: a pair's key is its query and item, however they came
+    "device",  # the device it resolves to is part of the request (`request_digest`)
     "pooled_hidden_states",
     "hidden_dtype",
     "extra_metadata",
