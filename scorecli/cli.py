@@ -429,7 +429,8 @@ def main() -> None:
     except typer.Exit as exc:
         finish(exc.exit_code)
     except usage_errors() as exc:  # every parsing error of typer / click is a usage error
-        fail(exc.format_message(), 2)
+        # a group run without a command (`scorecli`, `scorecli cache`) has shown its help: no message
+        fail(exc.format_message() or "no command given: the commands are listed above", 2)
     except typer.Abort:
         interrupted()
     except Exception as exc:  # noqa: BLE001 - anything unexpected: one line, exit 1

@@ -527,6 +527,16 @@ def test_help_is_quick(argv):
     assert time.perf_counter() - start < 10  # torch is not imported for --help
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", [[], ["cache"]])
+def test_a_group_without_its_command_shows_help_and_one_error_line(command):
+    """`scorecli` and `scorecli cache` alone: the commands listed, exit 2, and a line that says
+    what is missing (it was `error:` and nothing)."""
+    proc = subprocess.run([*SCORECLI, *command], capture_output=True, env=_env(), timeout=60)
+    assert proc.returncode == 2 and b"Commands" in proc.stdout, proc
+    assert proc.stderr.decode().strip() == "error: no command given: the commands are listed above", proc.stderr
+
+
 # ---- interruption ------------------------------------------------------------------------
 
 

@@ -198,6 +198,8 @@ def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
         Scorer(qwen3_causal_lm, label_tokens=("yes", "definitely irrelevant"))
     with pytest.raises(UsageError, match="causal-lm"):
         Scorer(qwen3_seq_cls, label_tokens=("yes", "no"))
+    with pytest.raises(UsageError, match="^--label-token-ids applies to causal-lm"):  # the flag given, by its name
+        Scorer(qwen3_seq_cls, label_token_ids=(1, 2))
     with pytest.raises(UsageError, match="outside the vocabulary"):
         Scorer(qwen3_causal_lm, label_token_ids=(5, 10**7))
 

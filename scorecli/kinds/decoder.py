@@ -26,6 +26,7 @@ from scorecli.kinds.spec import (
     check_room,
     check_texts,
     class_names,
+    label_flag,
     max_seq_len,
     positive_index,
     refuse_apart_flags,
@@ -64,7 +65,7 @@ class DecoderFamily(FamilyDefaults):
             activation = cfg.activation or template.activation or "none"
         else:
             if cfg.label_tokens is not None or cfg.label_token_ids is not None:
-                raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
+                raise UsageError(f"{label_flag(cfg)} applies to causal-lm models, not to a {kind} model")
             label_ids, names = None, class_names(loaded.config)
             activation = cfg.activation or "none"
         return RunSpec(

@@ -23,7 +23,7 @@ from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS, backend_name, open_runtime
 from scorecli.kinds.probes import embedding_errors, embedding_probe
-from scorecli.kinds.spec import RunSpec, max_seq_len, positive_index, refuse, sequence_limit
+from scorecli.kinds.spec import RunSpec, label_flag, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
@@ -117,7 +117,7 @@ class EmbeddingFamily(FamilyDefaults):
                 ),
                 (
                     cfg.label_tokens is not None or cfg.label_token_ids is not None,
-                    "--label-tokens applies to causal-lm models, not to an embedding model",
+                    f"{label_flag(cfg)} applies to causal-lm models, not to an embedding model",
                 ),
                 (
                     cfg.activation not in (None, "none"),

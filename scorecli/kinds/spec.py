@@ -80,6 +80,11 @@ def refuse_apart_flags(kind: str, cfg: ScoreConfig, template: Template) -> None:
     )
 
 
+def label_flag(cfg: ScoreConfig) -> str:
+    """The label-token flag the run was given, as the user spelled it (for a refusal)."""
+    return "--label-tokens" if cfg.label_tokens is not None else "--label-token-ids"
+
+
 def check_texts(cfg: ScoreConfig) -> None:
     """UsageError for an instruction or label token whose text a tokenizer cannot take."""
     for flag, text in [("--instruction", cfg.instruction or "")] + [
