@@ -90,6 +90,22 @@ def test_recovery_keeps_only_intact_journaled_parts(tmp_path, damage):
     assert reopened.parts == store.parts
 
 
+def test_a_kept_part_damaged_in_place_stops_a_resume_in_one_line(tmp_path):
+    """Bytes of a kept part changed after it was written (its size the same, which the journal
+    cannot tell): the resumed run is refused with the part named and the way on (it failed with a
+    raw pyarrow error whose advice, --resume, failed the same way again)."""
+    folder = tmp_path / "p"
+    store_with(folder, [3, 2, 4])
+    path = folder / "part-00001.parquet"
+    data = bytearray(path.read_bytes())
+    data[4:40] = b"X" * 36  # the first page's header, past the magic bytes
+    path.write_bytes(bytes(data))
+    store, _ = open_store(str(folder), FP, "parquet", resume=True)
+    assert len(store.parts) == 3  # same size: kept, as the journal says
+    with pytest.raises(FingerprintMismatch, match="kept part .*part-00001.parquet cannot be read .*without --resume"):
+        list(store.tables())
+
+
 def test_fingerprint_mismatch_names_what_differs_and_changes_nothing(tmp_path):
     folder = tmp_path / "p"
     store_with(folder, [3])

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import ScorecliError, UsageError
+from scorecli.errors import ScorecliError, UsageError, first_line
 from scorecli.io.folders import LEASE, Folder, folder_at, read_schema, read_table
 from scorecli.io.writers import to_jsonl
 
@@ -57,7 +57,8 @@ class Part:
 
 
 class FingerprintMismatch(UsageError):
-    """`--resume` on a folder of a different job."""
+    """`--resume` that cannot go on with the folder: another job's, or one whose kept part was
+    damaged after it was written (its own line says how to go on)."""
 
 
 def ours(name: str) -> bool:
@@ -191,7 +192,7 @@ class PartStore:
     def tables(self) -> Iterator[pa.Table]:
         """The Parquet parts' tables, in input order, one part in memory at a time."""
         for part in self.parts:
-            yield read_table(self.dir, part.file)
+            yield self.table(part.file)
 
     def files(self) -> list[str]:
         """The parts' paths or URLs, in input order."""
@@ -202,10 +203,23 @@ class PartStore:
         return [p.file for p in self.parts]
 
     def schema(self, name: str) -> pa.Schema:
-        return read_schema(self.dir, name)
+        return self._kept(read_schema, name)
 
     def table(self, name: str) -> pa.Table:
-        return read_table(self.dir, name)
+        return self._kept(read_table, name)
+
+    def _kept(self, read, name: str) -> Any:
+        """`read(folder, name)` of a kept part; UsageError when its bytes were damaged after it was
+        written (a same-size change the journal cannot see): going on would keep failing on it."""
+        try:
+            return read(self.dir, name)
+        except (OSError, pa.ArrowException) as exc:
+            if not self.resumed:
+                raise
+            raise FingerprintMismatch(
+                f"--resume: the kept part {self.folder.rstrip('/')}/{name} cannot be read ({first_line(exc, 120)}): "
+                "run without --resume to start over"
+            ) from exc
 
     def finish_dataset(self) -> None:
         """The folder is the output: drop the bookkeeping, then write `_SUCCESS` last."""
