@@ -13,7 +13,7 @@ import pytest
 from tests import s3_server
 from tests.test_cli import Case, _env, jsonl, run_cli, write
 from tests.test_objectstores import s3  # noqa: F401 - the module's local S3 server
-from tests.test_score_cache import FIRST, SECOND, assert_same, counts, hooked, items_of, score
+from tests.test_score_cache import FIRST, SECOND, assert_same, counts, hooked, items_of, meta, score
 from tests.test_score_cache_durable import ROWS, start
 
 pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
@@ -118,7 +118,7 @@ def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_pa
         Case(score(first, qwen3_seq_cls, tmp_path / "f.parquet", "--score-cache", str(cache), "--attention", "eager"))
     )
     assert filled.rc == 0, filled.stderr
-    args = score(every, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
+    args = score(every, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache), "--audit", "16")
     proc = start("slow:3", args)  # the four hits are written at once; the first miss sleeps
     try:
         deadline = time.monotonic() + 120
@@ -132,3 +132,5 @@ def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_pa
     assert result.rc == 0, result.stderr
     assert "resumed after" in result.stderr and pq.read_table(out).num_rows == len(rows)
     assert counts(out) == (4 * 2, 4 * 2)
+    audited = meta(out)  # every pair of the job, the kept windows' too (it drew from the resumed ones alone)
+    assert (audited["audit_pairs"], float(audited["audit_max_score_diff"]) <= 1e-5) == ("16", True), audited

@@ -311,8 +311,9 @@ class Reusing:
         job's entries part by part as the uninterrupted run added them (a window's pairs not
         found before it; all its good pairs where a row failed, as `run` adds a whole window),
         with the scores the parts hold, so the windows after the kept ones reuse what that run
-        reused and batch as it did: their scores are its scores, bit for bit (SPEC 11)."""
-        if not self.lookups:
+        reused and batch as it did: their scores are its scores, bit for bit (SPEC 11). The audit
+        samples their pairs as that run did (with the scores the parts hold)."""
+        if not self.lookups and self.sampler is None:
             return
         labels = int(self.record["labels"])
         for table in tables:
@@ -324,6 +325,10 @@ class Reusing:
             column = table["scores"] if "scores" in table.column_names else table["score"]
             scores = np.array(_items(column, scored), dtype=np.float32).reshape(len(keys), labels)
             chunks = np.array(_items(table["num_chunks"], scored)) if self.config.chunk_tokens is not None else None
+            if self.sampler is not None:
+                self.sampler.offer(window, parsed, offsets, np.zeros(len(keys), bool), scores)
+            if not self.lookups:
+                continue
             if any(e is not None for e in errors):
                 new = np.arange(len(keys))
             else:
