@@ -85,19 +85,23 @@ def test_cache_with_ray_workers(inputs, uncached, qwen3_seq_cls, tmp_path):
     assert counts(tmp_path / "again.parquet") == (items_of(SECOND), 0)
 
 
+def killed(proc, part, after: float = 0.0) -> None:
+    """kill -9 the run `proc` once its part file `part` is in place (and `after` seconds more)."""
+    try:
+        deadline = time.monotonic() + 120
+        while not part.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(after)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+
+
 def test_cache_with_resume(inputs, uncached, qwen3_seq_cls, tmp_path):
     """A cached job killed and resumed: the output an uninterrupted run writes."""
     cache, out = tmp_path / "cache", tmp_path / "out.parquet"
     args = score(inputs["rows"], qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
-    proc = start("slow:1.5", args)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("out.parquet.partial/part-*.parquet")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
+    killed(start("slow:1.5", args), tmp_path / "out.parquet.partial" / "part-00000.parquet", 0.5)
     assert not out.exists()
     result = run_cli(Case([*args, "--resume"]))
     assert result.rc == 0, result.stderr
@@ -119,14 +123,8 @@ def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_pa
     )
     assert filled.rc == 0, filled.stderr
     args = score(every, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache), "--audit", "16")
-    proc = start("slow:3", args)  # the four hits are written at once; the first miss sleeps
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "out.parquet.partial" / "part-00003.parquet").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
+    # the four hits are written at once; the first miss sleeps
+    killed(start("slow:3", args), tmp_path / "out.parquet.partial" / "part-00003.parquet")
     assert not out.exists()
     result = run_cli(Case([*args, "--resume"]))
     assert result.rc == 0, result.stderr
