@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -11,7 +12,7 @@ import textwrap
 
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
-from scorecli.errors import Notice, UsageError
+from scorecli.errors import Notice
 from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
 
@@ -54,7 +55,7 @@ def describe(
     checkpoint is opened, its kind detected and its labels named as a run does (`model`, `spec`).
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
     `name`: how the user named it (a bundled model's short name), when not its path."""
-    from scorecli.kinds.spec import sequence_limit
+    from scorecli.kinds.spec import label_tokens_refused, refuse, sequence_limit
     from scorecli.model.load import load_tokenizer, open_checkpoint, read_checkpoint
     from scorecli.model.sentence import transformer_folder
 
@@ -82,8 +83,8 @@ def describe(
         f"vocabulary:     {len(tokenizer)} tokens; {_specials(tokenizer)}",
         f"chat template:  {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
     ] + (["multi-item:     " + multi] if mis_line else [])
-    if label_tokens and not info.label_tokens:
-        raise UsageError(f"--label-tokens applies to causal-lm models, not to a {kind} model")
+    if not info.label_tokens:  # refused as a run refuses them
+        refuse([label_tokens_refused(kind, dataclasses.replace(cfg, label_tokens=label_tokens or None))])
     for token in label_tokens or ():
         ids = tokenizer.encode(token, add_special_tokens=False)
         verdict = "ok" if len(ids) == 1 else f"NOT a single token ({len(ids)} tokens)"
@@ -133,7 +134,6 @@ def check(
 ) -> tuple[list[str], bool]:
     """Load the weights and run the start-up self-check (`scorecli.checks.selfcheck`) in every mode
     the model supports. Returns (lines, whether every mode passed)."""
-    import dataclasses
     import warnings
 
     from scorecli.kinds.spec import any_label_ids

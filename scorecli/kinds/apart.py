@@ -28,7 +28,7 @@ from scorecli.errors import InputError, UsageError
 from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
-from scorecli.kinds.spec import label_flag, positive_index, refuse, sequence_limit
+from scorecli.kinds.spec import label_tokens_refused, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.model.sentence import prompt_text
 from scorecli.runtimes import fast_encoder, runtime_info
@@ -44,10 +44,7 @@ def refuse_flags(kind: str, cfg, template) -> None:
                 template.name != "plain" or cfg.instruction is not None,
                 f"--template/--instruction: {kind} models take prompts (--query-prompt, --item-prompt)",
             ),
-            (
-                cfg.label_tokens is not None or cfg.label_token_ids is not None,
-                f"{label_flag(cfg)} applies to causal-lm models, not to a {kind} model",
-            ),
+            label_tokens_refused(kind, cfg),
             (cfg.activation not in (None, "none"), f"--activation {cfg.activation}: a {kind} model's score has none"),
             (cfg.pooling is not None, f"--pooling: a {kind} model scores from every token"),
             (

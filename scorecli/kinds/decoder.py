@@ -26,9 +26,10 @@ from scorecli.kinds.spec import (
     check_room,
     check_texts,
     class_names,
-    label_flag,
+    label_tokens_refused,
     max_seq_len,
     positive_index,
+    refuse,
     refuse_apart_flags,
     template_room,
 )
@@ -64,8 +65,7 @@ class DecoderFamily(FamilyDefaults):
             label_ids, names = label_tokens(cfg, loaded.tokenizer, template)
             activation = cfg.activation or template.activation or "none"
         else:
-            if cfg.label_tokens is not None or cfg.label_token_ids is not None:
-                raise UsageError(f"{label_flag(cfg)} applies to causal-lm models, not to a {kind} model")
+            refuse([label_tokens_refused(kind, cfg)])
             label_ids, names = None, class_names(loaded.config)
             activation = cfg.activation or "none"
         return RunSpec(

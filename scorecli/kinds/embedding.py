@@ -23,7 +23,7 @@ from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS, backend_name, open_runtime
 from scorecli.kinds.probes import embedding_errors, embedding_probe
-from scorecli.kinds.spec import RunSpec, label_flag, max_seq_len, positive_index, refuse, sequence_limit
+from scorecli.kinds.spec import RunSpec, label_tokens_refused, max_seq_len, positive_index, refuse, sequence_limit
 from scorecli.kinds.texts import EncodedTexts, TextEncoder
 from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
@@ -115,10 +115,7 @@ class EmbeddingFamily(FamilyDefaults):
                     template.name != "plain" or cfg.instruction is not None,
                     "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)",
                 ),
-                (
-                    cfg.label_tokens is not None or cfg.label_token_ids is not None,
-                    f"{label_flag(cfg)} applies to causal-lm models, not to an embedding model",
-                ),
+                label_tokens_refused(kind, cfg),
                 (
                     cfg.activation not in (None, "none"),
                     f"--activation {cfg.activation}: an embedding model's score is a similarity, with no activation",

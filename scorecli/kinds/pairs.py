@@ -24,9 +24,10 @@ from scorecli.kinds.spec import (
     check_room,
     check_texts,
     class_names,
-    label_flag,
+    label_tokens_refused,
     max_seq_len,
     positive_index,
+    refuse,
     refuse_apart_flags,
 )
 from scorecli.runtimes import auto
@@ -62,8 +63,7 @@ class PairFamily(FamilyDefaults):
             )
         refuse_apart_flags(kind, cfg, template)
         check_texts(cfg)
-        if cfg.label_tokens is not None or cfg.label_token_ids is not None:
-            raise UsageError(f"{label_flag(cfg)} applies to causal-lm models, not to a {kind} model")
+        refuse([label_tokens_refused(kind, cfg)])
         names = class_names(loaded.config)
         taken = loaded.tokenizer.num_special_tokens_to_add(pair=True)
         return RunSpec(

@@ -80,9 +80,13 @@ def refuse_apart_flags(kind: str, cfg: ScoreConfig, template: Template) -> None:
     )
 
 
-def label_flag(cfg: ScoreConfig) -> str:
-    """The label-token flag the run was given, as the user spelled it (for a refusal)."""
-    return "--label-tokens" if cfg.label_tokens is not None else "--label-token-ids"
+def label_tokens_refused(kind: str, cfg: ScoreConfig) -> tuple[bool, str]:
+    """(whether, why) for `refuse`: label tokens given to a `kind` whose scores are not theirs, the
+    flag named as the user gave it."""
+    flag = "--label-tokens" if cfg.label_tokens is not None else "--label-token-ids"
+    article = "an" if kind[:1] in "aeiou" else "a"
+    given = cfg.label_tokens is not None or cfg.label_token_ids is not None
+    return given, f"{flag} applies to causal-lm models, not to {article} {kind} model"
 
 
 def check_texts(cfg: ScoreConfig) -> None:
