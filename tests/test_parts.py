@@ -56,7 +56,9 @@ def test_resume_continues_after_the_journaled_parts(tmp_path):
     assert pa.concat_tables(store.tables()).equals(table(0, 6))
 
 
-@pytest.mark.parametrize("damage", ["torn_line", "unjournaled_part", "temp_part", "missing_part", "short_part"])
+@pytest.mark.parametrize(
+    "damage", ["torn_line", "unjournaled_part", "temp_part", "missing_part", "short_part", "swapped_parts"]
+)
 def test_recovery_keeps_only_intact_journaled_parts(tmp_path, damage):
     folder = tmp_path / "p"
     store_with(folder, [3, 2, 4])
@@ -74,6 +76,10 @@ def test_recovery_keeps_only_intact_journaled_parts(tmp_path, damage):
     elif damage == "missing_part":
         os.unlink(folder / "part-00001.parquet")
         keep = 1
+    elif damage == "swapped_parts":  # another part of as many rows under its name (the footer alone cannot tell)
+        other = pa.table({"id": ["row-1003", "row-1004"], "score": [[3.0], [4.0]]})
+        pq.write_table(other.replace_schema_metadata({"scorecli_version": "test"}), folder / "part-00001.parquet")
+        keep = 1
     else:
         with open(folder / "part-00002.parquet", "r+b") as f:
             f.truncate(10)
@@ -88,6 +94,24 @@ def test_recovery_keeps_only_intact_journaled_parts(tmp_path, damage):
     assert pa.concat_tables(store.tables()).equals(table(0, store.rows_done))
     reopened, _ = open_store(str(folder), FP, "parquet", resume=True)
     assert reopened.parts == store.parts
+
+
+@pytest.mark.parametrize("killed", ["before", "after"])
+def test_a_part_rewritten_under_its_final_schema_is_kept_either_side_of_a_kill(tmp_path, killed):
+    """`rewrite` journals the part's new size before it replaces the file: a kill before or after
+    the replacement leaves a part that the journal accepts, and nothing is scored again."""
+    folder = tmp_path / "p"
+    store = store_with(folder, [3, 2])
+    wider = table(3, 2).append_column("note", pa.array(["a", "b"]))
+    if killed == "before":
+        store.dir.write = lambda name, fill: 0  # the journal line is written, the replacement is not
+    store.rewrite("part-00001.parquet", wider)
+    resumed, _ = open_store(str(folder), FP, "parquet", resume=True)
+    assert resumed.rows_done == 5
+    assert resumed.table("part-00001.parquet").column_names == (
+        ["id", "score", "note"] if killed == "after" else ["id", "score"]
+    )
+    assert len((folder / JOURNAL).read_text().splitlines()) == 2  # recovery leaves one line a part
 
 
 def test_a_kept_part_damaged_in_place_stops_a_resume_in_one_line(tmp_path):

@@ -7,7 +7,8 @@ Parquet dataset) holding:
 - `part-00000.<ext>`, `part-00001.<ext>`, ...: one part per written table (a window of rows),
   each written under a temporary name, fsync'ed, renamed, and the folder fsync'ed;
 - `_scorecli_journal.jsonl`: one line per durable part (its file, first input row, row count,
-  byte size), appended and fsync'ed only after the part is in place.
+  byte size), appended and fsync'ed only after the part is in place, and one more, with the new
+  size, before a Parquet part is replaced by the same rows under the final schema.
 
 One run at a time: a run holds the folder (`Folder.hold`: a lock on a local disk, a lease in a
 store) from the moment it uses it until it ends, and another run on the same folder is refused,
@@ -25,6 +26,7 @@ dicts and moves tables and bytes.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -177,11 +179,18 @@ class PartStore:
         return f"part-{len(self.parts) + k:05d}.{self.fmt}"
 
     def rewrite(self, name: str, table: pa.Table) -> None:
-        """Replace the Parquet part `name` with `table` (the same rows, e.g. under a final
-        schema), as durably as `add` writes. The journal keeps the old size: recovery accepts
-        a part whose footer holds the journaled rows (`_intact`)."""
+        """Replace the part `name` with `table` (the same rows, e.g. under a final schema), as
+        durably as `add` writes. Its new size is journaled first: a kill on either side of the
+        replacement leaves a size the journal lists (`_recover`), and no other file passes."""
         self.dir.check()
-        self._write(name, table)
+        buffer = io.BytesIO()
+        write_part(buffer, table, self.fmt)
+        data = buffer.getvalue()
+        kept = next(p for p in self.parts if p.file == name)
+        self.dir.append(
+            JOURNAL, (json.dumps(Part(name, kept.first_row, kept.rows, len(data)).__dict__) + "\n").encode()
+        )
+        self.dir.write(name, lambda f: f.write(data))
 
     def _write(self, name: str, table: pa.Table) -> int:
         """`table` as the file `name`, whole or not at all (`Folder.write`); returns its size."""
@@ -367,15 +376,25 @@ def _short(value: Any) -> str:
 
 
 def _recover(folder: Folder, fmt: str) -> list[Part]:
-    """The journaled parts that are intact and contiguous; everything else is removed."""
-    parts: list[Part] = []
+    """The journaled parts that are intact and contiguous; everything else is removed. A part is
+    intact when its size is one the journal lists for it: as written, or as rewritten (`rewrite`);
+    another file under its name (damaged, or another part's) is not."""
+    listed: dict[str, Part] = {}  # each part's first line, in journal order
+    sizes: dict[str, set[int]] = {}
     for line in _journal_lines(folder):
         part = _parse_part(line)
-        expected = f"part-{len(parts):05d}.{fmt}"
-        if part is None or part.file != expected or part.first_row != sum(p.rows for p in parts):
+        if part is None:
             break
-        size = _intact(folder, part, fmt)
-        if size is None:
+        first = listed.setdefault(part.file, part)
+        if (first.first_row, first.rows) == (part.first_row, part.rows):
+            sizes.setdefault(part.file, set()).add(part.bytes)
+    parts: list[Part] = []
+    for part in listed.values():
+        expected = f"part-{len(parts):05d}.{fmt}"
+        if part.file != expected or part.first_row != sum(p.rows for p in parts):
+            break
+        size = folder.size(part.file)
+        if size not in sizes[part.file]:
             break
         parts.append(Part(part.file, part.first_row, part.rows, size))
     keep = {p.file for p in parts} | {JOB, JOURNAL, LEASE}
@@ -385,23 +404,6 @@ def _recover(folder: Folder, fmt: str) -> list[Part]:
     # drop a torn or stale tail so that later lines follow the intact ones
     folder.write(JOURNAL, lambda f: f.writelines((json.dumps(p.__dict__) + "\n").encode() for p in parts))
     return parts
-
-
-def _intact(folder: Folder, part: Part, fmt: str) -> int | None:
-    """The size of the part file if it holds what the journal says, else None: its journaled
-    size, or (a Parquet part rewritten under the final schema) a footer that reads and counts the
-    journaled rows; files only ever appear whole under a part's name."""
-    size = folder.size(part.file)
-    if size is None:
-        return None
-    if size == part.bytes:
-        return size
-    if fmt != "parquet":
-        return None
-    try:
-        return size if pq.ParquetFile(folder.source(part.file)).metadata.num_rows == part.rows else None
-    except Exception:  # noqa: BLE001 - not Parquet, or torn: pyarrow raises several kinds
-        return None
 
 
 def _journal_lines(folder: Folder) -> list[bytes]:
