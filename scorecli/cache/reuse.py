@@ -40,6 +40,7 @@ from scorecli.engine.job import FROM_CACHE
 from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
+from scorecli.io.schema import with_metadata
 from scorecli.runtimes import auto_device
 from scorecli.version import __version__
 
@@ -59,10 +60,6 @@ class Figures:
     def add(self, other: Figures) -> None:
         self.hits += other.hits
         self.misses += other.misses
-
-
-def _encoded(metadata: dict[str, str]) -> dict[bytes, bytes]:
-    return {k.encode(): v.encode() for k, v in metadata.items()}
 
 
 @dataclass
@@ -245,7 +242,7 @@ class Reusing:
         table = self._run(window, on_batch)
         if self.cache is None:
             return table
-        return table.replace_schema_metadata((table.schema.metadata or {}) | _encoded(self.closing_metadata()))
+        return table.replace_schema_metadata(with_metadata(table.schema, self.closing_metadata()).metadata)
 
     def resumed(self, kept: dict[str, str]) -> None:
         """A resumed job's counts so far: those its last kept part was written with."""

@@ -27,7 +27,7 @@ from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import FingerprintMismatch, Part, PartStore, open_store
-from scorecli.io.schema import conform, merge_schema, null_nonfinite
+from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
 from scorecli.runtimes import RUNTIMES, installed
@@ -312,7 +312,7 @@ class Checkpoint:
         under the final schema."""
         schemas = [self.store.schema(name) for name in self.store.names()]
         final = _merged(schemas)
-        final = final.with_metadata((schemas[-1].metadata or {}) | {k.encode(): v.encode() for k, v in closing.items()})
+        final = with_metadata(final.with_metadata(schemas[-1].metadata), closing)
         for name, schema in zip(self.store.names(), schemas):
             if not schema.equals(final, check_metadata=True):
                 table = conform(self.store.table(name), final).replace_schema_metadata(final.metadata)

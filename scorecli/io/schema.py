@@ -15,6 +15,11 @@ import pyarrow.compute as pc
 from scorecli.errors import InputError
 
 
+def with_metadata(schema: pa.Schema, metadata: dict[str, str]) -> pa.Schema:
+    """`schema` with `metadata` (text keys and values, as scorecli's are) added to its own."""
+    return schema.with_metadata((schema.metadata or {}) | {k.encode(): v.encode() for k, v in metadata.items()})
+
+
 def merge_type(a: pa.DataType, b: pa.DataType, name: str) -> pa.DataType:
     """The type that holds values of both `a` and `b` unchanged; InputError if none does."""
     if a.equals(b) or pa.types.is_null(b):

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from scorecli.errors import OutputClosed, ScorecliError, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
-from scorecli.io.schema import conform, merge_schema, null_nonfinite
+from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.stores import locate
 from scorecli.io.urls import is_url
 
@@ -87,7 +87,7 @@ class Sink:
         self.out = self.target.out
         self.format = self.target.format
         self.nulled: dict[str, int] = {}
-        self._metadata = {k.encode(): v.encode() for k, v in metadata.items()}
+        self._metadata = metadata
         self._tmp: str | None = None
         self._dest: IO[bytes] | None = None  # stdout or the special file, written through
         self._file: IO[bytes]  # where this format's bytes go first
@@ -149,7 +149,7 @@ class Sink:
 
     def _write_parquet(self, table: pa.Table) -> None:
         if self._writer is None:
-            self._start(table.schema.with_metadata(self._metadata))
+            self._start(with_metadata(table.schema.remove_metadata(), self._metadata))
         schema = merge_schema(self._schema, table.schema)
         if not schema.equals(self._schema):
             self._rewrite(schema)
@@ -185,8 +185,7 @@ class Sink:
             return
         try:
             if metadata and self.format == "parquet" and self._writer is not None:
-                self._metadata |= {k.encode(): v.encode() for k, v in metadata.items()}
-                self._rewrite(self._schema.with_metadata(self._metadata))
+                self._rewrite(with_metadata(self._schema, metadata))
             self._commit()
         except BaseException:
             self.abort()
