@@ -85,7 +85,8 @@ class Scorer:
             if note and progress:
                 print(f"note: {note}", file=sys.stderr)
         self.config = config
-        with quiet_transformers(library and not progress):
+        # a command (a config given) shows its own progress only; a library caller's stderr stays theirs
+        with quiet_transformers(bar=not (library and progress), advice=library and not progress):
             self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         mark("model loaded")

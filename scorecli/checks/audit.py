@@ -132,9 +132,6 @@ def reference_scorer(cfg, run_scorer):
 
     if run_scorer is not None and run_scorer.loaded.dtype == torch.float32 and run_scorer.runtime == "torch":
         return run_scorer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # as the run's own load (`engine.run.load_scorer`): --quiet means quiet
     ref = replace(cfg, dtype="float32", runtime="torch", compile="off", self_check=False, score_cache=None)
     return Scorer(ref.model, ref)
 

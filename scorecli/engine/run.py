@@ -171,14 +171,9 @@ class _Local:
 def load_scorer(cfg: ScoreConfig):
     """The Scorer of `cfg`, loaded now. torch and transformers are imported here, when a window has
     a pair to score: a job whose pairs are all in the score cache never imports them."""
-    from transformers.utils import logging as hf_logging
-
     from scorecli.scorer import Scorer
 
-    # our own progress is the only one: transformers' "Loading weights" bar would break
-    # --quiet and the one-line error contract
-    hf_logging.disable_progress_bar()
-    return Scorer(cfg.model, cfg)
+    return Scorer(cfg.model, cfg)  # without transformers' loading bar: --quiet means quiet
 
 
 def run_score(

@@ -377,22 +377,25 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
 
 
 @contextmanager
-def quiet_transformers(quiet: bool = True) -> Iterator[None]:
-    """transformers' "Loading weights" bar and its advice to model authors off (`quiet`) while the
-    block runs (a model loads), as they were afterwards: a library caller's stderr stays theirs."""
-    if not quiet:
+def quiet_transformers(bar: bool = True, advice: bool = True) -> Iterator[None]:
+    """transformers' "Loading weights" bar (`bar`) and its advice to model authors (`advice`) off
+    while the block runs (a model loads), as they were afterwards: a library caller's stderr stays
+    theirs, and a command's progress is its own."""
+    if not (bar or advice):
         yield
         return
     from transformers.utils import logging as hf_logging
 
-    bar, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    shown, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    if bar:
+        hf_logging.disable_progress_bar()
+    if advice:
+        hf_logging.set_verbosity_error()
     try:
         yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        if bar:
+        if shown:
             hf_logging.enable_progress_bar()
 
 
