@@ -24,7 +24,7 @@ import typer
 from scorecli import bytecode, timings
 from scorecli import options as o
 from scorecli.cli_cache import cache_app
-from scorecli.config import ScoreConfig
+from scorecli.config import ScoreConfig, check_copied_fields
 from scorecli.core.templates import check_template
 from scorecli.errors import OutputClosed, ScorecliError, UsageError, error_line
 from scorecli.evaluate import evaluate
@@ -152,6 +152,7 @@ def score(
         check_apart(target, score_cache, "--score-cache")
     # what the flags alone tell fails before anything about the model is looked up
     token_ids = o.csv_ints(label_token_ids)
+    check_copied_fields(id_field, labels_field)
     if template is not None:
         check_template(template)
     _check_cache_and_runtime(ctx, cache_dir, runtime, quiet)

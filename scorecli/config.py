@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from scorecli.attention import backends as attention_backends
 from scorecli.core.templates import ACTIVATIONS
 from scorecli.errors import UsageError
+from scorecli.io import OUTPUT_COLUMNS
 from scorecli.kinds import FAMILIES
 from scorecli.runtimes import NAMES as runtime_names
 from scorecli.runtimes import runtime_info
@@ -152,8 +153,21 @@ class ScoreConfig:
             raise UsageError("--window-rows must be at least 1")
         if self.window_seconds is not None and not self.window_seconds > 0:
             raise UsageError(f"--window-seconds must be more than 0, got {self.window_seconds}")
+        check_copied_fields(self.id_field, self.labels_field)
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+def check_copied_fields(id_field: str, labels_field: str) -> None:
+    """UsageError when an input field the output copies (the id, the labels) has the name of a
+    column the output has of its own: the input's values would replace scorecli's, or the reverse."""
+    for flag, name in (("--id-field", id_field), ("--labels-field", labels_field)):
+        if name in OUTPUT_COLUMNS:
+            raise UsageError(
+                f"{flag} {name}: the output has a column '{name}' of its own: rename that field in the input"
+            )
+    if id_field == labels_field:
+        raise UsageError(f"--id-field and --labels-field are both {id_field!r}: one field cannot be both")
 
 
 def check_choice(flag: str, value: str | None, allowed: tuple[str, ...], optional: bool = False) -> None:

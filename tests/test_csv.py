@@ -10,6 +10,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from scorecli.errors import InputError
 from scorecli.io.groups import group_rows, grouping
 from scorecli.io.readers import count_rows, iter_rows
 from tests.test_cli import Case, jsonl, run_cli, write
@@ -41,6 +42,23 @@ def test_csv_rows_and_their_lines(tmp_path):
     assert [r.data for r in iter_rows([tsv])] == [rows[0].data]
 
 
+def test_a_header_without_records_is_no_rows_and_a_header_naming_a_column_twice_is_refused(tmp_path):
+    """An export with no rows (a header line only) is an input of zero rows, as an empty JSON lines
+    file is: one empty shard used to stop a whole run. A column named twice would hide one of them."""
+    for name, data in [
+        ("h.csv", b"id,query,items\n"),
+        ("h.tsv", b"id\tquery\titems\r\n"),
+        ("n.csv", b"id,query,items"),
+    ]:
+        path = write(tmp_path / name, data)
+        assert list(iter_rows([path])) == [] and count_rows([path]) == 0
+    zipped = write(tmp_path / "h.csv.gz", gzip.compress(b"id,query,items\n"))
+    assert list(iter_rows([zipped])) == []
+    twice = write(tmp_path / "d.csv", b'id,query,items,query\n1,a,"[""x""]",b\n')
+    with pytest.raises(InputError, match=r"d.csv:1: the header names the column 'query' twice"):
+        list(iter_rows([twice]))
+
+
 def test_records_grouped_into_rows(tmp_path):
     path = write(
         tmp_path / "pairs.csv",
@@ -62,6 +80,26 @@ def test_records_grouped_into_rows(tmp_path):
     )
     assert rows[4].where.endswith(":8") and rows[4].error == "missing field 'qid': --group-by qid needs it in every row"
     assert len(rows) == 5
+
+
+def test_a_field_only_later_records_of_a_group_hold_is_not_dropped(tmp_path):
+    """A group's labels are its records' values in order, whichever record holds them first: a
+    group whose first record has none became an unlabelled row, silently left out of the metrics."""
+    path = write(
+        tmp_path / "pairs.jsonl",
+        jsonl(
+            [
+                {"qid": "q1", "query": "fox", "items": "a"},
+                {"qid": "q1", "query": "fox", "items": "b", "labels": 1},
+                {"qid": "q2", "query": "dog", "items": "c", "labels": 1},
+                {"qid": "q2", "query": "dog", "items": "d"},
+                {"qid": "q3", "query": "cat", "items": "e"},
+            ]
+        ),
+    )
+    rows = list(group_rows(iter_rows([path]), grouping("qid", "query", "items", "labels")))
+    assert [r.data["labels"] for r in rows[:2]] == [[None, 1], [1, None]]  # both a bad row when scored
+    assert "labels" not in rows[2].data and "item_ids" not in rows[0].data
 
 
 def scores_of(path) -> list:

@@ -639,3 +639,16 @@ def test_pipes_are_read_as_jsonl_and_never_counted(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", None)  # started with `<&-`
     with pytest.raises(UsageError, match=r"cannot read - \(stdin\): it is closed"):
         list(iter_rows(["-"]))
+
+
+def test_the_output_columns_a_run_writes_are_the_ones_copied_fields_may_not_take():
+    """`config.check_copied_fields` refuses an --id-field or --labels-field named as a column of
+    the output's own (`io.OUTPUT_COLUMNS`): every column `window_table` writes must be listed."""
+    import re
+    from pathlib import Path
+
+    from scorecli.io import OUTPUT_COLUMNS
+    from scorecli.io import columns as columns_module
+
+    written = set(re.findall(r'columns\["(\w+)"\]', Path(columns_module.__file__).read_text()))
+    assert written == set(OUTPUT_COLUMNS)

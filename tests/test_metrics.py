@@ -77,7 +77,12 @@ def test_labels_are_grades_or_indices():
     assert parse_labels([2], 3, "f:1", "labels").tolist() == [0, 0, 1]
     assert parse_labels([], 3, "f:1", "labels").tolist() == [0, 0, 0]
     assert parse_labels(["1", "0"], 2, "f:1", "labels").tolist() == [1, 0]  # CSV cells
+    infinite = [([float("inf")], "inf is not a finite number"), ([float("nan"), 0], "nan is not a finite number")]
+    infinite += [(["nan", "0"], "'nan' is not a finite number"), ([10**400], "1000.* is not a finite number")]
     for bad, match in [(3, "expected a list"), ([5], "not an item index"), ([-1, 0], "grade -1"), (["x"], "numbers")]:
+        with pytest.raises(InputError, match=f"f:1: field 'labels': .*{match}"):
+            parse_labels(bad, 2, "f:1", "labels")
+    for bad, match in infinite:  # JSON's 1e999, pandas' missing value, a CSV cell: a bad row, not a crash
         with pytest.raises(InputError, match=f"f:1: field 'labels': .*{match}"):
             parse_labels(bad, 2, "f:1", "labels")
 

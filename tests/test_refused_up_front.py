@@ -1,7 +1,8 @@
 """Refused before any work, through the real console script: an output that is, holds or lies inside an input
 (a dataset folder over its input shards, globs, symlinked folders, `..`, relative paths,
 `<out>.partial/`, stdin and stdout redirected from or into an input), a folder of files scorecli
-did not write, a zero-row Parquet input's id column, integer flags out of range, `bench`'s
+did not write, a zero-row Parquet input's id column, integer flags out of range, an input field
+named as an output column, `bench`'s
 arguments, and `--runtime auto` where ONNX Runtime cannot run (no `onnx` exporter, an
 unwritable HOME, a truncated cached export). Each refused run: exit 2, one line, before the
 model loads (the model path given does not exist where that is what shows it), nothing touched.
@@ -255,6 +256,23 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         model=no_model,
     )
 
+    # an input field named as a column the output has of its own: its values replaced the scores
+    # (--labels-field score: metrics of 1.0) or the run crashed
+    for flag, name, what in [
+        ("--labels-field", "score", "--labels-field score: the output has a column 'score' of its own"),
+        ("--labels-field", "num_tokens", "--labels-field num_tokens: the output has a column"),
+        ("--id-field", "scores", "--id-field scores: the output has a column 'scores' of its own"),
+        ("--id-field", "labels", "--id-field and --labels-field are both 'labels'"),
+    ]:
+        add(
+            f"field{flag}-{name}",
+            [str(good)],
+            str(tmp / "fields.parquet"),
+            [flag, name],
+            Expect(2, [what]),
+            model=no_model,
+        )
+
     # item 5: bench's arguments, checked before any work
     for name, extra, what in [
         ("rows", ["--rows", "-1"], "--rows"),
@@ -374,6 +392,10 @@ REFUSED = [
     "flag--chunk-overlap",
     "flag--num-workers",
     "flag--label-token-ids",
+    "field--labels-field-score",
+    "field--labels-field-num_tokens",
+    "field--id-field-scores",
+    "field--id-field-labels",
     "bench_rows",
     "bench_repeats",
     "bench_items",

@@ -39,8 +39,8 @@ def parse_labels(value: Any, n_items: int, where: str, name: str) -> np.ndarray:
     numbers = [_number(v, where, name) for v in value]
     if len(numbers) == n_items:
         grades = np.array(numbers, dtype=np.float64)
-        if (grades < 0).any() or not np.isfinite(grades).all():
-            bad = next(v for v in numbers if not (v >= 0 and math.isfinite(v)))
+        if (grades < 0).any():
+            bad = next(v for v in numbers if v < 0)
             raise InputError(f"{where}: field '{name}': grade {bad:g} is not a number >= 0")
         return grades
     grades = np.zeros(n_items, dtype=np.float64)
@@ -55,14 +55,23 @@ def parse_labels(value: Any, n_items: int, where: str, name: str) -> np.ndarray:
 
 
 def _number(v: Any, where: str, name: str) -> float:
+    """A label as a finite float: infinity, NaN (JSON's `1e999`, a CSV cell's `nan`, pandas' missing
+    value) and an integer beyond float64 are bad rows, as text that is no number is."""
+    number = v
     if isinstance(v, str):  # a CSV cell
         try:
-            return float(v)
+            number = float(v)
         except ValueError:
             pass
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise InputError(f"{where}: field '{name}': expected numbers, got {v!r:.40}")
-    return float(v)
+    try:
+        number = float(number)
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    if not math.isfinite(number):
+        raise InputError(f"{where}: field '{name}': {v!r:.40} is not a finite number")
+    return number
 
 
 def rank_order(scores: np.ndarray) -> np.ndarray:

@@ -75,6 +75,8 @@ class CsvInput:
             try:
                 reader = self._open(path, stream, bad)
             except (pa.ArrowException, OSError, EOFError) as e:
+                if isinstance(e, pa.ArrowInvalid) and str(e) == "Empty CSV file":
+                    return  # a header and no records: no rows, as an empty JSON lines file or a 0-row export
                 raise InputError(f"{path}: cannot read: {printable(e)}") from e
             if reader is None:
                 return
@@ -113,6 +115,8 @@ class CsvInput:
             raise InputError(f"{path}:1: cannot read the header line: {printable(e)}") from e
         if not names:
             return None
+        if twice := next((n for n in names if names.count(n) > 1), None):  # one would hide the other
+            raise InputError(f"{path}:1: the header names the column {twice!r} twice")
         import pyarrow as pa
         import pyarrow.csv as pacsv
 

@@ -54,12 +54,15 @@ class _Group:
         assert first.data is not None
         self.first, self.key, self.error = first, key, error
         self.data = dict(first.data)
-        self.lists = {name: [first.data[name]] for name in per_item if name in first.data}
+        self.lists = {name: [first.data.get(name)] for name in per_item}
 
     def row(self) -> RawRow:
+        """The group as one row; a per-item field that some record holds is a list with every
+        record's value (None where a record lacks it: a bad row when labels or items need it)."""
         if self.error is not None:
             return RawRow(None, self.first.where, self.error)
-        return RawRow(self.data | self.lists, self.first.where, typed=self.first.typed)
+        lists = {name: values for name, values in self.lists.items() if any(v is not None for v in values)}
+        return RawRow(self.data | lists, self.first.where, typed=self.first.typed)
 
 
 def group_rows(records: Iterable[RawRow], grouping: Grouping) -> Iterator[RawRow]:
