@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -170,11 +171,21 @@ def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activ
     for flags, named in [
         ({"score_cache": "/tmp/c"}, "--score-cache"),
         ({"audit": 2, "group_by": "qid"}, "--group-by, --audit"),
+        ({"quiet": True, "resume": True}, "--resume, --quiet"),
+        ({"engine": "local"}, "--engine"),
+        ({"top_k": "3"}, r"top_k='3': expected an integer or None"),
+        ({"max_batch_tokens": 2.5}, r"max_batch_tokens=2.5: expected an integer or None"),
+        ({"self_check": "no"}, r"self_check='no': expected True or False"),
+        ({"template": 1}, r"template=1: expected a string"),
+        ({"window_seconds": True}, r"window_seconds=True: expected a number or None"),
+        ({"topk": 3}, r"topk=: no such flag of `scorecli score`"),
     ]:
         with pytest.raises(UsageError, match=named):
             config_for(str(tmp_path), flags)
     assert config_for(str(tmp_path), {"score_cache": "/tmp/c"}, applied=("score_cache",))[0].score_cache == "/tmp/c"
     assert config_for(str(tmp_path), {"apply_softmax": True})[0].activation == "softmax"
+    fine = {"top_k": np.int64(3), "window_seconds": 2, "label_tokens": "yes,no", "instruction": None}
+    assert config_for(str(tmp_path), fine)[0].top_k == 3
     with pytest.raises(UsageError, match="--apply-softmax contradicts --activation sigmoid"):
         config_for(str(tmp_path), {"apply_softmax": True, "activation": "sigmoid"})
 

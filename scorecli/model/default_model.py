@@ -17,7 +17,9 @@ picks the model `scorecli score` would.
 from __future__ import annotations
 
 import importlib.util
+import numbers
 import os
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +129,13 @@ RUN_FLAGS = {
     "score_cache": "--score-cache",
     "audit": "--audit",
     "audit_strict": "--audit-strict",
+    "resume": "--resume",
+    "quiet": "--quiet",  # a Scorer prints nothing unless `progress=True`
+    "engine": "--engine",
+    "ray_address": "--ray-address",
+    "num_workers": "--num-workers",
 }
+_KINDS = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}
 
 
 def config_for(
@@ -147,6 +155,7 @@ def config_for(
             f"{', '.join(run_only)}: a flag of `scorecli score` (a whole run), which a Scorer does not apply "
             "to the tables it scores (docs/library.md)"
         )
+    _check_types(overrides)
     if overrides.pop("apply_softmax", False):
         if overrides.get("activation") not in (None, "softmax"):
             raise UsageError(f"--apply-softmax contradicts --activation {overrides['activation']}")
@@ -155,6 +164,32 @@ def config_for(
         return ScoreConfig(model=model.path, **overrides), None
     choice = resolve_model(model)
     return ScoreConfig(**{"model": choice.path, "template": choice.template, **overrides}), choice.note
+
+
+def _check_types(overrides: dict[str, Any]) -> None:
+    """UsageError, in one line naming the keyword, for a keyword that is no flag, or a value of
+    another type than its flag's (`top_k="3"`): the command line's parser checks both there."""
+    hints = typing.get_type_hints(ScoreConfig) | {"apply_softmax": bool}
+    for name, value in overrides.items():
+        if name not in hints:
+            raise UsageError(f"{name}=: no such flag of `scorecli score` (`scorecli score --help` lists them)")
+        allowed = typing.get_args(hints[name]) or (hints[name],)
+        scalars = [kind for kind in allowed if kind in _KINDS]
+        if not scalars or (value is None and type(None) in allowed):
+            continue  # a list flag: ScoreConfig reads it (label_tokens="yes,no" or a tuple)
+        if not any(_is(value, kind) for kind in scalars):
+            expected = " or ".join([_KINDS[kind] for kind in scalars] + ["None"] * (type(None) in allowed))
+            raise UsageError(f"{name}={value!r:.40}: expected {expected}")
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    if kind is float:
+        return isinstance(value, numbers.Real)
+    return isinstance(value, kind)
 
 
 def bundled_path(name: str) -> str:
