@@ -582,6 +582,11 @@ def test_bad_json_ids_are_bad_rows():
     assert "got an object" in errors[0] and "got an array" in errors[1]
     assert "'\\ud800' holds a lone surrogate" in errors[2]
     assert all("does not fit a 64-bit integer" in e for e in errors[3:])
+    # JSON's 1e400 and NaN: 1e400 and 2e400 read as one id, inf, written null to JSON lines
+    assert check_ids([1.5, json.loads("1e400"), float("nan")])[1:] == [
+        "field 'id': inf is not a finite number (write it as a string)",
+        "field 'id': nan is not a finite number (write it as a string)",
+    ]
 
 
 def test_ids_against_the_parquet_schema_type():

@@ -14,6 +14,7 @@ JSON lines output writes ids back as the same JSON values. Knows nothing about m
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -121,6 +122,8 @@ class IdCheck:
             return f"{_show(value)} holds a lone surrogate (not valid Unicode)"
         if kind[0] == pa.int64() and not INT64[0] <= value < INT64[1]:
             return f"{_show(value)} does not fit a 64-bit integer (write it as a string)"
+        if isinstance(value, float) and not math.isfinite(value):  # JSON's 1e400: ids that all read as inf
+            return f"{_show(value)} is not a finite number (write it as a string)"
         if self.type is None:
             self.type, self.first = kind[0], where
             return None
