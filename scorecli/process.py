@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 def finish(code: int) -> None:
@@ -62,6 +64,7 @@ def pipe_closed() -> None:
 
 
 _signals: list[int] = []  # the signal that interrupted the run, if any
+_held = [0, False]  # how deep the main thread is in `uninterrupted` steps; whether a signal waits for them
 
 
 def watch_signals(say_interrupted: Callable[[], None]) -> None:
@@ -74,11 +77,36 @@ def watch_signals(say_interrupted: Callable[[], None]) -> None:
             say_interrupted()
             os._exit(128 + _signals[0])
         _signals.append(signum)
+        if _held[0]:
+            _held[1] = True  # raised as the step ends (`uninterrupted`)
+            return
         raise KeyboardInterrupt
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A short step that must not stop half-way (an object written to a store in one request:
+    pyarrow completes an upload whose stream is closed early, with what it holds so far, so an
+    interrupt between opening and writing it left an empty object in its place). A first SIGINT
+    or SIGTERM in it interrupts the run as the step ends; a second still ends the process at
+    once (no upload completes then). Main thread only: it is where signals are handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held[0] += 1
+    try:
+        yield
+    finally:
+        _held[0] -= 1
+        waiting = not _held[0] and _held[1]
+        if waiting:
+            _held[1] = False
+    if waiting:
+        raise KeyboardInterrupt
 
 
 def interrupted_code() -> int:

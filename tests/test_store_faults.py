@@ -132,3 +132,37 @@ def test_a_lease_object_of_another_shape_is_one_line_exit_2(s3, qwen3_seq_cls): 
         assert len(result.lines()) == 1, (name, result.stderr)
         assert f"s3://outputs/lease-{name}/_scorecli_lease.json is not a scorecli lease" in result.stderr
         assert keys(s3, "outputs", f"lease-{name}/") == [f"lease-{name}/_scorecli_lease.json"]  # left as found
+
+
+_INTERRUPTED_PUT = """
+import os, signal, sys
+from pyarrow import fs
+from scorecli.io.stores import Store
+from scorecli.process import watch_signals
+
+watch_signals(lambda: None)
+path = sys.argv[1]
+
+
+class SignalledAfterOpening:  # the signal lands between opening the object's stream and writing it
+    def open_output_stream(self, p):
+        stream = fs.LocalFileSystem().open_output_stream(p)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return stream
+
+
+try:
+    Store("s3", SignalledAfterOpening(), "s3://b").put(path, b"journal, two lines\\n")
+except KeyboardInterrupt:
+    print("interrupted", open(path, "rb").read())
+"""
+
+
+def test_an_interrupt_while_an_object_is_put_waits_for_its_write(tmp_path):
+    """pyarrow completes an upload whose stream is closed, with what it holds: a SIGTERM between
+    opening an object's stream and writing it replaced the journal with an empty object, and
+    --resume then scored every row again. The interrupt now comes as the write ends."""
+    path = tmp_path / "_scorecli_journal.jsonl"
+    path.write_bytes(b"journal, one line\n")
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_PUT, str(path)], capture_output=True, env=_env())
+    assert proc.stdout == b"interrupted b'journal, two lines\\n'\n", (proc.stdout, proc.stderr)

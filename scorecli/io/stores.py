@@ -24,6 +24,7 @@ from scorecli.errors import ScorecliError, UsageError, first_line
 from scorecli.io import schemes  # its deadlines read when used (tests/store_cli.py shortens them)
 from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, listed
 from scorecli.io.urls import parse, scheme_of, shown
+from scorecli.process import uninterrupted
 
 RETRIES = 6  # attempts of one operation (the SDKs retry each request a few times underneath)
 BACKOFF = 0.25  # seconds before the second attempt, doubling each time (with jitter)
@@ -176,11 +177,12 @@ class Store:
         self.call("cannot write", path, self._put, path, data)
 
     def _put(self, path: str, data: bytes) -> None:
-        stream = self.fs.open_output_stream(path)
-        try:
-            stream.write(data)  # one write: a stream closed early still holds all of it
-        finally:
-            stream.close()
+        with uninterrupted():  # a stream closed before its write would replace the object with nothing
+            stream = self.fs.open_output_stream(path)
+            try:
+                stream.write(data)  # one write: a stream closed early still holds all of it
+            finally:
+                stream.close()
 
     def upload(self, path: str, source: BinaryIO, temp: str) -> None:
         """Write `source` (a local file, from its start) as the object `path`, whole or not at
