@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import s3_server
-from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, run_cli, write
+from tests.test_cli import SCORECLI, WORDS, Case, _env, jsonl, make_rows, run_cli, write
 from tests.test_new_user import slow_run
 
 ROWS = 24
@@ -366,3 +366,20 @@ def test_store_calls_retry_what_is_transient_and_name_the_url(monkeypatch):
     with pytest.raises(UsageError, match=r"cannot read s3://b/k: access denied \(check AWS_ACCESS_KEY_ID"):
         store.call("cannot read", "b/k", denied)
     assert calls == [1]  # never retried
+
+
+def test_a_prefix_holding_a_users_objects_further_down_is_refused_as_a_folder_is(s3, qwen3_seq_cls):
+    """A user's object below `<out>.partial/` or below a dataset prefix (`sub/user.parquet`) was
+    not seen (the listing kept objects only): the run wrote beside it, and a successful run removed
+    `.partial/` with it. Now refused, as a local folder with a subfolder is, and left as it was."""
+    client = s3_server.client(s3)
+    client.put_object(Bucket="inputs", Key="nested/rows.jsonl", Body=jsonl(make_rows(2, first_id=0, seed=3)))
+    client.put_object(Bucket="outputs", Key="n.parquet.partial/keep/user.txt", Body=b"the user's")
+    client.put_object(Bucket="outputs", Key="nds/sub/user.parquet", Body=b"the user's too")
+    for out, where in [("s3://outputs/n.parquet", "n.parquet.partial"), ("s3://outputs/nds/", "nds")]:
+        args = ["score", "s3://inputs/nested/rows.jsonl", "--out", out, "--model", qwen3_seq_cls, "-q"]
+        result = run_cli(Case(args, env=env(s3)))
+        assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+        assert f"s3://outputs/{where}: it holds files scorecli did not write" in result.stderr, result.stderr
+    objects = [k for k in keys(s3, "outputs", "n") if not k.endswith("/")]  # pyarrow's empty folder markers aside
+    assert objects == ["n.parquet.partial/keep/user.txt", "nds/sub/user.parquet"]

@@ -159,7 +159,8 @@ def test_a_leftover_unfinished_dataset_is_replaced_with_a_note_a_finished_one_si
     store.add(table(0, 2))  # an unfinished dataset: its job file and journal are there
     _, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False, dataset=True)
     assert note is not None and "replacing" in note and "--resume" in note
-    store.finish_dataset()
+    store.mark_finished()
+    store.drop_bookkeeping()
     _, note = open_store(str(folder), {**FP, "--template": "x"}, "parquet", resume=False, dataset=True)
     assert note is None  # a finished output is replaced as a file output is: no note
 
@@ -238,11 +239,53 @@ def test_a_success_marker_with_content_is_not_ours(tmp_path, dataset):
 
 def test_finished_dataset_has_parts_and_success_only(tmp_path):
     store = store_with(tmp_path / "d", [2, 2])
-    store.finish_dataset()
+    store.mark_finished()
+    store.drop_bookkeeping()
     assert sorted(os.listdir(tmp_path / "d")) == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
     import pyarrow.dataset as ds
 
     assert ds.dataset(str(tmp_path / "d")).to_table().equals(table(0, 4))
+
+
+@pytest.mark.parametrize("out", ["ds/", "o.parquet"])
+def test_a_finish_the_store_fails_keeps_the_job_until_the_output_is_in_place(tmp_path, out):
+    """A dataset's bookkeeping went before `_SUCCESS` was written: a store that failed on the marker
+    (or a kill there) left parts no journal listed, and --resume scored the whole job again. Once
+    the output is in place, a folder the store cannot tidy is a warning: the run succeeded (it was
+    exit 1, "rows kept", with the output whole)."""
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+
+    (tmp_path / "m").mkdir()
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    target = resolve_output(f"{tmp_path}/{out}")
+    cfg = ScoreConfig(model=str(tmp_path / "m"))
+    meta = {"scorecli_version": "x"}
+
+    def failing(name, *args):
+        raise OSError(f"the store stopped answering ({name})")
+
+    cp = Checkpoint.open(target, cfg, [str(data)], resume=False)
+    cp.write(table(0, 2).replace_schema_metadata(meta))
+    cp.write(table(2, 2).replace_schema_metadata(meta))
+    if out == "ds/":
+        write = cp.store.dir.write
+        cp.store.dir.write = lambda name, fill: failing(name) if name == "_SUCCESS" else write(name, fill)
+        with pytest.raises(OSError, match="_SUCCESS"):
+            cp.finish(meta)
+        assert not cp.written
+    cp = Checkpoint.open(target, cfg, [str(data)], resume=True)
+    assert cp.rows_done == 4  # every part kept
+    if out == "ds/":
+        cp.store.dir.delete = lambda name: failing(name)
+    else:
+        cp.store.dir.remove = lambda: failing("o.parquet.partial")
+    with pytest.warns(RuntimeWarning, match="is written whole, but .*(bookkeeping|o.parquet.partial/ is left over)"):
+        cp.finish(meta)
+    assert cp.written
+    got = pq.read_table(tmp_path / out)
+    assert got["id"].to_pylist() == [0, 1, 2, 3]
 
 
 def test_jsonl_parts(tmp_path):

@@ -3,7 +3,7 @@
 A run whose `--out` is a file writes each window's table as a part in `<out>.partial/`
 (`io.parts`); on success the parts are streamed, in input order, through the ordinary `Sink`
 into `<out>` (atomically) and the folder is removed. A directory `--out` is a Parquet dataset:
-the parts are the output, and `_SUCCESS` is written last. A failed, interrupted or killed run
+the parts are the output, and `_SUCCESS` is the last file written. A failed, interrupted or killed run
 leaves the parts; `--resume` continues after them when the job's fingerprint (`job`) matches.
 stdout, devices and FIFOs are streamed through the `Sink` directly: nothing to resume.
 
@@ -15,6 +15,7 @@ back from the kept parts' metadata which runtime scored them (`same_runtime`).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -295,8 +296,11 @@ class Checkpoint:
         `closing`: metadata keys known only at the end (every part of a dataset gets them)."""
         if self.target.kind == "dataset":
             self._unify_parts(closing or {})
-            self.store.finish_dataset()
+            self.store.mark_finished()
             self.written = True
+            self._tidy(
+                self.store.drop_bookkeeping, "its bookkeeping (_scorecli_*) is left in it: the next run drops it"
+            )
         else:
             schemas = [self.store.schema(name) for name in self.store.names()]
             final = _merged(schemas) if schemas else None
@@ -304,7 +308,17 @@ class Checkpoint:
                 for table in self.store.tables():  # every row with every column (an id a window lacked: null)
                     sink.write(table if final is None else conform(table, final))
             self.written = True
-            self.store.remove()
+            self._tidy(self.store.remove, f"{self.shown} is left over: remove it")
+
+    def _tidy(self, step, left: str) -> None:
+        """`step` once the output is in place: where the folder cannot be tidied (a store that
+        stopped answering), the run has still succeeded, and a warning says what is left."""
+        try:
+            step()
+        except (ScorecliError, OSError) as exc:
+            warnings.warn(
+                f"{self.target.out} is written whole, but {left} ({error_line(exc)})", RuntimeWarning, stacklevel=2
+            )
 
     def _unify_parts(self, closing: dict[str, str]) -> None:
         """Give every part the dataset's one schema: a part written before a column's type was

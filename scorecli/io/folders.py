@@ -186,7 +186,9 @@ class StoreFolder:
         return bool(self.names())
 
     def names(self) -> list[str]:
-        return [i.path.rsplit("/", 1)[-1] for i in self.store.listing(self.key) if i.is_file]
+        """The objects and the prefixes below this one (a user's `sub/` holds objects scorecli did
+        not write, as a local folder's subfolder does)."""
+        return [name for i in self.store.listing(self.key) if (name := i.path.rstrip("/").rsplit("/", 1)[-1])]
 
     def make(self) -> bool:
         return False  # a prefix exists once an object is under it

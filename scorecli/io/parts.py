@@ -230,13 +230,19 @@ class PartStore:
                 "run without --resume to start over"
             ) from exc
 
-    def finish_dataset(self) -> None:
-        """The folder is the output: drop the bookkeeping, then write `_SUCCESS` last."""
+    def mark_finished(self) -> None:
+        """The folder is the output: `_SUCCESS` written while the journal still lists every part,
+        so a failure or a kill before the marker is durable leaves a job that `--resume` keeps
+        whole. Then `drop_bookkeeping`."""
         self.dir.check()
+        self.dir.write(SUCCESS, lambda f: None)
+
+    def drop_bookkeeping(self) -> None:
+        """A finished dataset's journal and job file removed. Left over (a store that stopped
+        answering), readers skip them (`_` names) and the next run replaces them."""
         for name in (JOURNAL, JOB):
             self.dir.delete(name)
         self.dir.sync()
-        self.dir.write(SUCCESS, lambda f: None)
 
     def remove(self) -> None:
         """Delete the folder and everything in it (the output is in place)."""
