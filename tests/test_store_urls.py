@@ -1,7 +1,8 @@
 """What a store URL names (docs/object-stores.md), through the real console script
 against the local S3 server (`tests/s3_server.py`): a key is the key as written, never decoded
 again, so a listing's keys open as listed and an output is never another spelling of an input;
-dot segments and empty ones, which a store would open as another key, are refused up front;
+dot segments and empty ones, which a store would open as another key, are refused up front, and
+so is an output an input glob would list;
 `?region=` and the other options work wherever a URL is taken; credentials never show.
 """
 
@@ -63,6 +64,32 @@ def test_an_input_spelled_another_way_is_refused_before_anything_is_written(s3, 
     assert put and s3_server.client(s3).head_object(Bucket="inputs", Key="ow/rows.jsonl")["ETag"] == etag
     assert body(s3, "sh/part-00000.parquet") == b"a user's own file" and user
     assert keys(s3, "inputs", "ow/") == ["ow/rows.jsonl"] and keys(s3, "outputs", "dd/") == []
+
+
+def test_an_output_an_input_glob_in_the_store_would_list_is_refused(s3, qwen3_seq_cls):  # noqa: F811
+    """As for local globs (docs/input-output.md: Output): the same command line run again would
+    read the output as input. A glob that does not list it (another suffix; `*` lists no deeper
+    folder) leaves it written."""
+    for key in ("gl/rows1.jsonl", "gl/deep/rows2.jsonl"):
+        put(s3, key, jsonl(ROWS))
+    cases = [
+        ("s3://inputs/gl/*.jsonl", "s3://inputs/gl/new.jsonl"),
+        ("s3://inputs/gl/rows?.jsonl?region=us-east-1", "s3://inputs/gl/rowsx.jsonl"),
+        ("s3://inputs/gl/**/*.jsonl", "s3://inputs/gl/deep/new.jsonl"),
+        ("s3://inputs/gl/*/*", "s3://inputs/gl/ds/"),  # the dataset's parts
+    ]
+    for pattern, out in cases:
+        result = run_cli(score(s3, [pattern], out, qwen3_seq_cls))
+        assert result.rc == 2 and len(result.lines()) == 1, (pattern, out, result.stderr)
+        shown = pattern.split("?region")[0]
+        assert f"it matches the input pattern {shown} (a later run would read it as input)" in result.stderr
+    assert keys(s3, "inputs", "gl/") == ["gl/deep/rows2.jsonl", "gl/rows1.jsonl"]
+    for pattern, out in [
+        ("s3://inputs/gl/*", "s3://inputs/gl/x/"),
+        ("s3://inputs/gl/*.jsonl", "s3://inputs/gl/s.parquet"),
+    ]:
+        result = run_cli(score(s3, [pattern], out, qwen3_seq_cls))
+        assert result.rc == 0, (pattern, out, result.stderr)
 
 
 def test_listed_keys_open_as_listed_and_outputs_go_to_the_key_written(s3, qwen3_seq_cls, tmp_path):  # noqa: F811

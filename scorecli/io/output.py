@@ -19,7 +19,6 @@ Knows nothing about tables or models.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import stat
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from scorecli.errors import UsageError
 from scorecli.io.readers import STDIN
 from scorecli.io.schemes import place
-from scorecli.io.sources import GLOB_CHARS, localize
+from scorecli.io.sources import GLOB_CHARS, localize, source_for
 from scorecli.io.stores import locate
 from scorecli.io.urls import is_url
 
@@ -81,8 +80,8 @@ def resolve_output(
     Args:
         out: the `--out` value.
         inputs: resolved input paths (`-` for stdin); `out` may not be one of them.
-        folders: the input folders they were found in, and local input globs; `out` may not lie
-            inside such a folder or be a file such a glob would list.
+        folders: the input folders they were found in, and input globs (local or in a store);
+            `out` may not lie inside such a folder or be a file such a glob would list.
 
     Raises:
         UsageError: empty, unsupported suffix, a missing or unwritable
@@ -191,11 +190,21 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
 
     A file is refused when it is an input (the same file, however named) or lies inside an input
     folder; a folder scorecli writes (a dataset, a file's `<out>.partial/`) when it holds an input
-    or lies inside an input folder.
+    or lies inside an input folder; a file or dataset when an input glob would list what it leaves.
     """
     written = None if target.kind == "stdout" else target.path
+    patterns = [folder for folder in folders if GLOB_CHARS & set(folder)]
+    folders = [folder for folder in folders if folder not in patterns]
     if written is not None and is_url(written):
-        return _touches_input_url(target, inputs, folders)
+        reason = _touches_input_url(target, inputs, folders)
+    else:
+        reason = _touches_input_file(target, inputs, folders)
+    return reason or _matches_pattern(target, patterns)
+
+
+def _touches_input_file(target: Target, inputs, folders) -> str | None:
+    """`_touches_input` for a local output, by inputs and input folders (not globs)."""
+    written = None if target.kind == "stdout" else target.path
     try:
         st = os.fstat(1) if written is None else os.stat(written)
     except OSError:
@@ -212,11 +221,19 @@ def _touches_input(target: Target, inputs, folders) -> str | None:
             if any(_within(place, zone) for place in places):
                 return f"{what} holds the input {shown}"
     for folder in folders if target.kind in ("file", "dataset") else ():  # its .partial/ lies beside it
-        if GLOB_CHARS & set(folder):
-            if any(_matches(folder, name) for name in _written_files(target)):
-                return f"it matches the input pattern {folder} (a later run would read it as input)"
-        elif _within(written, os.path.realpath(folder)):
+        if _within(written, os.path.realpath(folder)):
             return f"it lies inside the input folder {folder} (a later run would read it as input)"
+    return None
+
+
+def _matches_pattern(target: Target, patterns) -> str | None:
+    """Why an input glob would list a file that writing `target` leaves (a local glob a local
+    file, a store's an object in that store: `io.sources.Source.lists`), or None."""
+    if target.kind not in ("file", "dataset"):  # its .partial/ is gone once it is written
+        return None
+    for pattern in patterns:
+        if any(source_for(pattern).lists(pattern, name) for name in _written_files(target)):
+            return f"it matches the input pattern {pattern} (a later run would read it as input)"
     return None
 
 
@@ -244,34 +261,12 @@ def check_apart(target: Target, location: str, flag: str) -> None:
 def _written_files(target: Target) -> list[str]:
     """The files a run leaves at `target` that an input glob could match: the file, or a
     dataset's parts (named as its first) and marker."""
-    path = os.path.abspath(target.path or "")
-    if target.kind == "dataset":
-        return [os.path.join(path, name) for name in (f"part-00000.{target.format}", "_SUCCESS")]
-    return [path]
-
-
-def _matches(pattern: str, path: str) -> bool:
-    """Whether `glob.glob(pattern)` would list the file `path` once it exists: the names after the
-    pattern's first wildcard match it component by component as glob matches them (a leading dot
-    only by a leading dot), and the folder before them is the pattern's (as real paths)."""
-    parts = os.path.abspath(pattern).split(os.sep)
-    first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
-    tail, names = parts[first:], path.split(os.sep)
-    if len(names) <= len(tail):
-        return False
-    head = os.path.realpath(os.sep.join(parts[:first]) or os.sep)
-    if "**" in tail:  # any depth of folders: a file under the head whose name the last component matches
-        name = names[-1]
-        inside = _within(os.path.realpath(os.path.dirname(path)), head)
-        return inside and _name_matches(name, tail[-1])
-    if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
-        return False
-    return all(_name_matches(name, part) for part, name in zip(tail, names[-len(tail) :]))
-
-
-def _name_matches(name: str, part: str) -> bool:
-    """Whether glob matches `name` by the pattern component `part` (a leading dot only by a dot)."""
-    return (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)
+    path = target.path or ""
+    sep = "/" if is_url(path) else os.sep
+    path = path if is_url(path) else os.path.abspath(path)
+    if target.kind != "dataset":
+        return [path]
+    return [path.rstrip(sep) + sep + name for name in (f"part-00000.{target.format}", "_SUCCESS")]
 
 
 def _touches_input_url(target: Target, inputs, folders) -> str | None:

@@ -23,7 +23,6 @@ from scorecli.io.csv_input import CsvInput
 from scorecli.io.formats import InputFormat, RawRow, is_gzip, open_bytes
 from scorecli.io.parquet_input import ParquetInput
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
-from scorecli.io.urls import is_url
 
 __all__ = ["RawRow"]  # where the rest of scorecli imports it from
 
@@ -70,10 +69,11 @@ def resolve_inputs(specs: list[str]) -> list[str]:
 
 
 def input_folders(specs: list[str]) -> list[str]:
-    """The input specs that name many files: folders (read for their files) and local globs. No
-    output may lie inside such a folder or match such a glob: a later run would read it as input."""
+    """The input specs that name many files: folders (read for their files) and globs, local or
+    in a store. No output may lie inside such a folder or match such a glob: a later run would
+    read it as input."""
     specs = [localize(spec) for spec in specs if spec not in STDIN_PATHS]
-    globs = [spec for spec in specs if GLOB_CHARS & set(spec) and not is_url(spec)]
+    globs = [spec for spec in specs if GLOB_CHARS & set(spec)]
     return [spec for spec in specs if not GLOB_CHARS & set(spec) and source_for(spec).is_folder(spec)] + globs
 
 

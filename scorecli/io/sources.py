@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 from scorecli.errors import UsageError
+from scorecli.io.schemes import place
 from scorecli.io.stores import Store, locate, plain
 from scorecli.io.urls import is_url, local_path, parse, scheme_of, shown
 
@@ -47,6 +48,11 @@ class Source(Protocol):
 
     def is_folder(self, spec: str) -> bool:
         """Whether `spec` is read as a folder of files."""
+        ...
+
+    def lists(self, pattern: str, path: str) -> bool:
+        """Whether expanding the glob `pattern` would list the file `path` once it exists (what
+        an output may not be: a later run would read it as input)."""
         ...
 
 
@@ -85,6 +91,26 @@ class LocalSource:
     def is_folder(self, spec: str) -> bool:
         return os.path.isdir(spec)
 
+    def lists(self, pattern: str, path: str) -> bool:
+        """As `glob.glob(pattern, recursive=True)` would: the names after the pattern's first
+        wildcard match `path`'s component by component (a leading dot only by a leading dot; `**`:
+        any depth of folders), and the folder before them is the pattern's (as real paths)."""
+        if is_url(path):
+            return False
+        parts = os.path.abspath(pattern).split(os.sep)
+        first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
+        tail, names = parts[first:], os.path.abspath(path).split(os.sep)
+        if len(names) <= len(tail):
+            return False
+        head = os.path.realpath(os.sep.join(parts[:first]) or os.sep)
+        if "**" in tail:  # any depth of folders: a file under the head whose name the last component matches
+            folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+            inside = folder == head or folder.startswith(head.rstrip(os.sep) + os.sep)
+            return inside and _name_matches(names[-1], tail[-1])
+        if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
+            return False
+        return all(_name_matches(name, part) for part, name in zip(tail, names[-len(tail) :]))
+
 
 class StoreSource:
     """Objects in a store, named by URLs."""
@@ -106,13 +132,10 @@ class StoreSource:
         raise UsageError(f"input not found: {shown(spec)} ({_nothing_at(store, path)})")
 
     def _glob(self, store: Store, spec: str, path: str, keep: Callable[[str], bool], supported: str) -> list[str]:
-        """Objects matching a glob: listed from the longest folder before the first wildcard
-        (recursively only when the pattern spans folders, `**`)."""
-        head = path[: min(path.index(c) for c in GLOB_CHARS if c in path)]
-        folder = head.rsplit("/", 1)[0]
-        deep = path.count("/") > folder.count("/") + 1 or "**" in path
+        """Objects matching a glob (`_globbed`), from one listing of the folder it names."""
+        folder, deep = _scope(path)
         names = sorted(i.path for i in store.listing(folder, recursive=deep) if i.is_file)
-        matches = [p for p in names if fnmatch.fnmatchcase(p, path)]
+        matches = [p for p in names if _globbed(p, path)]
         if not matches:
             raise UsageError(f"input not found: {shown(spec)}")
         found = [store.url(p) for p in matches if keep(p)]
@@ -138,6 +161,35 @@ class StoreSource:
         if GLOB_CHARS & set(path):
             return False
         return parse(spec).folder or not store.info(path).is_file
+
+    def lists(self, pattern: str, path: str) -> bool:
+        """As `expand` would (`_globbed`), comparing the two in the same store however its
+        scheme is spelled."""
+        if not is_url(path) or scheme_of(path) == "file":
+            return False
+        written, glob = (place(store.url(key)) for store, key in (locate(path), locate(pattern)))
+        return _globbed(written, glob)
+
+
+def _scope(pattern: str) -> tuple[str, bool]:
+    """The folder a store glob is listed from, the longest before its first wildcard, and whether
+    recursively: when the pattern spans folders, or has `**`."""
+    head = pattern[: min(pattern.index(c) for c in GLOB_CHARS if c in pattern)]
+    folder = head.rsplit("/", 1)[0]
+    return folder, pattern.count("/") > folder.count("/") + 1 or "**" in pattern
+
+
+def _globbed(path: str, pattern: str) -> bool:
+    """Whether a store glob lists the object `path`: it lies in the folder `_scope` lists (at any
+    depth when that is recursive) and `fnmatch` matches it whole (a `*` then spans folders too)."""
+    folder, deep = _scope(pattern)
+    inside = path.startswith(folder + "/") and (deep or "/" not in path[len(folder) + 1 :])
+    return inside and fnmatch.fnmatchcase(path, pattern)
+
+
+def _name_matches(name: str, part: str) -> bool:
+    """Whether glob matches `name` by the pattern component `part` (a leading dot only by a dot)."""
+    return (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)
 
 
 def _nothing_at(store: Store, path: str) -> str:
