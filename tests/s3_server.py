@@ -1,8 +1,9 @@
 """A real S3-protocol endpoint on 127.0.0.1 for the object-store tests: moto's standalone server
 (`python -m moto.server`, from the `dev` extra) in a subprocess, behind a small HTTP proxy in
 this process that can answer chosen requests itself (403 AccessDenied for a bucket, 503 SlowDown
-for the next N requests) to stand in for a denied bucket or a throttling store, hold them without
-answering (a stalled store), or drop them and every request after (a store that dies mid-run).
+for the next N requests; a HEAD gets the status without the body, as S3 answers one) to stand in
+for a denied bucket or a throttling store, hold them without answering (a stalled store), or drop
+them and every request after (a store that dies mid-run).
 
 Child scorecli processes find it through AWS_ENDPOINT_URL (`Endpoint.env`), as any S3 client does.
 """
@@ -156,7 +157,9 @@ def _handler(endpoint: Endpoint):
                     if rule.action == "die":
                         endpoint.down = True
                         return self._drop()
-                    return self._answer(rule.status, {"Content-Type": "application/xml"}, rule.body)
+                    # an answer to a HEAD is its status alone, as S3's (a throttled HEAD: 503, no SlowDown)
+                    body = b"" if self.command == "HEAD" else rule.body
+                    return self._answer(rule.status, {"Content-Type": "application/xml"}, body)
             conn = http.client.HTTPConnection(endpoint.moto, timeout=60)
             headers = {
                 k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "content-length")

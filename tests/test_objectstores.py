@@ -383,3 +383,74 @@ def test_a_prefix_holding_a_users_objects_further_down_is_refused_as_a_folder_is
         assert f"s3://outputs/{where}: it holds files scorecli did not write" in result.stderr, result.stderr
     objects = [k for k in keys(s3, "outputs", "n") if not k.endswith("/")]  # pyarrow's empty folder markers aside
     assert objects == ["n.parquet.partial/keep/user.txt", "nds/sub/user.parquet"]
+
+
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        # pyarrow's S3: a throttled or failing request answered by its status alone, whatever the key holds
+        (
+            "When getting information for key 'r/2401/rows.jsonl' in bucket 'inputs': AWS Error UNKNOWN "
+            "(HTTP status 503) during HeadObject operation: No response body.",
+            "transient",
+        ),
+        ("AWS Error UNKNOWN (HTTP status 429) during GetObject operation: No response body.", "transient"),
+        (
+            "When uploading part for key 'scores/part-00401.parquet' in bucket 'outputs': AWS Error UNKNOWN "
+            "(HTTP status 500) during UploadPart operation: No response body.",
+            "transient",
+        ),
+        (
+            "When getting information for key 'AccessDenied/Forbidden/403 x.jsonl' in bucket 'inputs': AWS Error "
+            "UNKNOWN (HTTP status 400) during HeadObject operation: No response body.",
+            "other",
+        ),
+        (
+            "When getting information for key 'r/Throttling/part-00503.parquet' in bucket 'inputs': AWS Error "
+            "UNKNOWN (HTTP status 400) during HeadObject operation: No response body.",
+            "other",
+        ),
+        (
+            "When getting information for key 'r/rows.jsonl' in bucket 'secret': AWS Error ACCESS_DENIED during "
+            "HeadObject operation: No response body.",
+            "denied",
+        ),
+        ("AWS Error UNKNOWN (HTTP status 403) during GetObject operation: No response body.", "denied"),
+        ("AWS Error [code 403]: No response body.", "denied"),
+        ("AWS Error [code 503]: No response body.", "transient"),
+        # pyarrow's Azure, and the hub (huggingface_hub, httpx)
+        (
+            "GetProperties for 'c/part-00401.parquet' failed. Azure Error: [AuthorizationFailure] 403 This request "
+            "is not authorized to perform this operation.",
+            "denied",
+        ),
+        ("GetProperties for 'c/403.parquet' failed. Azure Error: [ServerBusy] 503 Server Busy", "transient"),
+        (
+            "403 Forbidden: None.\nCannot access content at: https://huggingface.co/datasets/o/n/resolve/main/x.",
+            "denied",
+        ),
+        (
+            "Server error '503 Service Unavailable' for url 'https://huggingface.co/datasets/o/401/resolve/main/x'",
+            "transient",
+        ),
+    ],
+)
+def test_store_failures_are_told_by_the_status_the_message_gives_not_by_the_keys_it_quotes(monkeypatch, message, kind):
+    """A status is matched where a message gives it as one, never inside a key or a URL
+    (`r/2401/`, `part-00401`): 401 and 403 are access denied (exit 2 at once), 429 and 5xx retried."""
+    from scorecli.errors import ScorecliError, UsageError
+    from scorecli.io import stores
+
+    monkeypatch.setattr(stores, "BACKOFF", 0.0)
+    calls = []
+
+    def failing() -> None:
+        calls.append(1)
+        raise OSError(message)
+
+    raised = UsageError if kind == "denied" else ScorecliError
+    with pytest.raises(raised) as err:
+        stores.Store("s3", None, "s3://").call("cannot read", "b/k", failing)
+    assert err.value.exit_code == (2 if kind == "denied" else 1), err.value
+    assert ("access denied" in str(err.value)) == (kind == "denied"), err.value
+    assert len(calls) == (stores.RETRIES if kind == "transient" else 1), err.value

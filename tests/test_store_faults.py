@@ -99,6 +99,19 @@ def test_a_store_that_dies_mid_run_is_one_failure_not_two(s3, qwen3_seq_cls):  #
     assert dataset_ids(s3, "dying/") == list(range(ROWS))
 
 
+def test_a_throttled_head_is_retried_whatever_its_key_holds(s3, qwen3_seq_cls, tmp_path):  # noqa: F811
+    """S3 answers a throttled HEAD with its status alone (pyarrow: `HTTP status 503`, no SlowDown
+    to name): retried as throttling is (it failed at once, exit 1), and a key that holds `401` or
+    `403` is no 'access denied' (exit 2) for it (docs/object-stores.md: Errors)."""
+    source = upload(s3, "head/2401/part-00403.jsonl")
+    rule = s3.throttle(r"^HEAD /inputs/head/2401/", times=8)  # more in a row than the SDK retries by itself
+    out = tmp_path / "out.jsonl"
+    result = run_cli(Case(args(source, str(out), qwen3_seq_cls), env=env(s3)))
+    assert result.rc == 0, result.stderr
+    assert rule.hits == 8
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == list(range(ROWS))
+
+
 def test_an_endpoint_that_does_not_resolve_fails_at_once(s3, qwen3_seq_cls, tmp_path):  # noqa: F811
     """AWS_ENDPOINT_URL=garbage: one line naming the host, exit 2, without retrying a name that
     does not resolve (it used to take 45 s)."""

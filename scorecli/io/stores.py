@@ -30,20 +30,18 @@ RETRIES = 6  # attempts of one operation (the SDKs retry each request a few time
 BACKOFF = 0.25  # seconds before the second attempt, doubling each time (with jitter)
 _CHUNK = 8 << 20  # bytes per ranged read and per upload write
 
-# what each kind of failure looks like in the SDKs' messages (pyarrow passes them on as OSError)
+# what each kind of failure looks like in the SDKs' messages (pyarrow passes them on as OSError),
+# looked for outside what a message quotes (`_said`: a key, a bucket, a URL, which may hold any words)
 _DENIED = (
     "ACCESS_DENIED",
     "AccessDenied",
     "Forbidden",
-    "[code 403]",
     "PERMISSION_DENIED",
     "INVALID_ACCESS_KEY_ID",
     "SIGNATURE_DOES_NOT_MATCH",
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "AuthorizationFailure",
-    "401",
-    "403 ",
 )
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
 # a host that does not resolve (AWS_ENDPOINT_URL=garbage) stays so: no use retrying it for a minute
@@ -60,16 +58,22 @@ _TRANSIENT = (
     "REQUEST_TIMEOUT",
     "NETWORK_CONNECTION",
     "curlCode",
-    "[code 500]",
-    "[code 502]",
-    "[code 503]",
-    "[code 504]",
     "UNAVAILABLE",
     "RESOURCE_EXHAUSTED",
     "Connection reset",
     "timed out",
     "Temporary",
 )
+# an HTTP status where a message gives it as one, never a number in a key or URL (`part-00401`):
+# pyarrow's S3 "AWS Error UNKNOWN (HTTP status 503)" (a HEAD's answer has no body to name an
+# error), "[code 503]", pyarrow's Azure "Azure Error: [ServerBusy] 503 Server Busy", the hub's
+# "401 Client Error." or "403 Forbidden: ..." starting a line, httpx's "Server error '503 ...'"
+_STATUS = re.compile(
+    r"HTTP status (\d{3})\b|\[code (\d{3})\]|Azure Error: \[\w*\] (\d{3}) |^(\d{3}) [A-Z]|error '(\d{3}) ",
+    re.M,
+)
+_DENIED_STATUS = (401, 403)
+_QUOTED = re.compile(r"'[^'\n]*'|\b[A-Za-z][A-Za-z0-9+.-]*://\S*")
 
 
 # ---- a store ----------------------------------------------------------------------------
@@ -116,7 +120,7 @@ class Store:
             except OSError as exc:
                 _refused(exc, what, self.url(path), self.scheme_info)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
-                transient = any(k in str(exc) for k in _TRANSIENT)
+                transient = _transient(str(exc))
                 if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > schemes.DEADLINE:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     reason = _reason(exc)
@@ -224,14 +228,33 @@ def _refused(exc: OSError, what: str, url: str, scheme: Scheme) -> None:
     """Raise what no retry changes as a UsageError (exit 2): a missing bucket, denied access, a
     store host that does not resolve."""
     text = str(exc)
-    if any(k in text for k in _NO_BUCKET):
+    said = _said(text)
+    if any(k in said for k in _NO_BUCKET):
         raise UsageError(f"{what} {url}: the bucket or container does not exist") from exc
-    if any(k in text for k in _DENIED):
+    if _status(text) in _DENIED_STATUS or any(k in said for k in _DENIED):
         raise UsageError(f"{what} {url}: access denied ({scheme.credentials})") from exc
     if _NO_HOST.search(text):
         host = _HOST.search(text)
         named = f" {host.group(1)}" if host else ""
         raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {scheme.endpoint})") from exc
+
+
+def _transient(text: str) -> bool:
+    """Whether an SDK's failure may pass if tried again: throttling (HTTP status 429, `SlowDown`),
+    a server error (5xx), a dropped or stalled connection."""
+    status = _status(text)
+    return status == 429 or (status is not None and 500 <= status < 600) or any(k in _said(text) for k in _TRANSIENT)
+
+
+def _status(text: str) -> int | None:
+    """The HTTP status an SDK's message gives as one (`_STATUS`), or None."""
+    found = _STATUS.search(text)
+    return int(next(g for g in found.groups() if g)) if found else None
+
+
+def _said(text: str) -> str:
+    """An SDK's message without what it quotes (`'r/2401/rows.jsonl'`, `'bucket'`) or names as a URL."""
+    return _QUOTED.sub("", text)
 
 
 def _reason(exc: OSError) -> str:
