@@ -26,6 +26,7 @@ from tests.builders.vectors import (
 )
 from tests.test_cli import WORDS, Case, jsonl, run_cli, write
 
+BPE_PROMPTS = {"query": "query: ", "document": "passage: "}
 FOLDERS = {
     # skip-list, fixed query expansion (not attended), prompts, per-task lengths
     "mv-skiplist": (
@@ -50,6 +51,9 @@ FOLDERS = {
     # Router: a SparseStaticEmbedding for queries; sum pooling, cosine, max_active_dims
     "sparse-router": ("sparse", lambda d: build_sparse(d, router=True, pooling="sum")),
     "sparse-cosine": ("sparse", lambda d: build_sparse(d, similarity="cosine", max_active_dims=30)),
+    # byte-level BPE under a prompt that ends in a space: "passage: " + "the" is "... : Ġthe"
+    "mv-bpe": ("multi-vector", lambda d: build_multi_vector(d, prompts=BPE_PROMPTS, bpe=True)),
+    "sparse-bpe": ("sparse", lambda d: build_sparse(d, prompts=BPE_PROMPTS, bpe=True)),
 }
 
 LONG = " ".join(WORDS[k % len(WORDS)] for k in range(70)) + "."
@@ -174,29 +178,35 @@ class _Calls:
 
 def _chunks(tokenizer, prompt: str, text: str, n: int, m: int) -> list[list[int]]:
     """An item's chunks as SPEC 12 cuts them: windows of n of its own tokens, starting every n - m,
-    each between the tokens before the text (special tokens, the prompt) and after it."""
-    full = tokenizer(prompt + text)["input_ids"]
-    lead = 1 + len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 1
-    body, tail = full[lead:-1], full[-1:]
+    each between the tokens before the text (special tokens, the prompt) and after it. A token
+    that runs past the prompt into the text (a byte-level BPE's "Ġthe" from "passage: the") is
+    the text's."""
+    got = tokenizer(prompt + text, return_offsets_mapping=True)
+    full, ends = got["input_ids"], [end for _, end in got["offset_mapping"]]
+    lead = next(k for k, end in enumerate(ends) if end > len(prompt))
+    tail = len(full) - 1 - max(k for k, end in enumerate(ends) if end > len(prompt))
+    body = full[lead : len(full) - tail]
     starts = [0]
     while starts[-1] + n < len(body):
         starts.append(starts[-1] + n - m)
-    return [full[:lead] + body[s : s + n] + tail for s in starts]
+    return [full[:lead] + body[s : s + n] + full[len(full) - tail :] for s in starts]
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["mv-skiplist", "sparse"])
+@pytest.mark.parametrize("name", ["mv-skiplist", "sparse", "mv-bpe", "sparse-bpe"])
 def test_long_items_in_chunks(folders, tmp_path, name):
     """--chunk-tokens: each chunk scored as its own document (the item's special tokens and prompt
-    around it) against the row's query, the item's score their max; `num_chunks` says how many."""
+    around it) against the row's query, the item's score their max; `num_chunks` says how many.
+    Under a byte-level BPE the prompt's last token, "Ġ", merges with the text's first: each chunk
+    keeps the prompt's tokens before that one ("passage:"), not the text's first token."""
     from transformers import AutoTokenizer
 
     path, kind = folders[name], FOLDERS[name][0]
-    rows = [{"id": 0, "query": "which fox jumps?", "items": [LONG, "a lazy dog", LONG[:90]]}]
+    rows = [{"id": 0, "query": "which fox jumps?", "items": [LONG, "a lazy dog", LONG[:90], " " + LONG[:90]]}]
     inp = write(tmp_path / "rows.jsonl", jsonl(rows))
     table = score(inp, path, tmp_path / "out.parquet", "--chunk-tokens", "9", "--chunk-overlap", "3", "--top-k", "2")
     tok = AutoTokenizer.from_pretrained(path)
-    prompt = "[D] " if name == "mv-skiplist" else ""
+    prompt = {"mv-skiplist": "[D] ", "mv-bpe": "passage: ", "sparse-bpe": "passage: "}.get(name, "")
     want, counts = [], []
     for item in rows[0]["items"]:
         chunks = _chunks(tok, prompt, item, 9, 3)

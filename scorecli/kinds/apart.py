@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -62,9 +63,9 @@ def refuse_flags(kind: str, cfg, template) -> None:
 def lengths(cfg, loaded, folder) -> tuple[int, int]:
     """(query, item) cuts: the folder's (capped at what the model embeds); `--max-seq-len` sets the
     items'. UsageError when a `--chunk-tokens` chunk cannot fit beside the special tokens and the
-    prompt every chunk of an item keeps (the prompt the items are encoded with: `item_prompt`)."""
-    lead, trail = chunk_layout(loaded.tokenizer, item_prompt(cfg.item_prompt, folder))
-    chunk_lead = lead + trail
+    prompt every chunk of an item keeps (the prompt the items are encoded with: `item_prompt`): the
+    most any item's chunk keeps (`ChunkLayout.most`)."""
+    chunk_lead = chunk_layout(loaded.tokenizer, item_prompt(cfg.item_prompt, folder)).most
     limit = sequence_limit(loaded.model)
     query, item = (min(n, limit) for n in folder.lengths())
     if cfg.max_seq_len is not None:
@@ -79,15 +80,37 @@ def lengths(cfg, loaded, folder) -> tuple[int, int]:
     return query, item
 
 
-def chunk_layout(tokenizer, prompt: str) -> tuple[int, int]:
-    """(tokens before an item's text, tokens after it) when the item is `prompt` + text with the
-    tokenizer's special tokens: what every chunk of a long item keeps around its window."""
+@dataclass(frozen=True, slots=True)
+class ChunkLayout:
+    """Where an item's text lies in its ids (its prompt + text, with the tokenizer's special
+    tokens): what every chunk of a long item keeps around its window."""
+
+    specials: int  # the tokenizer's special tokens before a text
+    prompt: np.ndarray  # [P] int64 the prompt's tokens, tokenized alone
+    trail: int  # the tokenizer's special tokens after a text
+
+    @property
+    def most(self) -> int:
+        """The most tokens a chunk keeps around its window: the prompt's tokens all its own."""
+        return self.specials + len(self.prompt) + self.trail
+
+    def lead(self, ids: np.ndarray) -> int:
+        """Tokens of an item's `ids` before its text: the special tokens, then as many of the
+        prompt's own tokens as `ids` starts with. Where the prompt's end and the text's start make
+        one token (a byte-level BPE's "Ġthe" from "passage: " + "the", where the prompt alone ends
+        in "Ġ"; a SentencePiece "▁the"), that token is the text's: each chunk's window starts there."""
+        n = max(min(len(self.prompt), len(ids) - self.specials - self.trail), 0)
+        same = ids[self.specials : self.specials + n] == self.prompt[:n]  # [n]
+        return self.specials + (n if bool(same.all()) else int(np.argmin(same)))
+
+
+def chunk_layout(tokenizer, prompt: str) -> ChunkLayout:
+    """The `ChunkLayout` of items that are `prompt` + text with the tokenizer's special tokens."""
     bare = tokenizer("scorecli probe", add_special_tokens=False)["input_ids"]
     full = tokenizer("scorecli probe", add_special_tokens=True)["input_ids"]
     start = next((k for k in range(len(full) - len(bare) + 1) if full[k : k + len(bare)] == bare), 0)
-    trail = len(full) - start - len(bare)
-    lead = start + (len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 0)
-    return lead, trail
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
+    return ChunkLayout(start, np.array(ids, dtype=np.int64), len(full) - start - len(bare))
 
 
 # sentence-transformers 6's `encode_document` prompt names, in the order it tries them (multi-vector
@@ -109,7 +132,7 @@ def prompts_line(folder) -> str:
 def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options) -> TextEncoder:
     """The `TextEncoder` of a folder whose queries and items are encoded apart with their own
     prompts (`ITEM_PROMPTS`), cut at `query_cut` and `item_cut` tokens, with the layout every chunk
-    of a long item keeps (`chunk_layout`); `options` are TextEncoder's (`query_specials`)."""
+    of a long item keeps (`ChunkLayout`); `options` are TextEncoder's (`query_specials`)."""
     cfg, loaded = setup.config, setup.loaded
     encoder = TextEncoder(
         loaded.tokenizer,
@@ -124,7 +147,7 @@ def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options)
         whole_items=setup.chunking is not None,
         **options,
     )
-    encoder.lead, encoder.trail = chunk_layout(loaded.tokenizer, encoder.prompts[1])
+    encoder.layout = chunk_layout(loaded.tokenizer, encoder.prompts[1])
     return encoder
 
 
@@ -238,9 +261,10 @@ class ApartFamily(FamilyDefaults):
         items, counts = enc.items, np.ones(len(enc.items), dtype=np.int64)
         if chunking is not None:
             # a chunk keeps the item's special tokens and prompt around its window (given ids: none)
-            lead, trail = (0, 0) if enc.bare else (self.encoder.lead, self.encoder.trail)
-            body, counts = chunk_items([x[lead:] for x in items], trail, chunking)
-            prefix = [x[:lead] for x in items]
+            layout = self.encoder.layout
+            leads = [0] * len(items) if enc.bare else [layout.lead(x) for x in items]
+            body, counts = chunk_items([x[k:] for x, k in zip(items, leads)], 0 if enc.bare else layout.trail, chunking)
+            prefix = [x[:k] for x, k in zip(items, leads)]
             items = [np.concatenate([prefix[k], b]) for k, b in zip(np.repeat(np.arange(len(items)), counts), body)]
             too_long = [k for k, x in enumerate(items) if len(x) > self.encoder.lengths[1]]
             if too_long:

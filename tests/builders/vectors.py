@@ -45,6 +45,17 @@ def _with_markers(tok):
     )
 
 
+def _tokenizer(bpe: bool):
+    """The suite's WordPiece tokenizer, or its byte-level BPE one (a BOS before every text, where
+    "passage: " + "the" is one token fewer than "passage: " and "the" apart: "Ġthe"), without a
+    chat template (a folder of plain texts)."""
+    if not bpe:
+        return models.build_wordpiece_tokenizer()
+    tok = models.build_bpe_tokenizer(add_bos=True)
+    tok.chat_template = None
+    return tok
+
+
 def build_multi_vector(
     out_dir,
     skiplist: bool = True,
@@ -54,16 +65,18 @@ def build_multi_vector(
     query_length: int | None = 16,
     document_length: int | None = 40,
     dim: int = 24,
+    bpe: bool = False,
 ) -> str:
     """A MultiVectorEncoder folder: a 2-layer BERT, a token-level Dense to `dim`, a MultiVectorMask
-    (punctuation skip-list when `skiplist`), Normalize."""
+    (punctuation skip-list when `skiplist`), Normalize; `bpe`: over a byte-level BPE tokenizer
+    (`_tokenizer`)."""
     import transformers
     from sentence_transformers import MultiVectorEncoder
     from sentence_transformers.base.modules import Dense, Normalize, Transformer
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
     out = Path(out_dir)
-    tok = models.build_wordpiece_tokenizer()
+    tok = _tokenizer(bpe)
     torch.manual_seed(0)
     base = models._save(transformers.BertModel(_bert_config(tok), add_pooling_layer=False), tok, out / "base")
     transformer = Transformer(
@@ -139,16 +152,19 @@ def build_stanford_colbert(out_dir, query_maxlen: int = 12, doc_maxlen: int = 30
     return str(out)
 
 
-def build_sparse(out_dir, router: bool = False, pooling: str = "max", similarity: str | None = None, **kw) -> str:
+def build_sparse(
+    out_dir, router: bool = False, pooling: str = "max", similarity: str | None = None, bpe: bool = False, **kw
+) -> str:
     """A SparseEncoder folder: a 2-layer BertForMaskedLM and SpladePooling; `router`: behind a
-    Router whose query side is a SparseStaticEmbedding (random weights)."""
+    Router whose query side is a SparseStaticEmbedding (random weights); `bpe`: over a byte-level
+    BPE tokenizer (`_tokenizer`)."""
     import transformers
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Router, Transformer
     from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
 
     out = Path(out_dir)
-    tok = models.build_wordpiece_tokenizer()
+    tok = _tokenizer(bpe)
     torch.manual_seed(3)
     base = models._save(transformers.BertForMaskedLM(_bert_config(tok)), tok, out / "base")
     transformer = Transformer(base, transformer_task="fill-mask")
