@@ -357,6 +357,40 @@ def test_bad_values_are_usage_errors(llama_reward):
     Scorer(llama_reward, chunk_tokens=63, max_seq_len=64)
 
 
+def test_room_is_counted_with_the_runs_instruction(qwen3_causal_lm):
+    """--max-seq-len and --chunk-tokens are checked up front against the template as rows are
+    rendered (an empty query, --instruction or else the template's default), not with an empty
+    instruction: a value no such row can fit is refused before scoring. A row's own longer
+    instruction fails its row, the line naming the template's item suffix beside the prefix."""
+    tok = AutoTokenizer.from_pretrained(qwen3_causal_lm)
+    template = load_template("qwen3-reranker")
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False).input_ids)
+
+    specials = len(tok("x").input_ids) - count("x")
+    suffix = count(template.item_suffix)
+    taken = specials + count(template.render_prefix("", None)) + suffix  # the default instruction
+    bare = specials + count(template.render_prefix("", "")) + suffix
+    assert taken > bare + 8
+    kw = {"model": qwen3_causal_lm, "template": "qwen3-reranker"}
+    with pytest.raises(
+        UsageError, match=rf"--max-seq-len {taken} leaves no room .*default instruction\) take {taken} "
+    ):
+        Scorer(max_seq_len=taken, **kw)
+    with pytest.raises(UsageError, match=rf"--chunk-tokens 8 cannot fit .* take {taken} tokens, leaving 7 for a chunk"):
+        Scorer(max_seq_len=taken + 7, chunk_tokens=8, **kw)
+    scorer = Scorer(max_seq_len=bare + 8, chunk_tokens=8, instruction="", **kw)
+    assert scorer.score_rows(raw([{"query": "", "items": ["a dog"]}]))["score"].to_pylist()[0][0] is not None
+    row = {"query": "", "items": ["a dog"], "instruction": " ".join(WORDS)}
+    with pytest.raises(
+        InputError,
+        match=rf"field 'query': prefix of \d+ tokens and the template's item suffix of {suffix} tokens leave no room "
+        rf"for an item within --max-seq-len {bare + 8}$",
+    ):
+        scorer.score_rows(raw([row]))
+
+
 def test_resume_fingerprint_covers_the_new_flags():
     from scorecli.engine.job import fingerprint
 

@@ -49,10 +49,12 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
     """
     room = max_seq_len - len(row.prefix)
     if room < row.suffix_len + 1:
-        raise InputError(
-            f"{where}: field 'query': prefix of {len(row.prefix)} tokens leaves no room for an item "
-            f"within --max-seq-len {max_seq_len}"
-        )
+        taken = f"prefix of {len(row.prefix)} tokens"
+        if row.suffix_len:  # every item ends in it
+            taken += f" and the template's item suffix of {row.suffix_len} tokens leave"
+        else:
+            taken += " leaves"
+        raise InputError(f"{where}: field 'query': {taken} no room for an item within --max-seq-len {max_seq_len}")
     if len(row.prefix) == 0:
         empty = [k for k, item in enumerate(row.items) if len(item) == 0]
         if empty:

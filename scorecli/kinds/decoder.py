@@ -77,7 +77,9 @@ class DecoderFamily(FamilyDefaults):
             positive_index=positive_index(cfg.positive_label, names, classes=label_ids is None),
             pooling=cfg.pooling or "last",
             max_seq_len=check_room(
-                max_seq_len(cfg.max_seq_len, loaded), *template_room(loaded.tokenizer, template), cfg.chunk_tokens
+                max_seq_len(cfg.max_seq_len, loaded),
+                *template_room(loaded.tokenizer, template, cfg.instruction),
+                cfg.chunk_tokens,
             ),
             single_reason=support.reason,
         )

@@ -98,14 +98,18 @@ def check_texts(cfg: ScoreConfig) -> None:
             raise UsageError(f"{flag}: {text_problem(text)}")
 
 
-def template_room(tokenizer, template: Template) -> tuple[int, str]:
+def template_room(tokenizer, template: Template, instruction: str | None = None) -> tuple[int, str]:
     """(tokens, what they are) a decoder's sequence holds besides an item's text, with an empty
-    query: the tokenizer's leading special tokens and the template's prefix and item suffix."""
-    prefix = template.render_prefix("", "")  # no row has a shorter prefix
+    query and the run's `instruction` (`--instruction`; None: the template's default), as every
+    row without an instruction of its own is rendered: the tokenizer's leading special tokens and
+    the template's prefix and item suffix. A row's own `instruction` is checked with its row."""
+    prefix = template.render_prefix("", instruction)  # no such row has a shorter prefix
     taken = len(leading_special_ids(tokenizer)) + sum(
         len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prefix, template.item_suffix) if text
     )
-    return taken, f"the tokenizer's leading special tokens and template {template.name}'s text (with an empty query)"
+    given = "--instruction" if instruction is not None else "its default instruction" if template.instruction else ""
+    with_what = f"an empty query and {given}" if template.takes_instruction and given else "an empty query"
+    return taken, f"the tokenizer's leading special tokens and template {template.name}'s text (with {with_what})"
 
 
 def check_room(max_seq_len: int, taken: int, what: str, chunk_tokens: int | None = None) -> int:
