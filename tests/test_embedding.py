@@ -256,8 +256,12 @@ def test_pretokenized_rows_are_used_as_they_are(built):
 
 
 def test_truncate_error_and_empty_decoder_text_name_the_item(built):
-    with pytest.raises(InputError, match=r"r:1: field 'items'\[1\]: over --max-seq-len 12"):
+    """--truncate error names the cut and where it comes from: the folder's max_seq_length, or
+    --max-seq-len when given."""
+    with pytest.raises(InputError, match=r"r:1: field 'items'\[1\]: over the model's max_seq_length of 12 tokens"):
         score(built("bert-max-dot-short"), ROWS[:1], truncate="error")
+    with pytest.raises(InputError, match=r"r:1: field 'query': over --max-seq-len 10 tokens"):
+        score(built("bert-max-dot-short"), ROWS[:1], truncate="error", max_seq_len=10)
     with pytest.raises(InputError, match=r"r:1: field 'items'\[3\]: an empty text leaves nothing to embed"):
         score(built("qwen3-last-dot"), ROWS[:1])
 

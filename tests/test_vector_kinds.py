@@ -9,6 +9,7 @@ broken MaxSim."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -385,6 +386,30 @@ def test_given_token_ids_are_chunked_as_they_are(folders):
     whole = Scorer(path, device="cpu").score_table(pa.Table.from_pylist([{"query_ids": query, "item_ids": windows}]))
     assert got["num_chunks"].to_pylist() == [[len(windows)]]
     np.testing.assert_allclose(got["score"].to_pylist()[0][0], max(whole["score"].to_pylist()[0]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "field", "limit"),
+    [
+        ("mv-bpe", {"max_seq_len": 100}, "query", "the model's query length of 16 tokens (--max-seq-len cuts items"),
+        ("mv-skiplist", {}, "query", "the model's query expansion length of 12 tokens"),
+        ("mv-skiplist", {}, "items", "the model's document length of 24 tokens"),
+        ("sparse", {"max_seq_len": 20}, "items", "--max-seq-len 20 tokens"),
+    ],
+)
+def test_a_text_over_its_cut_names_the_cut_and_where_it_comes_from(folders, name, flags, field, limit):
+    """--truncate error: a query or item over its cut fails its row in a line that says which cut
+    and where it comes from: queries are cut at the model's query length, not --max-seq-len."""
+    from scorecli import Scorer
+    from scorecli.errors import InputError
+    from scorecli.io.readers import RawRow
+
+    row = {"query": "which fox?", "items": ["a dog"]}
+    row[field] = LONG if field == "query" else [LONG]
+    where = "field 'query'" if field == "query" else "field 'items'[0]"
+    scorer = Scorer(folders[name], device="cpu", truncate="error", **flags)
+    with pytest.raises(InputError, match=re.escape(f"test: {where}: over {limit}")):
+        scorer.score_rows([RawRow(row, "test")])
 
 
 # one window in which items recur under other queries and a query recurs in another row

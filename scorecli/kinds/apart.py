@@ -30,7 +30,7 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS
 from scorecli.kinds.spec import label_tokens_refused, positive_index, refuse, sequence_limit
-from scorecli.kinds.texts import EncodedTexts, TextEncoder
+from scorecli.kinds.texts import EncodedTexts, TextEncoder, cut_limit
 from scorecli.model.sentence import prompt_text
 from scorecli.runtimes import fast_encoder, runtime_info
 from scorecli.runtimes.forward import with_encoder
@@ -129,11 +129,20 @@ def prompts_line(folder) -> str:
     return f"prompts:        query {folder.prompts.get('query', '')!r}, items {item_prompt(None, folder)!r}"
 
 
-def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options) -> TextEncoder:
+def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, query_owns: tuple = (), **options) -> TextEncoder:
     """The `TextEncoder` of a folder whose queries and items are encoded apart with their own
     prompts (`ITEM_PROMPTS`), cut at `query_cut` and `item_cut` tokens, with the layout every chunk
-    of a long item keeps (`ChunkLayout`); `options` are TextEncoder's (`query_specials`)."""
+    of a long item keeps (`ChunkLayout`); `query_owns`: the kind's own settings that may set the
+    query's cut besides the folder's lengths (`texts.cut_limit`); `options` are TextEncoder's
+    (`query_specials`)."""
     cfg, loaded = setup.config, setup.loaded
+    own = ("the model's max_seq_length", folder.max_seq_length)
+    query = (*query_owns, ("the model's query length", folder.query_length), own)
+    given = cfg.max_seq_len is not None
+    limits = (
+        cut_limit(query_cut, query) + (" (--max-seq-len cuts items, not queries)" if given else ""),
+        cut_limit(item_cut, (("the model's document length", folder.document_length), own), given),
+    )
     encoder = TextEncoder(
         loaded.tokenizer,
         folder,
@@ -145,6 +154,7 @@ def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, **options)
         lengths=(query_cut, item_cut),
         item_names=ITEM_PROMPTS,
         whole_items=setup.chunking is not None,
+        limits=limits,
         **options,
     )
     encoder.layout = chunk_layout(loaded.tokenizer, encoder.prompts[1])

@@ -24,7 +24,7 @@ from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS, backend_name, open_runtime
 from scorecli.kinds.probes import embedding_errors, embedding_probe
 from scorecli.kinds.spec import RunSpec, label_tokens_refused, max_seq_len, positive_index, refuse, sequence_limit
-from scorecli.kinds.texts import EncodedTexts, TextEncoder
+from scorecli.kinds.texts import EncodedTexts, TextEncoder, cut_limit
 from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
     SIMILARITIES,
@@ -183,6 +183,8 @@ class EmbeddingFamily(FamilyDefaults):
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
         vocab = loaded.model.get_input_embeddings().num_embeddings
+        own = (("the model's max_seq_length", self.modules.max_seq_length),)
+        limit = cut_limit(spec.max_seq_len, own, flag=cfg.max_seq_len is not None)
         self.encoder = TextEncoder(
             loaded.tokenizer,
             self.modules,
@@ -192,6 +194,7 @@ class EmbeddingFamily(FamilyDefaults):
             cfg.truncate,
             vocab,
             loaded.config.model_type,
+            limits=(limit, limit),
         )
         backend = None
         if not loaded.is_encoder:

@@ -110,7 +110,9 @@ class MultiVectorFamily(ApartFamily):
         cfg, loaded = setup.config, setup.loaded
         self.folder: MultiVectorFolder = loaded.sentence
         query, item = lengths(cfg, loaded, self.folder)
-        self.encoder = text_encoder(setup, self.folder, _cuts(self.folder, query), item)
+        expansion = self.folder.expansion
+        owns = () if expansion is None else (("the model's query expansion length", expansion.length),)
+        self.encoder = text_encoder(setup, self.folder, _cuts(self.folder, query), item, owns)
         fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
         self.forward = PaddedForward(loaded.model, loaded.device, "last_hidden_state", fast)
         self.backend_name = "sdpa (fused encoder)" if fast else "model"

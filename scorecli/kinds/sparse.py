@@ -103,7 +103,8 @@ class SparseFamily(ApartFamily):
         query, item = lengths(cfg, loaded, self.folder)
         static = _static_cut(self.folder)
         model = loaded.model
-        self.encoder = text_encoder(setup, self.folder, static or query, item, query_specials=static is None)
+        owns = (("the inference-free query side's model_max_length", static),)
+        self.encoder = text_encoder(setup, self.folder, static or query, item, owns, query_specials=static is None)
         decoder = model.get_output_embeddings()
         name = next(n for n, m in model.named_modules() if m is decoder)
         self.weight = decoder.weight.detach()  # [V, H]

@@ -19,6 +19,16 @@ from scorecli.model.messages import ChatTexts
 from scorecli.model.sentence import SentenceModules, prompt_length, prompt_text
 
 
+def cut_limit(cut: int, owns: tuple[tuple[str, int | None], ...], flag: bool = False) -> str:
+    """A text's cut of `cut` tokens, named with where it comes from: `--max-seq-len` when it set
+    it (`flag`), else the first of the model's own settings `owns` ((what, its value)) that is
+    `cut`, else the model's limit (the positions it embeds)."""
+    if flag:
+        return f"--max-seq-len {cut} tokens"
+    what = next((what for what, value in owns if value == cut), "the model's limit")
+    return f"{what} of {cut} tokens"
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedTexts:
     """One row's query and items as token ids (prompts and special tokens included), or an error."""
@@ -39,7 +49,8 @@ class TextEncoder:
     Kinds that read the query and the items differently give `lengths` (the query's cut, the
     items'), `query_specials` (False: the query without the tokenizer's special tokens) and
     `item_names` (the prompt names items take); `whole_items`: items are never cut (they are
-    scored in chunks)."""
+    scored in chunks). `limits`: each side's cut as `--truncate error`'s line names it, where it
+    comes from (`cut_limit`; None: `--max-seq-len`)."""
 
     def __init__(
         self,
@@ -56,9 +67,11 @@ class TextEncoder:
         query_specials: bool = True,
         item_names: tuple[str, ...] = ("document", "passage"),
         whole_items: bool = False,
+        limits: tuple[str, str] | None = None,
     ):
         self.tokenizer, self.max_len, self.truncate, self.vocab_size = tokenizer, max_len, truncate, vocab_size
         self.lengths = lengths or (max_len, max_len)
+        self.limits = limits or tuple(cut_limit(n, (), flag=True) for n in self.lengths)
         self.query_specials, self.whole_items = query_specials, whole_items
         self.prompts = (
             prompt_text(query_prompt, modules, ("query",)),
@@ -120,7 +133,7 @@ class TextEncoder:
         for k, (name, x) in enumerate(zip(names, ids)):
             cut = self.lengths[min(k, 1)]
             if error is None and len(x) > cut and not (k and self.whole_items):
-                error = f"{name}: over --max-seq-len {cut} tokens (--truncate error)"
+                error = f"{name}: over {self.limits[min(k, 1)]} (--truncate error)"
             if error is None and len(x) == 0 and (k or self.query_specials):
                 error = f"{name}: an empty text leaves nothing to embed (this tokenizer adds no special tokens)"
         return EncodedTexts(ids[0], ids[1:], self.skips, error=error)
