@@ -13,7 +13,7 @@ import textwrap
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
 from scorecli.errors import Notice
-from scorecli.kinds import HEADS, KINDS, POOLINGS, family_class
+from scorecli.kinds import KINDS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
 
 
@@ -65,12 +65,13 @@ def describe(
     tokenizer = load_tokenizer(transformer_folder(path) if checkpoint.folder_type is not None else path, cfg)
     archs = getattr(config, "architectures", None) or ["?"]
     skeleton = _skeleton(config, trust_remote_code)
-    more, own, multi = family_class(kind).inspect_lines(kind, checkpoint, skeleton)
+    family = family_class(kind)
+    more, own, multi = family.inspect_lines(kind, checkpoint, skeleton, tokenizer)
     lines = [
         f"model:          {name} ({model})" if name and name != model else f"model:          {model}",
         f"kind:           {kind} ({info.help})",
         f"architecture:   {archs[0]} ({config.model_type})",
-        f"scores:         {POOLINGS[info.pooling]}, then {HEADS[info.head]}",
+        f"scores:         {family.scores_line(kind, checkpoint)}",
         *more,
     ]
     limit, why = sequence_limit(skeleton), ""

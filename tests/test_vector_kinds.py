@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from pathlib import Path
 
 import numpy as np
@@ -302,20 +303,36 @@ def test_flags_that_do_not_apply_are_refused_in_one_line(folders, rows_file, tmp
 
 @pytest.mark.e2e
 def test_inspect_and_bench(folders, tmp_path):
+    """inspect's lines say what scoring does: the folder's SpladePooling and similarity, MaxSim or
+    MeanMaxSim, and the skip-list words that are one token each (the others drop nothing)."""
+    from transformers import AutoTokenizer
+
     said = run_cli(Case(["inspect", folders["mv-skiplist"]]))
     assert said.rc == 0, said.stderr
+    tok = AutoTokenizer.from_pretrained(folders["mv-skiplist"])
+    single = [w for w in string.punctuation if tok.tokenize(w) == [w]]
+    assert 0 < len(single) < len(string.punctuation)
     for line in (
         "kind:           multi-vector",
-        "scores:         every token, projected and normalized, masked as the folder says, then MaxSim",
+        "scores:         every token, projected and normalized, masked as the folder says, then MaxSim: per query "
+        "token the best item token, summed",
         "query:          cut at 12 tokens; expansion exactly 12 tokens, padded with the mask token (not attended)",
         "items:          cut at 24 tokens",
         "token vectors:  projection 24, L2-normalized",
+        f"mask:           {len(single)} skip-list tokens on document ({len(string.punctuation) - len(single)} more "
+        "listed words are no single token: they drop nothing)",
     ):
         assert line in said.stdout.decode(), said.stdout.decode()
+    plain = run_cli(Case(["inspect", folders["mv-plain"]])).stdout.decode()
+    assert "then MeanMaxSim: per query token the best item token, averaged" in plain, plain
     router = run_cli(Case(["inspect", folders["sparse-router"], "--check"]))
     text = router.stdout.decode()
     assert router.rc == 0 and "kind:           sparse" in text and "inference-free" in text, router.stderr
     assert "self-check:     passed" in text
+    sparse = "over tokens of log(1 + relu(MLM logits)), then {} of sparse vocabulary vectors"
+    assert "scores:         sum " + sparse.format("dot product") in text, text
+    cosine = run_cli(Case(["inspect", folders["sparse-cosine"]])).stdout.decode()
+    assert "scores:         max " + sparse.format("cosine") in cosine, cosine
     colbert = run_cli(Case(["inspect", folders["stanford"]]))
     assert "kind:           multi-vector" in colbert.stdout.decode() and "HF_ColBERT" in colbert.stdout.decode()
     bench = run_cli(

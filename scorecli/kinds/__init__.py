@@ -123,7 +123,8 @@ class FamilyDefaults:
     """What most families share: one entry per scored item (or chunk), no shared prefix; and the
     hooks a kind's family answers for its kinds before a model loads (class methods, `kind` one of
     the kinds naming the family in `KINDS`): `detects` (detection), `read_folder` (modules after
-    the transformer), `resolve` (spec rules), `inspect_lines` (`scorecli inspect`)."""
+    the transformer), `resolve` (spec rules), `inspect_lines` and `scores_line` (`scorecli
+    inspect`)."""
 
     @classmethod
     def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
@@ -143,11 +144,18 @@ class FamilyDefaults:
         raise NotImplementedError
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         """(`inspect` lines after the architecture: labels and what else the kind reads from the
-        folder; the longest sequence the kind's own config allows (None: the model's); whether
-        MIS applies, for the "multi-item" line)."""
+        folder, with its `tokenizer`; the longest sequence the kind's own config allows (None: the
+        model's); whether MIS applies, for the "multi-item" line)."""
         raise NotImplementedError
+
+    @classmethod
+    def scores_line(cls, kind: str, checkpoint: Checkpoint) -> str:
+        """`inspect`'s "scores:" line: the kind's pooling, then its head (`POOLINGS`, `HEADS`);
+        a family whose folder settles either says how."""
+        info = KINDS[kind]
+        return f"{POOLINGS[info.pooling]}, then {HEADS[info.head]}"
 
     streams: Sequence = ()  # one forward at a time
     spec: Any  # the run's `kinds.spec.RunSpec`, set by each family
@@ -240,14 +248,14 @@ POOLINGS = {
     "cls": "the sequence's first token",
     "sentence": "the folder's Pooling module (mean, CLS, max, last token), Dense and Normalize",
     "tokens": "every token, projected and normalized, masked as the folder says",
-    "splade": "max over tokens of log(1 + relu(MLM logits))",
+    "splade": "max or sum over tokens of log(1 + relu(MLM logits)), as the folder's SpladePooling says",
 }
 HEADS = {
     "classifier": "a classifier's labels",
     "label-tokens": "label-token probabilities from the LM head",
     "similarity": "cosine or dot of query and item embeddings",
     "maxsim": "MaxSim: per query token the best item token, summed",
-    "sparse-dot": "dot product of sparse vocabulary vectors",
+    "sparse-dot": "dot product (or cosine) of sparse vocabulary vectors",
 }
 
 # every kind, in the order they are detected (the first whose family claims a checkpoint, `detect`):

@@ -85,7 +85,7 @@ class DecoderFamily(FamilyDefaults):
         )
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         if KINDS[kind].label_tokens:
             lines = [
                 "labels:         label tokens: --label-tokens, or a template's own (yes-no-chat, qwen3-reranker: yes,no)"

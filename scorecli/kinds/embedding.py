@@ -152,7 +152,7 @@ class EmbeddingFamily(FamilyDefaults):
         )
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         """Its text (plain, or chat messages), pooling, modules after it, prompts and similarity
         (docs/models.md: Which models, embedding models), and its max_seq_length."""
         modules = cls.read_folder(kind, checkpoint.path)

@@ -25,7 +25,7 @@ from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
 from scorecli.core.pack import Seq
 from scorecli.errors import UsageError
-from scorecli.kinds import Checkpoint, Setup
+from scorecli.kinds import KINDS, POOLINGS, Checkpoint, Setup
 from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
@@ -58,6 +58,16 @@ def _cuts(folder: MultiVectorFolder, query: int) -> int:
     return query if x is None else (x.length if x.fixed else max(query, x.length))
 
 
+def _mask_line(folder: MultiVectorFolder, tokenizer) -> str:
+    """`inspect`'s "mask:" line: the skip-list words that are one token each (`skip_ids`: the
+    only ones dropped, as in sentence-transformers) and the ids documents keep."""
+    applied, listed = len(folder.skip_ids(tokenizer)), len(folder.skiplist)
+    line = f"mask:           {applied} skip-list tokens on {', '.join(folder.skiplist_tasks)}"
+    if applied < listed:
+        line += f" ({listed - applied} more listed words are no single token: they drop nothing)"
+    return line + (f"; documents keep {len(folder.keep_only)} token ids only" if folder.keep_only else "")
+
+
 class MultiVectorFamily(ApartFamily):
     """How a multi-vector model scores rows (see `scorecli.kinds.Family`)."""
 
@@ -81,7 +91,7 @@ class MultiVectorFamily(ApartFamily):
         return RunSpec(kind=kind, pooling="tokens", max_seq_len=item, similarity=similarity, **one_label(cfg))
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         folder = cls.read_folder(kind, checkpoint.path)
         folder = folder.resolved(folder.transformer_dir, checkpoint.config)
         query, item = folder.lengths()
@@ -99,11 +109,17 @@ class MultiVectorFamily(ApartFamily):
             f"query:          cut at {_cuts(folder, query)} tokens; expansion {expansion}",
             f"items:          cut at {item} tokens",
             f"token vectors:  projection {dims}{', L2-normalized' if folder.normalize else ''}",
-            f"mask:           {len(folder.skiplist)} skip-list words on {', '.join(folder.skiplist_tasks)}"
-            + (f"; documents keep {len(folder.keep_only)} token ids only" if folder.keep_only else ""),
+            _mask_line(folder, tokenizer),
             f"similarity:     {folder.similarity if folder.similarity in SIMILARITIES else 'maxsim'}",
         ]
         return lines, item, "no (query and items are encoded as their own sequences)"
+
+    @classmethod
+    def scores_line(cls, kind: str, checkpoint: Checkpoint) -> str:
+        """MaxSim, or the folder's MeanMaxSim (the best item token per query token, averaged)."""
+        if cls.read_folder(kind, checkpoint.path).similarity != "meanmaxsim":
+            return super().scores_line(kind, checkpoint)
+        return f"{POOLINGS[KINDS[kind].pooling]}, then MeanMaxSim: per query token the best item token, averaged"
 
     def __init__(self, setup: Setup):
         super().__init__(setup)

@@ -80,7 +80,7 @@ class PairFamily(FamilyDefaults):
         )
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         names = class_names(checkpoint.config)
         lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
         return lines, None, "no (bidirectional encoder: single-item)"

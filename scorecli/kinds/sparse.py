@@ -77,7 +77,7 @@ class SparseFamily(ApartFamily):
         return RunSpec(kind=kind, pooling="splade", max_seq_len=item, similarity=similarity, **one_label(cfg))
 
     @classmethod
-    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton) -> tuple[list[str], int | None, str]:
+    def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
         folder = cls.read_folder(kind, checkpoint.path)
         folder = folder.resolved(folder.transformer_dir, checkpoint.config)
         query, item = folder.lengths()
@@ -95,6 +95,17 @@ class SparseFamily(ApartFamily):
             f"similarity:     {folder.similarity or 'dot'}",
         ]
         return lines, item, "no (query and items are encoded as their own sequences)"
+
+    @classmethod
+    def scores_line(cls, kind: str, checkpoint: Checkpoint) -> str:
+        """The folder's SpladePooling (max or sum; `log1p_relu`: log(1 + x) once more) and
+        similarity (dot unless it says cosine)."""
+        folder = cls.read_folder(kind, checkpoint.path)
+        weights = "log(1 + relu(MLM logits))"
+        if folder.activation == "log1p_relu":
+            weights = f"log(1 + {weights})"
+        similarity = "cosine" if folder.similarity == "cosine" else "dot product"
+        return f"{folder.pooling} over tokens of {weights}, then {similarity} of sparse vocabulary vectors"
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
