@@ -657,3 +657,46 @@ def test_the_output_columns_a_run_writes_are_the_ones_copied_fields_may_not_take
 
     written = set(re.findall(r'columns\["(\w+)"\]', Path(columns_module.__file__).read_text()))
     assert written == set(OUTPUT_COLUMNS)
+
+
+def test_a_store_glob_lists_the_objects_glob_lists_of_the_same_local_tree(tmp_path):
+    """A store glob matches as a local one does (docs/object-stores.md: "as for local paths"): a `*`
+    within one folder's name, `**` any depth, hidden names only by a dot. `rows/*/*.jsonl` read
+    `rows/2026/11/x.jsonl` too, since fnmatch's `*` crossed folders."""
+    import glob
+
+    from scorecli.io.sources import _globbed
+
+    keys = [
+        "rows/a.jsonl",
+        "rows/.hidden.jsonl",
+        "rows/b.parquet",
+        "rows/2026/x.jsonl",
+        "rows/2026/11/y.jsonl",
+        "rows/2026/11/z.parquet",
+        "rows/.cache/w.jsonl",
+        "rows/2026/.tmp/v.jsonl",
+        "other/rows/a.jsonl",
+    ]
+    for key in keys:
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text("{}\n")
+    patterns = [
+        "rows/*.jsonl",
+        "rows/*/*.jsonl",
+        "rows/*/*",
+        "rows/**/*.jsonl",
+        "rows/**",
+        "rows/20?6/**/*.parquet",
+        "*/rows/*.jsonl",
+        "rows/.*",
+        "rows/*/.*/*.jsonl",
+        "rows/[ab].*",
+    ]
+    for pattern in patterns:
+        local = {
+            os.path.relpath(p, tmp_path)
+            for p in glob.glob(str(tmp_path / pattern), recursive=True)
+            if os.path.isfile(p)
+        }
+        assert {k for k in keys if _globbed(f"bucket/{k}", f"bucket/{pattern}")} == local, pattern

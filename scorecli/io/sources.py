@@ -180,11 +180,23 @@ def _scope(pattern: str) -> tuple[str, bool]:
 
 
 def _globbed(path: str, pattern: str) -> bool:
-    """Whether a store glob lists the object `path`: it lies in the folder `_scope` lists (at any
-    depth when that is recursive) and `fnmatch` matches it whole (a `*` then spans folders too)."""
-    folder, deep = _scope(pattern)
-    inside = path.startswith(folder + "/") and (deep or "/" not in path[len(folder) + 1 :])
-    return inside and fnmatch.fnmatchcase(path, pattern)
+    """Whether a store glob lists the object `path` as `glob.glob(pattern, recursive=True)` lists a
+    local file: name by name (a `*` within one folder's name, a leading dot only by a leading dot),
+    `**` any number of folders, none hidden. (A `*` used to span folders: `rows/*/*.jsonl` read
+    `rows/2026/11/x.jsonl` too.)"""
+    return _names_match(path.split("/"), pattern.split("/"))
+
+
+def _names_match(names: list[str], parts: list[str]) -> bool:
+    if not parts:
+        return not names
+    if parts[0] == "**":
+        return any(
+            _names_match(names[k:], parts[1:])
+            for k in range(len(names) + 1)
+            if not any(name.startswith(".") for name in names[:k])
+        )
+    return bool(names) and _name_matches(names[0], parts[0]) and _names_match(names[1:], parts[1:])
 
 
 def _name_matches(name: str, part: str) -> bool:
