@@ -700,3 +700,49 @@ def test_a_store_glob_lists_the_objects_glob_lists_of_the_same_local_tree(tmp_pa
             if os.path.isfile(p)
         }
         assert {k for k in keys if _globbed(f"bucket/{k}", f"bucket/{pattern}")} == local, pattern
+
+
+def test_a_local_output_check_lists_what_glob_lists(tmp_path):
+    """`LocalSource.lists` (is an output one an input glob would read?) answers as `glob.glob` does
+    for each file of a tree, through the matcher store globs use: a `**` pattern used to be judged by
+    its last name alone, refusing `rows/a/x.jsonl` for `rows/**/2026/*.jsonl`. A folder reached
+    through a symbolic link is listed under either spelling."""
+    import glob
+
+    from scorecli.io.sources import LocalSource
+
+    keys = [
+        "rows/a.jsonl",
+        "rows/.hidden.jsonl",
+        "rows/b.parquet",
+        "rows/2026/x.jsonl",
+        "rows/2026/11/y.jsonl",
+        "rows/a/x.jsonl",
+        "rows/.cache/w.jsonl",
+        "other/rows/a.jsonl",
+    ]
+    for key in keys:
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text("{}\n")
+    patterns = [
+        "rows/*.jsonl",
+        "rows/*/*.jsonl",
+        "rows/**/*.jsonl",
+        "rows/**/2026/*.jsonl",
+        "rows/**/11/*",
+        "rows/**",
+        "*/rows/*.jsonl",
+        "rows/.*",
+    ]
+    source = LocalSource()
+    for pattern in patterns:
+        local = {
+            os.path.relpath(p, tmp_path)
+            for p in glob.glob(str(tmp_path / pattern), recursive=True)
+            if os.path.isfile(p)
+        }
+        assert {k for k in keys if source.lists(str(tmp_path / pattern), str(tmp_path / k))} == local, pattern
+    (tmp_path / "link").symlink_to(tmp_path / "rows" / "2026")
+    assert source.lists(str(tmp_path / "rows" / "*" / "*.jsonl"), str(tmp_path / "link" / "new.jsonl"))
+    assert source.lists(str(tmp_path / "link" / "*.jsonl"), str(tmp_path / "rows" / "2026" / "new.jsonl"))
+    assert not source.lists(str(tmp_path / "link" / "*.jsonl"), str(tmp_path / "rows" / "new.jsonl"))

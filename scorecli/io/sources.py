@@ -92,24 +92,23 @@ class LocalSource:
         return os.path.isdir(spec)
 
     def lists(self, pattern: str, path: str) -> bool:
-        """As `glob.glob(pattern, recursive=True)` would: the names after the pattern's first
-        wildcard match `path`'s component by component (a leading dot only by a leading dot; `**`:
-        any depth of folders), and the folder before them is the pattern's (as real paths)."""
+        """As `glob.glob(pattern, recursive=True)` would: the folder before the pattern's first
+        wildcard is `path`'s (as real paths), and the names after it match `path`'s name by name
+        (`_names_match`, the matcher store globs use). `path` is tried as written and with its folder
+        resolved, since either spelling may pass through the pattern's head."""
         if is_url(path):
             return False
         parts = os.path.abspath(pattern).split(os.sep)
         first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
-        tail, names = parts[first:], os.path.abspath(path).split(os.sep)
-        if len(names) <= len(tail):
-            return False
-        head = os.path.realpath(os.sep.join(parts[:first]) or os.sep)
-        if "**" in tail:  # any depth of folders: a file under the head whose name the last component matches
-            folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-            inside = folder == head or folder.startswith(head.rstrip(os.sep) + os.sep)
-            return inside and _name_matches(names[-1], tail[-1])
-        if os.path.realpath(os.sep.join(names[: -len(tail)]) or os.sep) != head:
-            return False
-        return all(_name_matches(name, part) for part, name in zip(tail, names[-len(tail) :]))
+        head, tail = os.path.realpath(os.sep.join(parts[:first]) or os.sep), parts[first:]
+        written = os.path.abspath(path)
+        resolved = os.path.join(os.path.realpath(os.path.dirname(written)), os.path.basename(written))
+        for spelling in dict.fromkeys((written, resolved)):
+            names = spelling.split(os.sep)
+            for k in range(1, len(names)):
+                if os.path.realpath(os.sep.join(names[:k]) or os.sep) == head and _names_match(names[k:], tail):
+                    return True
+        return False
 
 
 class StoreSource:
