@@ -74,9 +74,9 @@ def describe(
         f"scores:         {family.scores_line(kind, checkpoint)}",
         *more,
     ]
-    limit, why = sequence_limit(skeleton), ""
+    limit, why = sequence_limit(skeleton, kind), ""
     if own is not None and own < limit:  # as a run cuts them (the kind's spec), unless --max-seq-len says otherwise
-        limit, why = own, f": the model's max_seq_length; --max-seq-len up to {sequence_limit(skeleton)}"
+        limit, why = own, f": the model's max_seq_length; --max-seq-len up to {sequence_limit(skeleton, kind)}"
     lines += [
         f"hidden size:    {getattr(config, 'hidden_size', '?')}",
         f"max positions:  {getattr(config, 'max_position_embeddings', None)} (scorecli cuts sequences at {limit} "

@@ -360,3 +360,86 @@ def test_max_seq_len_respects_sliding_windows():
     assert _sliding_window(gemma) == 512
     assert _sliding_window(mistral) == 4096
     assert _sliding_window(SimpleNamespace(sliding_window=None)) is None
+    hybrid = SimpleNamespace(sliding_window=128, layer_types=["hybrid", "hybrid_sliding"])
+    assert _sliding_window(hybrid) == 128
+
+
+def test_a_multimodal_decoders_text_window_caps_sequences():
+    """Gemma 3's classifier keeps its window in the text config: sequences ran to 8192 positions
+    under a 4096-token window, scorecli's backends applying none."""
+    import transformers
+
+    from scorecli.kinds.spec import sequence_limit
+
+    text = transformers.Gemma3TextConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, sliding_window=24,
+    )  # fmt: skip
+    vision = transformers.SiglipVisionConfig(
+        num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4
+    )
+    with torch.device("meta"):
+        model = transformers.Gemma3ForSequenceClassification(
+            transformers.Gemma3Config(text_config=text, vision_config=vision)
+        )
+    assert sequence_limit(model, "seq-cls") == 24
+
+
+def test_a_window_every_layer_reads_from_the_config_caps_sequences(tmp_path):
+    """MiniMax types its layers full and linear, yet its attention hands `config.sliding_window` to
+    every layer: scorecli's backends apply no window, so sequences must stay within it (they ran
+    to 512 positions, 8e-3 off the model's own forward past the window and unseen by the
+    self-check). Jamba's code reads no window: a stray one in its config caps nothing."""
+    from tests.builders.families import _tiny_model, tokenizer
+    from tests.builders.models import _save
+    from tests.test_invariance import raw_rows
+
+    path = _save(_tiny_model("minimax", {"sliding_window": 24}), tokenizer(), str(tmp_path / "minimax"))
+    rng = np.random.default_rng(3)
+    query, items = rng.integers(5, 1000, size=3).tolist(), [rng.integers(5, 1000, size=n).tolist() for n in (40, 2)]
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
+    with torch.inference_mode():  # --truncate item: the long item cut to fit the window with its prefix
+        ref = [model(input_ids=torch.tensor([query + item[: 24 - 3]])).logits[0, 0].item() for item in items]
+    for mode in ("mis", "single"):
+        scorer = Scorer(path, mode=mode, device="cpu", dtype="float32")
+        got = scorer.score_rows(raw_rows([{"query_ids": query, "item_ids": items}]))["score"].to_pylist()[0]
+        np.testing.assert_allclose(got, ref, atol=1e-4)
+    assert "cuts sequences at 24 tokens" in "\n".join(describe(path, None, trust_remote_code=False))
+    jamba = _save(_tiny_model("jamba", {"sliding_window": 24}), tokenizer(), str(tmp_path / "jamba"))
+    assert "cuts sequences at 24 tokens" not in "\n".join(describe(jamba, None, trust_remote_code=False))
+
+
+def test_an_encoders_own_sliding_window_does_not_cut_its_pairs(tmp_path):
+    """A ModernBERT cross-encoder runs its own attention, which applies its local window itself:
+    its pairs were cut at the window (64 tokens for ModernBERT-base) as if scorecli's backends ran
+    it. Scores over the window equal its own forward."""
+    import transformers
+
+    tok = models.build_wordpiece_tokenizer()
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        pad_token_id=tok.pad_token_id,
+        cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        num_labels=1,
+        local_attention=16,
+        max_position_embeddings=512,
+    )
+    path = models._save(transformers.ModernBertForSequenceClassification(config).eval(), tok, str(tmp_path / "mb"))
+    assert "cuts sequences at 512 tokens" in "\n".join(describe(path, None, trust_remote_code=False))
+    query, item = "what do cats eat " * 3, "cats eat fish and mice and birds and " * 6
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    hf_tok = AutoTokenizer.from_pretrained(path)
+    enc = hf_tok(query, item, return_tensors="pt")
+    assert enc["input_ids"].shape[1] > 40
+    with torch.inference_mode():
+        ref = model(**enc).logits[0, 0].item()
+    got = Scorer(path, device="cpu", dtype="float32").score_rows([RawRow({"query": query, "items": [item]}, "t:1")])
+    np.testing.assert_allclose(got["score"].to_pylist()[0], [ref], atol=1e-4)

@@ -66,7 +66,7 @@ def lengths(cfg, loaded, folder) -> tuple[int, int]:
     prompt every chunk of an item keeps (the prompt the items are encoded with: `item_prompt`): the
     most any item's chunk keeps (`ChunkLayout.most`)."""
     chunk_lead = chunk_layout(loaded.tokenizer, item_prompt(cfg.item_prompt, folder)).most
-    limit = sequence_limit(loaded.model)
+    limit = sequence_limit(loaded.model, loaded.kind)
     query, item = (min(n, limit) for n in folder.lengths())
     if cfg.max_seq_len is not None:
         if cfg.max_seq_len > limit:

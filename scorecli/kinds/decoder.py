@@ -180,16 +180,22 @@ class DecoderFamily(FamilyDefaults):
         """Items without their trailing pad tokens: the model's own head reads P + I_k at its
         last token that is not the pad token, and under causal attention the tokens after that
         one change nothing before it, so the shorter item is read exactly there. An item of pad
-        tokens only is read at the prefix's last token, unless that is a pad token too."""
+        tokens only, or none, is read at the prefix's last token, unless that is a pad token too (an
+        error: the head would read inside the prefix, as no other item is)."""
         pad, items = self.pad_id, []
         for k, item in enumerate(enc.items):
             keep = len(item)
             while keep and item[keep - 1] == pad:
                 keep -= 1
-            if keep == 0 and len(item) and (not len(enc.prefix) or enc.prefix[-1] == pad):
+            if keep == 0 and (not len(enc.prefix) or enc.prefix[-1] == pad):
+                what = (
+                    "the item and the end of its prefix are"
+                    if len(item)
+                    else "the item is empty and the end of its prefix is"
+                )
                 raise InputError(
-                    f"{where}: field 'items'[{k}]: the item and the end of its prefix are the model's pad "
-                    f"token ({pad}) only: its head would read inside the prefix"
+                    f"{where}: field 'items'[{k}]: {what} the model's pad token ({pad}) only: its head would "
+                    "read inside the prefix"
                 )
             items.append(item[:keep] if keep < len(item) else item)
         return EncodedRow(enc.prefix, items, enc.suffix_len)

@@ -136,7 +136,7 @@ class EmbeddingFamily(FamilyDefaults):
         limit = (
             max_seq_len(cfg.max_seq_len, loaded)
             if cfg.max_seq_len or own is None
-            else min(own, sequence_limit(loaded.model))
+            else min(own, sequence_limit(loaded.model, loaded.kind))
         )
         names = ("similarity",)
         return RunSpec(

@@ -8,6 +8,7 @@ Knows no kind by name.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from scorecli.config import ScoreConfig
@@ -15,8 +16,8 @@ from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
 from scorecli.errors import UsageError, notice
 from scorecli.kinds import KINDS, family_class
-from scorecli.model.compat import Support, text_config
-from scorecli.model.load import Loaded
+from scorecli.model.compat import Support, decoder_layers, text_config
+from scorecli.model.load import Loaded, scorecli_attends
 
 MAX_SEQ_LEN_CAP = 8192
 
@@ -148,7 +149,7 @@ def positive_index(positive: str | None, names: tuple[str, ...], classes: bool =
 
 def max_seq_len(requested: int | None, loaded: Loaded) -> int:
     """The longest sequence asked for (None: the model's limit); UsageError past the limit."""
-    limit = sequence_limit(loaded.model)
+    limit = sequence_limit(loaded.model, loaded.kind)
     if requested is None:
         return limit
     if requested > limit:
@@ -163,11 +164,13 @@ def max_seq_len(requested: int | None, loaded: Loaded) -> int:
     return requested
 
 
-def sequence_limit(model) -> int:
-    """The longest sequence scorecli runs through `model`: the positions it can embed,
-    within its sliding window and below a LongRoPE switch, at most MAX_SEQ_LEN_CAP."""
+def sequence_limit(model, kind: str) -> int:
+    """The longest sequence scorecli runs through `model` (of `kind`): the positions it can embed,
+    within its sliding window where scorecli's backends attend (`scorecli_attends`: they apply no
+    window; a model's own attention applies its window itself, a ModernBERT cross-encoder's too)
+    and below a LongRoPE switch, at most MAX_SEQ_LEN_CAP."""
     limit = min(_position_limit(model), MAX_SEQ_LEN_CAP)
-    window = _sliding_window(model.config)
+    window = _sliding_window(text_config(model.config), model) if scorecli_attends(kind, model.config) else None
     if window:
         # beyond the window, packed and single sequences would see different keys
         limit = min(limit, window)
@@ -207,11 +210,46 @@ def _position_limit(model) -> int:
     return limit
 
 
-def _sliding_window(config) -> int | None:
-    window = getattr(config, "sliding_window", None)
+def _sliding_window(config, model=None) -> int | None:
+    """The model's sliding window, where one applies (`config`: the text model's): the smallest
+    its decoder layers hold as `sliding_window`; else the config's where a layer is typed sliding
+    (`sliding_attention`, `hybrid_sliding` ...), where a Mistral-style config has no `layer_types`
+    (unless `use_sliding_window` is off), or where every layer is typed full, none holds a window
+    of its own and the model's code reads one (MiniMax's attention hands `config.sliding_window`
+    to every layer). Layers that hold None (dots1's, Mellum's full layers) say there is none."""
+    try:
+        window = getattr(config, "sliding_window", None)
+    except Exception:  # noqa: BLE001 - a per-layer config (transformers' heterogeneous ones) refuses a global read
+        window = None
+    held = _held_windows(model) if model is not None else None
+    if held:
+        return min(held)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
     layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        uses = "sliding_attention" in layer_types
-    else:  # Mistral-style configs: a window set means it is used, unless switched off
-        uses = getattr(config, "use_sliding_window", window is not None)
-    return window if uses else None
+    if not layer_types or any("sliding" in str(kind) for kind in layer_types):
+        return window
+    return window if held is None and (model is None or _code_reads_window(model)) else None
+
+
+def _held_windows(model) -> list[int] | None:
+    """The windows the decoder layers' modules hold as `sliding_window` (None: none holds one)."""
+    held = [
+        vars(m)["sliding_window"]
+        for layer in decoder_layers(model)
+        for m in layer.modules()
+        if "sliding_window" in vars(m)
+    ]
+    return [int(w) for w in held if w] if held else None
+
+
+def _code_reads_window(model) -> bool:
+    """Whether the model's own code (its modeling module's source) names `sliding_window` at all:
+    a window left in a config whose code never reads it (Jamba's, Qwen3-Next's) applies nowhere."""
+    module = sys.modules.get(type(model).__module__)
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            return "sliding_window" in f.read()
+    except OSError:
+        return True  # no source to read: as if it did (the window caps sequences: the safe side)

@@ -51,6 +51,12 @@ ENCODER_TYPES = {
 }
 
 
+def scorecli_attends(kind: str, config) -> bool:
+    """Whether a model of this kind and config runs its attention under scorecli's backends (a
+    decoder of a kind that scores through them); else its own attention, masks and all."""
+    return KINDS[kind].scorecli_attention and config.model_type not in ENCODER_TYPES
+
+
 @dataclass(frozen=True)
 class Loaded:
     """A loaded model with its tokenizer, the resolved kind, device and dtype."""
@@ -120,8 +126,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     dtype = resolve_dtype(cfg.dtype, device)
     if device.type == "cuda" and dtype == torch.float32:
         ieee_convolutions()
-    encoder = hf_config.model_type in ENCODER_TYPES
-    if declared.scorecli_attention and not encoder:  # a kernel package imports while the weights load
+    if scorecli_attends(kind, hf_config):  # a kernel package imports while the weights load
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     elif cfg.attention != "auto" and capabilities(cfg.attention).model_attention is None:
         raise UsageError(
@@ -134,7 +139,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
         sentence.adapt_tokenizer(tokenizer)
-    if declared.scorecli_attention and not encoder:
+    if scorecli_attends(kind, hf_config):
         register()
         set_implementation(model, ATTN_NAME)
     elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
