@@ -21,8 +21,8 @@ from tests.test_invariance import raw_rows, table_outputs
 
 RECURRENT = ["qwen3_next", "qwen3_5_text", "jamba", "zamba", "zamba2", "minimax"]
 OWN_ATTENTION = ["openai-gpt", "bloom", "mpt", "falcon", "falcon-alibi", "gpt_neo"]
-# the default tiny Falcon uses rotary positions; MiniMax's attention windows (none in its
-# released configs) would cut the 200-token items, which its sequence limit does not know
+# the default tiny Falcon uses rotary positions; MiniMax's attention window (none in its
+# released configs) would cut the 200-token items (its sequence limit, which the window caps)
 RAGGED = ["qwen3_next", "minimax"]  # the ragged row's layout (the adapters see gathered blocks either way)
 VARIANTS = {"falcon-alibi": ("falcon", {"alibi": True}), "minimax": ("minimax", {"sliding_window": None})}
 
@@ -109,6 +109,8 @@ def test_mis_equals_single_equals_the_models_own_forward(name, root):
     if name in RAGGED:
         runs["mis/flex"] = _scored(path, mode="mis", attention="flex")
     assert runs["mis"][0].metadata["mode"] == "mis" and runs["mis"][0].metadata["mode_reason"] == ""
+    if name in RECURRENT:  # `inspect` says so from the config and module types alone (it said single-item only)
+        assert "multi-item:     yes (MIS by default: the prefix runs once" in "\n".join(_described(path))
     for what, (_, scores, hidden) in runs.items():
         score_err, hidden_err = _errors(path, scores, hidden)
         assert score_err <= 1e-4 and hidden_err <= 1e-3, (name, what, score_err, hidden_err)
@@ -247,6 +249,13 @@ def test_a_family_no_fork_covers_stays_single_item_with_the_reason(root, monkeyp
     assert scorer.metadata["mode"] == "single" and "carries state from token to token" in scorer.metadata["mode_reason"]
     with pytest.raises(UsageError, match="carries state from token to token"):
         Scorer(path, mode="mis")
+    assert "multi-item:     no: single-item only (layer 0" in "\n".join(_described(path))
+
+
+def _described(path: str) -> list[str]:
+    from scorecli.inspect import describe
+
+    return describe(path, None, trust_remote_code=False)
 
 
 def test_a_mixer_whose_cache_this_package_cannot_stand_in_for_leaves_the_model_single_item(root, monkeypatch):

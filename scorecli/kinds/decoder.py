@@ -33,7 +33,7 @@ from scorecli.kinds.spec import (
     refuse_apart_flags,
     template_room,
 )
-from scorecli.model.compat import backend_for, check_backend, stateful_reason, text_config
+from scorecli.model.compat import backend_for, check_backend, state_forked, stateful_reason, text_config
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.compiled import compile_layers
 from scorecli.runtimes.forward import DecoderForward
@@ -95,11 +95,17 @@ class DecoderFamily(FamilyDefaults):
             lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
         reason = stateful_reason(skeleton)
         # whether its attention goes through scorecli's backend takes a forward: `inspect --check` runs it
-        multi = (
-            f"no: single-item only ({reason})"
-            if reason
-            else "yes (MIS by default), if its attention goes through transformers' attention interface (--check tells)"
-        )
+        if not reason:
+            multi = (
+                "yes (MIS by default), if its attention goes through transformers' attention interface (--check tells)"
+            )
+        elif state_forked(skeleton):
+            multi = (
+                "yes (MIS by default: the prefix runs once and each item from its recurrent state), if its "
+                "attention goes through transformers' attention interface (--check tells)"
+            )
+        else:
+            multi = f"no: single-item only ({reason})"
         return lines, None, multi
 
     def __init__(self, setup: Setup):

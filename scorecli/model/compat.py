@@ -133,6 +133,15 @@ def stateful_reason(model: torch.nn.Module) -> str:
     return f"{stateful} carries state from token to token, across packed sequences" if stateful else ""
 
 
+def state_forked(model: torch.nn.Module) -> bool:
+    """Whether a fork (`forks.fork_for`) covers every layer that carries state across tokens, as
+    far as module types tell (no forward; a model on the meta device will do): MIS then runs each
+    item from the prefix's state."""
+    layers = decoder_layers(model)
+    found = _stateful_modules(layers)
+    return fork_for(layers, _stateful_indices(model, layers, found), found) is not None
+
+
 def _stateful_layer(model: torch.nn.Module, layers: list[torch.nn.Module]) -> str:
     """'layer i (what)' of the first layer that mixes tokens outside attention, else ''."""
     kinds = getattr(model.config, "layer_types", None) or []
