@@ -455,3 +455,30 @@ def test_repeated_texts_and_the_score_cache_keep_each_row_its_own_query(folders,
     assert_close(first["score"].to_pylist(), want)
     assert_close(second["score"].to_pylist(), want)
     assert int(second.schema.metadata[b"score_cache_misses"]) == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("mv-skiplist", ()),
+        ("pylate", ("--chunk-tokens", "8")),
+        ("sparse-router", ()),
+        ("sparse", ("--chunk-tokens", "8")),
+    ],
+)
+def test_the_audit_re_scores_their_pairs(folders, rows_file, tmp_path, name, flags):
+    """`--audit` re-scores a multi-vector or sparse run's pairs through the model's own forward, each
+    text alone (the query's expansion and skip-list, a static query side, chunks aggregated as the
+    run does): it crashed after the last window, the audit asking for an embedding folder's
+    pooling. A broken path is found."""
+    from tests.test_score_cache import hooked, meta
+
+    out = tmp_path / "out.parquet"
+    args = ["score", rows_file, "--model", folders[name], "--out", str(out), "--audit", "6", "--audit-strict", *flags]
+    result = run_cli(Case(args))
+    assert result.rc == 0, result.stderr
+    figures = {k: float(v) for k, v in meta(out).items() if k.startswith("audit_")}
+    assert figures["audit_pairs"] == 6 and figures["audit_max_score_diff"] <= 1e-4, figures
+    broken = hooked("perturb:0.5", [*args[:5], str(tmp_path / "b.parquet"), *args[6:]])
+    assert broken.rc == 1 and "error: audit:" in broken.stderr, broken.stderr

@@ -187,13 +187,19 @@ def reference_scores(scorer, pairs: list[Pair]) -> np.ndarray:
         if prepared.errors[0] is not None or not prepared.seqs:
             out.append(np.full(len(scorer.spec.label_names), np.nan))
             continue
-        run = _texts if info.similarity else _pairs if info.pairs else _decoder
-        index, values = run(scorer, prepared.seqs)
+        apart = scorer.family.reference_entries
+        if apart is not None:
+            index, values = apart(prepared.seqs)
+        else:
+            run = _texts if info.similarity else _pairs if info.pairs else _decoder
+            index, values = run(scorer, prepared.seqs)
         entries = np.zeros((prepared.num_entries, values.shape[1]))
         entries[index] = values
         if prepared.copies is not None:  # an entry whose sequence repeats another's (a chunk, a text)
             entries[prepared.copies[0]] = entries[prepared.copies[1]]
-        if info.similarity:  # the query's entry, then the item's
+        if apart is not None:  # the query's entry, then the item's chunks' scores
+            entries = entries[1:]
+        elif info.similarity:  # the query's entry, then the item's
             embedded = torch.from_numpy(entries).float()
             out.append(similarity(embedded[:1], embedded[1:2], scorer.spec.similarity).double().numpy())
             continue

@@ -178,6 +178,12 @@ class FamilyDefaults:
     def probe_scores(self, scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         return None  # only a kind that runs an approximate runtime measures its drift
 
+    # a kind whose entries hold scores of texts compared apart (`kinds.apart`): `reference_entries(seqs)`
+    # gives (entries, [entries, 1] float64) of one row's sequences through the model's own forward,
+    # each item's (chunk's) score against its query, the query's entry 0 (`--audit`); None: the
+    # audit runs the kind's references itself (decoders, pairs, embeddings)
+    reference_entries: Any = None
+
     speedups: tuple[Speedup, ...] = ()
 
     def plan(

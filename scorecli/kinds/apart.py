@@ -361,6 +361,19 @@ class ApartFamily(FamilyDefaults):
             scorer.chunking, encoder.truncate, encoder.whole_items = kept
         return np.array(table["score"].to_pylist()[0], dtype=np.float64), enc
 
+    def reference_entries(self, seqs: list[Seq]) -> tuple[np.ndarray, np.ndarray]:
+        """(entries, [entries, 1] float64) of one row's sequences (`pack`: its query's entry first):
+        each item's (chunk's) score against the query, every text alone through the model's own
+        forward (`reference_score`); the query's entry 0."""
+        index = np.array([int(s.item_index[0]) for s in seqs])
+        query = seqs[int(np.argmin(index))]
+        values = [0.0 if s is query else self.reference_score(query, s) for s in seqs]
+        return index, np.array(values, dtype=np.float64)[:, None]
+
+    def reference_score(self, query: Seq, item: Seq) -> float:
+        """One item's (chunk's) score against its query, each through the model's own forward."""
+        raise NotImplementedError
+
     def query_reps(self, batch: Batch, forward: PaddedForward) -> tuple[torch.Tensor, ...]:
         """What the kind keeps of each query of a query batch (run by `forward`): tensors
         [S, width, ...] on the device, zero-padded along `width`."""

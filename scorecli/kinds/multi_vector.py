@@ -195,6 +195,9 @@ class MultiVectorFamily(ApartFamily):
         )
         return {"scores": relative_error(ours, theirs)}
 
+    def reference_score(self, query: Seq, item: Seq) -> float:
+        return _maxsim_one(self._reference(query, "query"), self._reference(item, "document"), self.mean)
+
     @torch.inference_mode()
     def _reference(self, seq: Seq, task: str) -> tuple[np.ndarray, np.ndarray]:
         """(token vectors [L, D], [L] bool: which count) of one text alone, through the model's own

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from scorecli.attention.backends import capabilities
 from scorecli.checks.selfcheck import relative_error
 from scorecli.core.batching import Batch
+from scorecli.core.pack import Seq
 from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, Setup
 from scorecli.kinds.apart import (
@@ -178,6 +179,11 @@ class SparseFamily(ApartFamily):
         query = self._reference(enc.query, self.static is None)
         theirs = [self._compare(query, self._reference(x, True)) for x in enc.items]
         return {"scores": relative_error(ours, np.array(theirs))}
+
+    def reference_score(self, query: Seq, item: Seq) -> float:
+        return self._compare(
+            self._reference(query.input_ids, self.static is None), self._reference(item.input_ids, True)
+        )
 
     @torch.inference_mode()
     def _reference(self, ids: np.ndarray, model: bool) -> np.ndarray:
