@@ -147,6 +147,21 @@ def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
         Scorer(minilm_cross_encoder, max_seq_len=64, truncate="error").score_rows(_rows(rows))
 
 
+def test_the_self_checks_pairs_fit_under_truncate_error(bert_cross_encoder):
+    """The self-check's probe items are cut to fit, as its reference cuts them: under `--truncate
+    error` a --max-seq-len that its first pair fits but a longer probe item did not failed the run
+    ("self-check probe: ... over --max-seq-len", exit 2) on rows that all fit."""
+    tok = AutoTokenizer.from_pretrained(bert_cross_encoder)
+    from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY
+
+    lengths = sorted(len(tok(PROBE_QUERY, item.strip()).input_ids) for item in PROBE_ITEMS)
+    assert lengths[0] < lengths[-1]
+    table = Scorer(bert_cross_encoder, max_seq_len=lengths[-1] - 1, truncate="error", self_check=True).score_rows(
+        _rows([{"query": "cat", "items": ["dog"]}])
+    )
+    assert table.num_rows == 1 and table["score"].to_pylist()[0][0] is not None
+
+
 def test_roberta_positions_cap_max_seq_len(tmp_path):
     """RoBERTa numbers positions from padding_idx + 1: a pair of max_position_embeddings
     tokens would index past the table, so the default limit is that much lower."""

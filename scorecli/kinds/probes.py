@@ -77,11 +77,15 @@ def pair_scores(scorer, items: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]
     if len(scorer.loaded.tokenizer(PROBE_QUERY, items[0])["input_ids"]) > scorer.spec.max_seq_len:
         return None
     row = {scorer.fields.query: PROBE_QUERY, scorer.fields.items: items}
-    chunking, scorer.chunking = scorer.chunking, None  # the probe's items are scored whole
+    encoder = scorer.family.encoder
+    # the probe's items scored whole, cut to fit as its reference cuts them (`--truncate error` is
+    # the user's rows' rule: a probe item over --max-seq-len is no bad input of theirs)
+    kept = scorer.chunking, encoder.truncate
+    scorer.chunking, encoder.truncate = None, "item"
     try:
         table = scorer.score_rows([RawRow(row, "self-check probe")])
     finally:
-        scorer.chunking = chunking
+        scorer.chunking, encoder.truncate = kept
     n_labels = len(scorer.spec.label_names)
     ours = np.array(table["scores"].to_pylist()[0], dtype=np.float64).reshape(len(items), n_labels)
     theirs = np.stack([_pair_reference(scorer, item) for item in items])
