@@ -193,6 +193,9 @@ def test_forced_onnx_refused_where_it_cannot_run(tmp_path):
         _scores(path, "onnx", tmp_path / "cache", pooled_hidden_states=True, pooling="last")
     with pytest.raises(UsageError, match="--runtime onnx"):
         _scores(path, "onnx", tmp_path / "cache", dtype="bfloat16")
+    # the reason is the flag that stops it, not the architecture (it said "not BertForSequenceClassification")
+    with pytest.raises(UsageError, match="which --attention eager turns off"):
+        _scores(path, "onnx", tmp_path / "cache", attention="eager")
 
 
 def test_onnx_cls_hidden_states_equal_torch(tmp_path):

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from scorecli.attention import pad_ragged
+from scorecli.attention.backends import capabilities
 from scorecli.core.batching import Batch
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line
 from scorecli.model import gguf
@@ -303,6 +304,8 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> tuple[str, st
     why = why_not
     if loaded.device.type != "cpu" or loaded.dtype != torch.float32:
         why = "it runs float32 models on the CPU only"
+    elif not fast and not capabilities(cfg.attention).fused_encoder:  # the flag the user gave, first
+        why = f"it runs the fused encoder, which --attention {cfg.attention} turns off"
     elif not fast:
         why = f"it runs BERT-family encoders only (fused encoder), not {loaded.architecture}"
     elif not os.path.isdir(loaded.model.name_or_path or ""):
