@@ -300,3 +300,55 @@ def test_int8_runtime_says_its_drift_once_as_local(local_ray, inputs, tmp_path):
     meta = [pq.read_table(p).schema.metadata for p in (local, remote)]
     assert meta[0][b"self_check_max_score_change"] == meta[1][b"self_check_max_score_change"]
     assert notes(run_score_ray, [str(empty)], str(tmp_path / "none.parquet")) == want
+
+
+def test_cpu_workers_run_one_runtime_choice(local_ray, tmp_path):
+    """`--runtime auto` on CPU workers: each measured torch against ONNX Runtime on a cold cache, at
+    once, and could choose another cut (onnx:86:torch beside onnx:96:torch) while the output named
+    the first block's. One worker chooses first and every worker runs its choice (the unit part;
+    two real workers rarely disagree on a tiny model): every part of a dataset says the same."""
+    from scorecli.engine.ray import _RayScoring
+
+    class Task:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def remote(self, cfg):
+            return ("ok", {"runtime": "onnx+torch", "runtime_cut_tokens": "86", "runtime_reason": "auto: timed"}, cfg)
+
+    class FakeRay:
+        def remote(self, **resources):
+            return Task
+
+        def get(self, ref):
+            return ref
+
+    scoring = object.__new__(_RayScoring)
+    scoring.ray, scoring.resources = FakeRay(), {"num_cpus": 1}
+    scoring.worker_cfg = ScoreConfig(model="m", runtime="auto", device="cpu")
+    scoring._one_runtime()
+    assert scoring.worker_cfg.runtime_route == "onnx:86:torch" and scoring.worker_cfg.runtime_reason == "auto: timed"
+    for pinned in (ScoreConfig(model="m", runtime="torch", device="cpu"), ScoreConfig(model="m", device="cuda")):
+        scoring.worker_cfg = pinned
+        scoring._one_runtime()
+        assert scoring.worker_cfg is pinned
+
+    pytest.importorskip("onnxruntime")
+    from tests.builders.models import build_bert_cross_encoder
+
+    model = build_bert_cross_encoder(tmp_path / "ce")
+    rows = tmp_path / "rows.jsonl"
+    _write_jsonl(rows, make_rows(200, seed=3, max_items=4, max_len=40))
+    cfg = ScoreConfig(model=model, window_rows=25, cache_dir=str(tmp_path / "cache"), runtime="auto")
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.io.output import resolve_output
+
+    out = tmp_path / "parts"
+    target = resolve_output(str(out) + "/", [str(rows)])
+    checkpoint = Checkpoint.open(target, cfg, [str(rows)], False)
+    run_score_ray(cfg, [str(rows)], target, address=None, num_workers=2, console=None, checkpoint=checkpoint)
+    said = {
+        tuple(pq.read_schema(p).metadata.get(k.encode()) for k in ("runtime", "runtime_cut_tokens", "runtime_reason"))
+        for p in sorted(out.glob("*.parquet"))
+    }
+    assert len(said) == 1, said

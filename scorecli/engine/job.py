@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from scorecli.config import ScoreConfig
@@ -28,6 +28,7 @@ from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
 from scorecli.model.st_files import module_folders
+from scorecli.runtimes.route import Route
 from scorecli.version import __version__
 
 # the `self_check` of a window whose pairs all came from the score cache: no model of this job scored
@@ -124,3 +125,17 @@ def _model_files(name: str) -> dict[str, list]:
 def _stamp(path: str) -> list[int]:
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns]
+
+
+def pinned_runtime(cfg: ScoreConfig, metadata: dict[str, str]) -> ScoreConfig:
+    """`cfg` running what `--runtime auto` chose for output with `metadata` (`runtime`,
+    `runtime_cut_tokens`, `runtime_reason`): the one runtime, or the route that sends short and
+    long batches to two (`runtime_route`), with the reason it was chosen; `cfg` itself where the
+    metadata names no route."""
+    route = Route.from_metadata(metadata.get("runtime"), metadata.get("runtime_cut_tokens"))
+    if route is None:
+        return cfg
+    reason = metadata.get("runtime_reason") or None
+    if route.second is not None:  # one runtime for short batches, one for long
+        return replace(cfg, runtime_route=route.text(), runtime_reason=reason)
+    return replace(cfg, runtime=route.first, runtime_reason=reason)

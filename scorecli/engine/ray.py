@@ -38,6 +38,7 @@ from scorecli.cache.store import CacheStore
 from scorecli.config import ScoreConfig
 from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
+from scorecli.engine.job import pinned_runtime
 from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.progress import Counts
 from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
@@ -57,6 +58,7 @@ from scorecli.engine.ray_workers import (
     index_input,
     public,
     raise_failure,
+    runtime_choice,
 )
 from scorecli.engine.run import open_rows
 from scorecli.engine.windows import Schedule
@@ -215,6 +217,8 @@ class _RayScoring:
 
     def _score_blocks(self, workers: int) -> Iterator[pa.Table]:
         """Scored blocks as Ray Data returns them (in order, as asked; the caller checks)."""
+        if workers > 1:
+            self._one_runtime()
         ray, cfg = self.ray, self.worker_cfg
         kwargs = {
             "model": cfg.model,
@@ -240,6 +244,20 @@ class _RayScoring:
             yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
         except ray.exceptions.RayError as exc:
             raise ScorecliError(f"Ray failed: {first_line(exc)}") from exc
+
+    def _one_runtime(self) -> None:
+        """CPU workers under `--runtime auto` each measured torch against ONNX Runtime on a cold
+        cache, at once on shared cores, and could choose differently (onnx:86:torch and
+        onnx:96:torch) while the output named the first block's: one worker chooses first, and
+        every worker runs its choice (as a resumed job runs its kept rows')."""
+        cfg = self.worker_cfg
+        if cfg.runtime != "auto" or cfg.runtime_route is not None or cfg.device != "cpu":
+            return
+        task = self.ray.remote(**self.resources)(runtime_choice)
+        status, first, second = self.ray.get(task.remote(cfg))
+        if status != "ok":
+            raise_failure(first, second)
+        self.worker_cfg = pinned_runtime(cfg, first)
 
     def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
         """No rows to score: one worker builds the Scorer for the output's columns and metadata."""

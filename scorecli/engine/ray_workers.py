@@ -186,6 +186,17 @@ def empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str,
         return "failed", type(exc).__name__, first_line(exc)
 
 
+def runtime_choice(config: ScoreConfig) -> tuple[str, Any, Any]:
+    """Remote task: ("ok", the metadata of a Scorer built as a worker builds it, None), whose
+    `--runtime auto` choice every worker then runs; or ("failed", type, message)."""
+    try:
+        from scorecli.scorer import Scorer
+
+        return "ok", Scorer(config.model, config).metadata, None
+    except Exception as exc:  # noqa: BLE001 - any failure goes back to the driver, which raises it
+        return "failed", type(exc).__name__, first_line(exc)
+
+
 def index_input(path: str) -> tuple[str, Any, Any]:
     """Remote task: ("ok", rows, marks) of an input file in a store (`io.readers.index_file`),
     read on a worker, not the driver; or ("failed", type, message)."""
