@@ -112,7 +112,7 @@ def score(
     max_seq_len: Annotated[int | None, opt("--max-seq-len", min=2, max=o.MAX_INT)] = None,
     truncate: Annotated[str, opt("--truncate")] = "item",
     window_rows: Annotated[int | None, opt("--window-rows", min=1, max=o.MAX_INT)] = None,
-    window_seconds: Annotated[float | None, opt("--window-seconds", min=0.001)] = None,
+    window_seconds: Annotated[float | None, opt("--window-seconds", callback=o.seconds)] = None,
     skip_bad_rows: Annotated[bool, opt("--skip-bad-rows")] = False,
     top_k: Annotated[int | None, opt("--top-k", min=1, max=o.MAX_INT)] = None,
     chunk_tokens: Annotated[int | None, opt("--chunk-tokens", min=1, max=o.MAX_INT)] = None,

@@ -6,6 +6,7 @@ sense together. Checks that need the model (label tokens, kind, mode) live in `s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from scorecli.attention import backends as attention_backends
@@ -151,8 +152,8 @@ class ScoreConfig:
             raise UsageError("--audit-strict needs --audit N (N > 0)")
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
-        if self.window_seconds is not None and not self.window_seconds > 0:
-            raise UsageError(f"--window-seconds must be more than 0, got {self.window_seconds}")
+        if self.window_seconds is not None and not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
+            raise UsageError(f"--window-seconds must be a finite number more than 0, got {self.window_seconds}")
         check_copied_fields(self.id_field, self.labels_field)
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")

@@ -6,6 +6,7 @@ run does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from scorecli.model.default_model import BUNDLED, DEFAULT
 
 # windows grow from one row until one takes this long, up to this many rows (docs/long-jobs.md)
 WINDOW_SECONDS, WINDOW_ROWS = 30.0, 2048
+MIN_SECONDS = 0.001  # the shortest --window-seconds
 
 
 def one_of(names: Iterable[str], helps: Mapping[str, str] | None = None) -> str:
@@ -193,6 +195,14 @@ def csv(value: str | None) -> tuple[str, ...] | None:
 def csv_ints(value: str | None) -> tuple[int, ...] | None:
     """`--label-token-ids`' token ids, each checked (UsageError, exit 2)."""
     return None if value is None else token_ids(value)
+
+
+def seconds(value: float | None) -> float | None:
+    """`--window-seconds` as it is parsed: a finite number of seconds, at least 0.001 (typer's own
+    range check calls `nan` too small and lets `inf` through, whose window size is no integer)."""
+    if value is not None and not (math.isfinite(value) and value >= MIN_SECONDS):
+        raise typer.BadParameter(f"expected a finite number of seconds, at least {MIN_SECONDS}, got {value}")
+    return value
 
 
 def opt(flag: str, *names: str, **kw: Any) -> Any:

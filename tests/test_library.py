@@ -178,6 +178,7 @@ def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activ
         ({"self_check": "no"}, r"self_check='no': expected True or False"),
         ({"template": 1}, r"template=1: expected a string"),
         ({"window_seconds": True}, r"window_seconds=True: expected a number or None"),
+        ({"window_seconds": float("inf")}, r"--window-seconds must be a finite number more than 0, got inf"),
         ({"topk": 3}, r"topk=: no such flag of `scorecli score`"),
     ]:
         with pytest.raises(UsageError, match=named):

@@ -1,10 +1,10 @@
 """Refused before any work, through the real console script: an output that is, holds or lies inside an input
 (a dataset folder over its input shards, globs, symlinked folders, `..`, relative paths,
 `<out>.partial/`, stdin and stdout redirected from or into an input), a folder of files scorecli
-did not write, a zero-row Parquet input's id column, integer flags out of range, an input field
-named as an output column, `bench`'s
-arguments, and `--runtime auto` where ONNX Runtime cannot run (no `onnx` exporter, an
-unwritable HOME, a truncated cached export). Each refused run: exit 2, one line, before the
+did not write, a zero-row Parquet input's id column, integer flags out of range, a --window-seconds
+that is no finite number, an input field named as an output column, `bench`'s arguments, and
+`--runtime auto` where ONNX Runtime cannot run (no `onnx` exporter, an unwritable HOME, a
+truncated cached export). Each refused run: exit 2, one line, before the
 model loads (the model path given does not exist where that is what shows it), nothing touched.
 
 As in test_shell, the independent runs are declared up front and started together (two at a
@@ -247,6 +247,17 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
             Expect(2, [f"Invalid value for '{flag}'"]),
             model=no_model,
         )
+    # a number of seconds that is none (nan) or no window size can be made of (inf, 1e309 read as
+    # inf): inf crashed after the first windows were kept, nan was called too small
+    for value in ("nan", "inf", "1e309"):
+        add(
+            f"flag--window-seconds-{value}",
+            [str(good)],
+            str(tmp / "flags.parquet"),
+            ["--window-seconds", value],
+            Expect(2, ["Invalid value for '--window-seconds': expected a finite number of seconds"]),
+            model=no_model,
+        )
     add(
         "flag--label-token-ids",
         [str(good)],
@@ -391,6 +402,9 @@ REFUSED = [
     "flag--chunk-tokens",
     "flag--chunk-overlap",
     "flag--num-workers",
+    "flag--window-seconds-nan",
+    "flag--window-seconds-inf",
+    "flag--window-seconds-1e309",
     "flag--label-token-ids",
     "field--labels-field-score",
     "field--labels-field-num_tokens",
