@@ -212,7 +212,8 @@ def score(
     from scorecli.engine.checkpoint import Checkpoint
     from scorecli.engine.run import open_rows, preflight, run_score, total_rows
 
-    checkpoint = Checkpoint.open(target, cfg, paths, resume)
+    warn = None if quiet else lambda line: say(f"warning: {line}")
+    checkpoint = Checkpoint.open(target, cfg, paths, resume, warn)  # an earlier run's folder: said as it is replaced
     if checkpoint is not None and checkpoint.note and not quiet:
         say(f"warning: {checkpoint.note}")
     with noting_interrupts():

@@ -306,7 +306,8 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path, job_input, qwen3_s
 @pytest.mark.e2e
 def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_rows(tmp_path, job_input, qwen3_seq_cls):
     """A run of another job on a leftover folder, failing or interrupted before its first part,
-    does not say the old job's rows are kept for it to --resume, and leaves them as they were."""
+    does not say the old job's rows are kept for it to --resume, nor that it replaces them, and
+    leaves them as they were."""
     from scorecli.config import ScoreConfig
     from scorecli.engine.checkpoint import Checkpoint, Interrupted
     from scorecli.errors import InputError
@@ -320,13 +321,26 @@ def test_a_new_job_failing_before_its_first_part_does_not_count_the_old_jobs_row
     other = ScoreConfig(
         model=qwen3_seq_cls, window_rows=WINDOW, max_batch_tokens=96, pooled_hidden_states=True, activation="sigmoid"
     )
+    said: list[str] = []
     for exc in (KeyboardInterrupt(), InputError("rows.jsonl:3: bad row")):
-        checkpoint = Checkpoint.open(target, other, [job_input], resume=False)
+        checkpoint = Checkpoint.open(target, other, [job_input], resume=False, warn=said.append)
         with pytest.raises(type(exc)) as raised:
             with checkpoint.keeping():
                 raise exc
         assert not isinstance(raised.value, Interrupted) and "rows kept" not in str(raised.value)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert said == []
+    bad = write(tmp_path / "bad.jsonl", b'{"id": 1, "query":\n')  # refused before the model loads
+    result = run_cli(Case(score_args(bad, qwen3_seq_cls, out)))
+    assert result.rc == 2 and len(result.lines()) == 1, result.stderr  # no 'replacing ...' line first
+    assert result.lines()[0].startswith("error: ") and "malformed JSON" in result.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    checkpoint = Checkpoint.open(target, other, [job_input], resume=False, warn=said.append)
+    with checkpoint.keeping():
+        assert said == []
+        checkpoint.write(pq.read_table(folder / "part-00000.parquet"))
+        checkpoint.write(pq.read_table(folder / "part-00000.parquet"))
+    assert len(said) == 1 and said[0].startswith(f"replacing {folder} left by an earlier run")
 
 
 @pytest.mark.e2e

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -67,22 +67,43 @@ class Checkpoint:
 
     Attributes:
         rows_done: input rows an earlier run of this job finished (0 for a new job).
-        note: a one-line warning for the user (an earlier run's parts replaced), or None.
+        note: a one-line warning for the user to see at once (a resumed job's windows kept), or None.
     """
 
-    def __init__(self, target: Target, store: PartStore, note: str | None, shown: str):
+    def __init__(
+        self,
+        target: Target,
+        store: PartStore,
+        note: str | None,
+        shown: str,
+        replacing: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.target = target
         self.store = store
         self.note = note
         self.shown = shown  # the folder as the user names it
+        # an earlier run's folder that this new job's first part replaces: said (`warn`) then, not
+        # before, so a run refused before that (a bad row, a bad flag) says only why, and replaces nothing
+        self.replacing = replacing
+        self.warn = warn
         self.rows_done = store.rows_done
         self.nulled: dict[str, int] = {}
         self.written = False  # the output is complete and in place
 
     @classmethod
-    def open(cls, target: Target, cfg: ScoreConfig, paths: list[str], resume: bool) -> Checkpoint | None:
+    def open(
+        cls,
+        target: Target,
+        cfg: ScoreConfig,
+        paths: list[str],
+        resume: bool,
+        warn: Callable[[str], None] | None = None,
+    ) -> Checkpoint | None:
         """The run's checkpoint; None when the output is streamed (stdout, a device, a FIFO), or
         a file written from stdin (nothing to resume). A dataset from stdin keeps its parts.
+        `warn` gets the one-line warning that an earlier run's folder is replaced, when the first
+        part replaces it (None: not said).
 
         Raises:
             UsageError: `--resume` for a streamed output or stdin input, or a folder of a
@@ -118,7 +139,8 @@ class Checkpoint:
             "window_seconds": cfg.window_seconds,
             "part_rows": cfg.window_rows if cfg.window_seconds is None else None,
         }
-        store, note = open_store(folder, job, "parquet", resume, dataset, settings)
+        store, replacing = open_store(folder, job, "parquet", resume, dataset, settings)
+        note = None
         kept = (store.settings.get("window_rows"), store.settings.get("window_seconds"))
         if store.resumed and kept[0] is not None and kept != (cfg.window_rows, cfg.window_seconds):
             given = (
@@ -131,7 +153,7 @@ class Checkpoint:
                 "scores equal an uninterrupted run's (which rows share a batch moves float32 scores in their "
                 "last bits)"
             )
-        return cls(target, store, note, shown.rstrip("/") + "/")
+        return cls(target, store, note, shown.rstrip("/") + "/", replacing, warn)
 
     @contextmanager
     def keeping(self) -> Iterator[None]:
@@ -183,6 +205,7 @@ class Checkpoint:
         table, nulled = null_nonfinite(table, scalars=False)
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
+        self.begin()
         self.store.add(table)
 
     def schedule(self, cfg: ScoreConfig) -> Schedule:
@@ -204,7 +227,17 @@ class Checkpoint:
         """Journal a part that a Ray worker wrote straight into the store (`engine.ray_workers`)."""
         for name, n in nulled.items():
             self.nulled[name] = self.nulled.get(name, 0) + n
+        self.begin()
         self.store.record(part)
+
+    def begin(self) -> None:
+        """Take the folder before the first part (`PartStore.begin`); where that replaces an
+        earlier run's folder, say so then, once."""
+        if self.replacing is not None:
+            if self.warn is not None:
+                self.warn(self.replacing)
+            self.replacing = None
+        self.store.begin()
 
     def sink(self, metadata: dict[str, str]) -> PartsSink:
         """This checkpoint as the run's `io.sinks.Sink`."""

@@ -121,7 +121,7 @@ class _RayScoring:
         # parts under a store's prefix: each worker writes its own, the driver journals them
         self.folder = checkpoint.store.folder if checkpoint is not None and is_url(checkpoint.store.folder) else None
         if self.folder is not None:
-            checkpoint.store.begin()  # a new job's folder is taken and cleared before any worker writes
+            checkpoint.begin()  # a new job's folder is taken and cleared before any worker writes
         self.refs, self.rows = (
             self._ranges(counts)
             if ranged
