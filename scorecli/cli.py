@@ -307,7 +307,7 @@ def inspect(
         return
     _check_cache_and_runtime(ctx, cache_dir)
     path, _ = _resolve_model(model)
-    ScoreConfig(model=path, dtype=dtype, attention=attention)  # a bad choice refused before any line
+    ScoreConfig(model=path, device=device, dtype=dtype, attention=attention)  # a bad choice refused before any line
     quiet_transformers()
     for line in fitted(
         describe(path, o.csv(label_tokens), trust_remote_code, cache_dir, mis_line=not check, name=model)

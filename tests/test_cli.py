@@ -619,11 +619,14 @@ def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
 
 @pytest.mark.e2e
 def test_inspect_refuses_what_a_run_refuses_before_any_line(qwen3_seq_cls_3labels):
-    """A bad --dtype is refused before the report (it was printed first), --label-tokens on a model
+    """A bad --dtype or --device is refused before the report (they were printed first, or a bad device
+    not refused at all without --check), --label-tokens on a model
     whose scores are a head's is refused as `score` refuses it (it said "ok"), and a note of the
     model's (which label fills `score`) is said once, not once per mode checked."""
     for flags, said in (
         (["--check", "--dtype", "bogus"], "--dtype: expected one of"),
+        (["--check", "--device", "foo"], "--device: expected auto, cpu, cuda or cuda:N, got 'foo'"),
+        (["--device", "foo"], "--device: expected auto, cpu, cuda or cuda:N, got 'foo'"),
         (["--label-tokens", "yes,no"], "--label-tokens applies to causal-lm models, not to a seq-cls model"),
     ):
         result = run_cli(Case(["inspect", qwen3_seq_cls_3labels, *flags]))
