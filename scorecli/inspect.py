@@ -156,6 +156,8 @@ def check(
     lines, ok, modes = [], True, ("single",)
     if KINDS[loaded.kind].similarity:  # no packing to ask about: query and items run apart
         lines.append("mode:           single (query and items encoded as their own sequences)")
+    elif KINDS[loaded.kind].pairs:  # single by its nature: packed items would attend to each other
+        lines.append("mode:           single (bidirectional encoder: each (query, item) pair is its own sequence)")
     elif KINDS[loaded.kind].scorecli_attention:
         from scorecli.model.compat import support
 

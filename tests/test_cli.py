@@ -618,6 +618,17 @@ def test_inspect_check_runs_the_self_check_in_each_mode(qwen3_seq_cls):
 
 
 @pytest.mark.e2e
+def test_inspect_check_says_a_cross_encoders_mode(tmp_path, bert_cross_encoder):
+    """With --check a cross-encoder gets the mode line decoders and embedding models get (it had
+    neither a mode nor a multi-item line): single, and why."""
+    result = run_cli(Case(["inspect", bert_cross_encoder, "--check", "--cache-dir", str(tmp_path)]))
+    assert result.rc == 0, result.stderr
+    text = result.stdout.decode()
+    assert "multi-item:" not in text and "mode:           single (bidirectional encoder" in text, text
+    assert text.count("self-check:     passed") == 1
+
+
+@pytest.mark.e2e
 def test_inspect_refuses_what_a_run_refuses_before_any_line(qwen3_seq_cls_3labels):
     """A bad --dtype or --device is refused before the report (they were printed first, or a bad device
     not refused at all without --check), --label-tokens on a model
