@@ -22,13 +22,14 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from scorecli.attention.backends import choose
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
 from scorecli.engine.progress import loading
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
-from scorecli.kinds.spec import any_label_ids
+from scorecli.kinds.spec import RunSpec, any_label_ids
 from scorecli.model.default_model import short_name
 from scorecli.model.load import load_model, resolve_device, resolve_dtype
 from scorecli.scorer import Scorer
@@ -58,14 +59,23 @@ class BenchResult:
 
 
 def check_arguments(
-    attentions: tuple[str, ...], modes: tuple[str, ...], peak_tflops: float | None, json_out: str | None
+    attentions: tuple[str, ...],
+    modes: tuple[str, ...],
+    peak_tflops: float | None,
+    json_out: str | None,
+    device: str = "auto",
 ) -> None:
     """UsageError for an argument that would fail the benchmark after its work: an unknown
-    backend or mode, a peak that is not a positive number, a --json path that cannot be written."""
+    backend or mode, a backend that cannot run on `device` whatever the model (another device's,
+    a package not installed), a peak that is not a positive number, a --json path that cannot be
+    written."""
     for name in attentions:
         check_choice("--attention", name, ATTENTIONS)
     for mode in modes:
         check_choice("--modes", mode, MODES[1:])  # what bench compares: mis and single, not auto
+    where = resolve_device(device).type
+    for name in attentions:  # as for a 16-bit model that packs: what the model decides is asked once it loads
+        choose(name, where, half=True, packed=True)
     if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
         raise UsageError(f"--peak-tflops: expected a positive number of TFLOP/s, got {peak_tflops}")
     reason = unwritable_file(json_out) if json_out and json_out != "-" else None
@@ -139,10 +149,12 @@ def run_bench(
         for attention in attentions:
             auto = Scorer(loaded, replace(cfg, attention=attention))
             if modes is None and not auto.spec.mis and note is not None and not results:
-                kind = auto.spec.kind
-                alone = f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} model scores each item in a sequence of its own"
-                note("single-item mode only: " + (auto.spec.single_reason or alone))
+                note("single-item mode only: " + _single_only(auto.spec))
             for mode in modes or (["mis", "single"] if auto.spec.mis else ["single"]):
+                if mode == "mis" and not auto.spec.mis:  # refused as `score` refuses --mode mis, named as bench's flag
+                    raise UsageError(
+                        f"--modes mis: this model runs single-item only: {_single_only(auto.spec)}; use --modes single"
+                    )
                 same = mode == ("mis" if auto.spec.mis else "single")
                 scorer = auto if same else Scorer(loaded, replace(cfg, attention=attention, mode=mode))
                 n_items = work.rows * work.items
@@ -163,6 +175,15 @@ def run_bench(
                     )
                 )
     return results
+
+
+def _single_only(spec: RunSpec) -> str:
+    """Why a model runs single-item only (its `kinds.spec.RunSpec`): a decoder's reason, else its kind's."""
+    kind = spec.kind
+    return (
+        spec.single_reason
+        or f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} model scores each item in a sequence of its own"
+    )
 
 
 # what an over-long bench row's error says besides why: its row and field, and `score`'s way out

@@ -380,7 +380,7 @@ def bench(
     compare embeddings run single-item)."""
     from scorecli.bench import Workload, check_arguments, report, run_bench
 
-    check_arguments(o.csv(attention), o.csv(modes) or (), peak_tflops, json_out)  # before the model loads
+    check_arguments(o.csv(attention), o.csv(modes) or (), peak_tflops, json_out, device)  # before the model loads
     _check_cache_and_runtime(ctx, cache_dir)
     model_path, _ = _resolve_model(model)
     cfg = ScoreConfig(

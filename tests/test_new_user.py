@@ -353,6 +353,17 @@ def test_bench_runs_every_kind_single_item(fixture, request):
         assert "an embedding model scores each item" in result.stderr, result.stderr
 
 
+@pytest.mark.e2e
+def test_bench_names_its_own_flag_refusing_mis(bert_cross_encoder):
+    """`bench --modes mis` on a cross-encoder is refused in one line naming bench's flag (it said
+    `--mode mis: ...; use --mode single`, a flag bench does not have)."""
+    args = ["bench", "--model", bert_cross_encoder, "--modes", "mis", "--rows", "1", "--items", "2", "--repeats", "1"]
+    result = run_cli(Case(args))
+    assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+    assert result.stderr.startswith("error: --modes mis: ") and result.stderr.rstrip().endswith("use --modes single")
+    assert "--mode " not in result.stderr and "cross-encoder" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("fixture", "query", "item"),
     [("qwen3_seq_cls", 400, 200), ("bert_cross_encoder", 400, 200), ("embedding_model", 4, 30)],

@@ -292,6 +292,8 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         ("attention", ["--attention", "sdpa,nope"], "nope"),
         ("modes", ["--modes", "mis,both"], "expected one of mis, single"),
         ("peak", ["--peak-tflops", "0"], "--peak-tflops"),
+        # whatever the model: it was refused once the model had loaded (~15 s for a real one)
+        ("device", ["--attention", "sdpa,flashinfer", "--device", "cpu"], "--attention flashinfer: it needs a CUDA"),
         ("json", ["--json", str(tmp / "nonexistent" / "b.json")], "--json"),
     ]:
         runs[f"bench_{name}"] = Run(["bench", "--model", no_model, *extra])
@@ -416,6 +418,7 @@ REFUSED = [
     "bench_attention",
     "bench_modes",
     "bench_peak",
+    "bench_device",
     "bench_json",
     "onnx_without_onnx",
     "unwritable_cache_dir",
