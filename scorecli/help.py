@@ -169,10 +169,15 @@ class Group(TyperGroup):
         if self.help:
             parts.append(Padding(paragraphs(self.help), (1, 1, 1, 1)))
         parts.append(Panel(table, title="Commands", title_align="left", box=box.ROUNDED, border_style="dim"))
-        parts.append(
-            Padding(Text("Options: --help (this text), --version; scorecli COMMAND --help, a command's."), (0, 1, 1, 1))
-        )
+        parts.append(Padding(Text(self._options_line(ctx)), (0, 1, 1, 1)))
         _print([*parts, *_epilog(self.epilog)], console)
+
+    def _options_line(self, ctx: Any) -> str:
+        """What this group itself accepts (the app: --version too; `scorecli cache`: --help only),
+        and how to see a command's help, named as the usage line names the group."""
+        params = [p for p in self.get_params(ctx) if not getattr(p, "hidden", False)]
+        flags = [o for p in params for o in p.opts if o.startswith("--") and o != "--help"]
+        return f"Options: {', '.join(['--help (this text)', *flags])}; {ctx.command_path} COMMAND --help, a command's."
 
 
 def usage_errors() -> tuple[type[Exception], ...]:

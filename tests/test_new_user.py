@@ -221,6 +221,24 @@ def test_help_fits_80_columns_with_whole_flag_names(command):
         assert "Examples" in text and "scorecli score rows.jsonl --out scores.parquet" in text
 
 
+def test_a_groups_help_lists_the_options_it_takes():
+    """`scorecli cache --help` said `--version` (which `scorecli cache` refuses) and sent to
+    `scorecli COMMAND --help`: each group's footer names its own options and its own commands."""
+    from typer.testing import CliRunner
+
+    from scorecli.cli import app
+
+    def footer(*words: str) -> str:
+        done = CliRunner().invoke(app, [*words, "--help"], prog_name="scorecli")
+        assert done.exit_code == 0, done.output
+        text = " ".join(done.output.split())
+        return text[text.index("Options: ") : text.index(" a command's.")]
+
+    assert footer() == "Options: --help (this text), --version; scorecli COMMAND --help,"
+    assert footer("cache") == "Options: --help (this text); scorecli cache COMMAND --help,"
+    assert CliRunner().invoke(app, ["cache", "--version"]).exit_code == 2
+
+
 # ---- a Hub that cannot be reached ----------------------------------------------------------------
 
 
