@@ -49,6 +49,8 @@ def evaluate(
                     f"{longer} hold more rows (from row {n}) than {shorter}: give the output scored from that input"
                 )
             _check(out)
+            if _skipped(out):  # its input row, held in place, may be the malformed line it was
+                continue
             _check(row)
             _same_id(out, row, id_field)
             _same_items(out, row, items_field)
@@ -66,6 +68,12 @@ _ROW_FOR_ROW = "SCORES must be the output of the --labels input, row for row"
 def _check(raw: RawRow) -> None:
     if raw.error is not None:
         raise InputError(f"{raw.where}: {raw.error}")
+
+
+def _skipped(out: RawRow) -> bool:
+    """Whether an output row is a bad row a run wrote with null scores and its `error`
+    (--skip-bad-rows): it does not count, whatever its input row holds."""
+    return out.data is not None and out.data.get("error") is not None
 
 
 def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:

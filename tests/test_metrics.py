@@ -155,6 +155,24 @@ def test_bad_labels_are_a_bad_row(tmp_path, qwen3_seq_cls):
 
 
 @pytest.mark.e2e
+def test_eval_labels_passes_over_the_rows_a_run_skipped(tmp_path, qwen3_seq_cls):
+    """A bad row written with null scores and its error (--skip-bad-rows) does not count, whatever
+    its input row holds: `eval --labels` over an input with a malformed line measures what `eval`
+    of the kept labels does (it stopped at that line, exit 2), the rows after it still in line (an
+    id or item count out of line is refused)."""
+    first = {"id": 1, "query": "a", "items": ["b", "c"], "labels": [1]}
+    last = {"id": 3, "query": "x", "items": ["b", "c", "d"], "labels": [0, 2, 1]}
+    inp = write(tmp_path / "in.jsonl", jsonl([first]) + b'{"id": 2, "query":\n' + jsonl([last]))
+    out = tmp_path / "o.parquet"
+    result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, "--skip-bad-rows", "-q"]))
+    assert result.rc == 0 and pq.read_table(out).num_rows == 3, result.stderr
+    kept_eval = run_cli(Case(["eval", str(out)]))
+    from_input = run_cli(Case(["eval", str(out), "--labels", inp]))
+    assert kept_eval.rc == 0 and from_input.rc == 0, (kept_eval.stderr, from_input.stderr)
+    assert b"over 2 labelled rows" in kept_eval.stdout and kept_eval.stdout == from_input.stdout
+
+
+@pytest.mark.e2e
 def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
     """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
     rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""
