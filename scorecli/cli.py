@@ -142,6 +142,8 @@ def score(
         raise UsageError(f"--engine: expected local or ray, got {engine!r}")
     if num_workers is not None and engine != "ray":
         raise UsageError("--num-workers needs --engine ray")
+    if _given(ctx, "ray_address") and engine != "ray":  # $RAY_ADDRESS may be set for other tools: not refused
+        raise UsageError("--ray-address needs --engine ray")
     if audit and engine == "ray":
         raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
     if engine == "local":
@@ -249,6 +251,12 @@ def score(
         say(line)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter `name` was given on the command line (not a default or an env var)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
 
 
@@ -325,6 +333,7 @@ def inspect(
 
 @app.command(name="eval", cls=Command, epilog=o.EVAL_EXAMPLES)
 def eval_(
+    ctx: typer.Context,
     scores: Annotated[
         list[str], typer.Argument(metavar="SCORES", show_default=False, rich_help_panel=o.INPUT, help=o.SCORES)
     ],
@@ -339,6 +348,11 @@ def eval_(
     """Ranking metrics of scores against relevance labels: MRR@k, nDCG@k, accuracy@1.
 
     The labels the output kept, or those of the input it was scored from (--labels)."""
+    if labels is None and (alone := [f"--{n.replace('_', '-')}" for n in _INPUT_ONLY if _given(ctx, n)]):
+        raise UsageError(
+            f"{', '.join(alone)} {'needs' if len(alone) == 1 else 'need'} --labels: "
+            f"{'it names' if len(alone) == 1 else 'they name'} the scored input's fields, which eval reads from --labels"
+        )
     ranking = evaluate(
         scores,
         labels,
@@ -349,6 +363,10 @@ def eval_(
         items_field,
     )
     typer.echo(ranking.line())
+
+
+# eval's flags that name the fields of the input a scores output came from: read with --labels only
+_INPUT_ONLY = ("id_field", "query_field", "items_field", "group_by")
 
 
 @app.command(cls=Command, epilog=o.BENCH_EXAMPLES)

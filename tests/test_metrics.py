@@ -173,6 +173,21 @@ def test_eval_labels_passes_over_the_rows_a_run_skipped(tmp_path, qwen3_seq_cls)
 
 
 @pytest.mark.e2e
+def test_eval_refuses_the_inputs_field_flags_without_labels(tmp_path):
+    """--group-by, --query-field, --items-field and --id-field name fields of the input SCORES was
+    scored from, which eval reads only with --labels: without it they are refused in one line
+    (they were accepted and ignored), before SCORES is read."""
+    missing = str(tmp_path / "scores.parquet")
+    for flags, said in (
+        (["--group-by", "qid"], "error: --group-by needs --labels: it names"),
+        (["--query-field", "q", "--items-field", "d"], "error: --query-field, --items-field need --labels: they name"),
+        (["--id-field", "qid"], "error: --id-field needs --labels"),
+    ):
+        result = run_cli(Case(["eval", missing, *flags]))
+        assert result.rc == 2 and len(result.lines()) == 1 and result.stderr.startswith(said), result.stderr
+
+
+@pytest.mark.e2e
 def test_a_resumed_dataset_reports_the_metrics_of_all_its_rows(tmp_path, qwen3_seq_cls):
     """Killed after two parts and resumed, a dataset output's every part holds the metrics of all
     rows, kept ones included, as the uninterrupted file's metadata does; the summaries agree."""

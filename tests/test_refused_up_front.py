@@ -258,6 +258,24 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
             Expect(2, ["Invalid value for '--window-seconds': expected a finite number of seconds"]),
             model=no_model,
         )
+    # --ray-address without --engine ray was ignored (--num-workers is refused); $RAY_ADDRESS, set
+    # for other tools, is not refused
+    add(
+        "flag--ray-address",
+        [str(good)],
+        str(tmp / "flags.parquet"),
+        ["--ray-address", "1.2.3.4:6379"],
+        Expect(2, ["--ray-address needs --engine ray"]),
+        model=no_model,
+    )
+    add(
+        "ray_address_from_env",
+        [str(good)],
+        str(tmp / "flags.parquet"),
+        exp=Expect(2, ["cannot load model"]),
+        model=no_model,
+        env={"RAY_ADDRESS": "1.2.3.4:6379"},
+    )
     add(
         "flag--label-token-ids",
         [str(good)],
@@ -408,6 +426,8 @@ REFUSED = [
     "flag--window-seconds-inf",
     "flag--window-seconds-1e309",
     "flag--label-token-ids",
+    "flag--ray-address",
+    "ray_address_from_env",
     "field--labels-field-score",
     "field--labels-field-num_tokens",
     "field--id-field-scores",
