@@ -238,7 +238,7 @@ INSPECT_EXAMPLES = """Examples:
 BENCH_EXAMPLES = """Examples:
   scorecli bench --model minilm --rows 8
   scorecli bench --model smollm2-judge --rows 2 --items 8
-  scorecli bench --model ./reranker --attention {compared} --json out.json""".format(
+  scorecli bench -m ./reranker --attention {compared} --json out.json""".format(
     compared=",".join(reversed(attention.AUTO_ORDER))  # what `--attention auto` chooses between
 )
 EVAL_EXAMPLES = """Examples (labels: a grade per item, or the relevant items' indices):

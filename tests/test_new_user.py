@@ -221,6 +221,27 @@ def test_help_fits_80_columns_with_whole_flag_names(command):
         assert "Examples" in text and "scorecli score rows.jsonl --out scores.parquet" in text
 
 
+def test_every_example_is_one_line_at_80_columns():
+    """Examples are plain indented lines that copy as they are (`help._epilog`): at 80 columns each
+    is one line of its command's help (bench's wrapped its `--json out.json` onto a line of its own)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from scorecli.cli import app
+
+    todo, seen = [((), typer.main.get_command(app))], 0
+    while todo:
+        words, command = todo.pop()
+        todo += [((*words, name), sub) for name, sub in getattr(command, "commands", {}).items()]
+        done = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "80"}, prog_name="scorecli")
+        assert done.exit_code == 0, done.output
+        lines = done.output.splitlines()
+        for example in (command.epilog or "").strip("\n").splitlines():
+            assert " " + example.rstrip() in lines, (words, example)
+            seen += 1
+    assert seen > 20  # the app's, each command's and the cache commands'
+
+
 def test_a_groups_help_lists_the_options_it_takes():
     """`scorecli cache --help` said `--version` (which `scorecli cache` refuses) and sent to
     `scorecli COMMAND --help`: each group's footer names its own options and its own commands."""
