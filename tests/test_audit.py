@@ -5,6 +5,8 @@ cache are found on a run whose pairs all hit; every kind's reference is the mode
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -32,12 +34,32 @@ def test_sound_run_passes(rows, qwen3_seq_cls, tmp_path):
     figures = audited(out)
     assert figures["audit_pairs"] == 8 and figures["audit_max_score_diff"] <= 1e-5
     assert figures["audit_rows_reordered"] == 0 and figures["audit_tolerance"] == 1e-4
-    assert "--audit 8: after the last window, 8 pairs are re-scored" in result.stderr  # its cost, said first
+    assert (
+        "--audit 8: after the last window, 8 of the run's pairs (all of them, should it hold fewer) are re-scored"
+        in (result.stderr)
+    )  # its cost, said first
     assert result.stderr.index("--audit 8") < result.stderr.index("scored ")
     (line,) = [x for x in result.lines() if x.startswith("audit: ")]
     assert line.endswith("passed") and "warning" not in result.stderr
     plain = run_cli(Case(score(rows, qwen3_seq_cls, tmp_path / "plain.parquet")))
     assert plain.rc == 0 and not audited(tmp_path / "plain.parquet") and "audit" not in plain.stderr
+
+
+@pytest.mark.e2e
+def test_the_lines_count_the_pairs_re_scored(rows, qwen3_seq_cls, tmp_path):
+    """`--audit 1000` on a run of fewer pairs: the note before says so, the line after says how many
+    were re-scored (it said "1000 pairs are re-scored" and nothing more); one is "1 pair", not "1 pairs"."""
+    many = run_cli(Case(score(rows, qwen3_seq_cls, tmp_path / "many.parquet", "--audit", "1000")))
+    assert many.rc == 0, many.stderr
+    assert "--audit 1000: after the last window, 1000 of the run's pairs (all of them, should it hold fewer)" in (
+        many.stderr
+    )
+    (line,) = [x for x in many.lines() if x.startswith("audit: ")]
+    assert line.startswith(f"audit: {items_of(SECOND)} pairs (all the run's, fewer than --audit 1000; "), line
+    one = run_cli(Case(score(rows, qwen3_seq_cls, tmp_path / "one.parquet", "--audit", "1")))
+    assert one.rc == 0 and "--audit 1: after the last window, 1 of the run's pairs is re-scored" in one.stderr
+    (line,) = [x for x in one.lines() if x.startswith("audit: ")]
+    assert re.match(r"audit: 1 pair \((not )?reused\) re-scored", line) and " of 1 audited row would" in line, line
 
 
 @pytest.mark.e2e

@@ -105,9 +105,9 @@ def test_truncated_segment_is_passed_over(tmp_path, qwen3_seq_cls):
     assert counts(tmp_path / "b.parquet") == (0, items_of(FIRST))
     assert_same(pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "a.parquet"))
     info = run_cli(Case(["cache", "info", str(cache)])).stdout.decode()
-    assert "1 damaged segments" in info, info
+    assert "  1 damaged segment (passed over" in info, info  # one is one, not "1 damaged segments"
     pruned = run_cli(Case(["cache", "prune", str(cache)]))
-    assert pruned.rc == 0 and "tidied 1" in pruned.stdout.decode(), pruned.stdout
+    assert pruned.rc == 0 and "; tidied 1 damaged or temporary file\n" in pruned.stdout.decode(), pruned.stdout
     assert not segment.exists() and len(segments(cache)) == 1
 
 
@@ -131,7 +131,7 @@ def test_a_flipped_byte_fails_the_checksum(tmp_path, qwen3_seq_cls):
     assert_same(pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "a.parquet"))
     # `cache info` reads each segment whole: the flipped one is counted damaged; `prune` removes it
     info = run_cli(Case(["cache", "info", str(cache)]))
-    assert info.rc == 0 and "1 damaged segments" in info.stdout.decode() + info.stderr, info.stderr
+    assert info.rc == 0 and "1 damaged segment " in info.stdout.decode() + info.stderr, info.stderr
     pruned = run_cli(Case(["cache", "prune", str(cache), "--older-than", "1000d"]))
     assert pruned.rc == 0 and "tidied 1 damaged" in pruned.stdout.decode() + pruned.stderr, pruned.stderr
     assert not segment.exists() and len(segments(cache)) == 1
@@ -147,9 +147,10 @@ def test_prune_by_model_and_age(tmp_path, qwen3_seq_cls, bert_cross_encoder):
     assert f"{2 * items_of(FIRST):,} entries in 2 segments" in info[0], info
     assert len([line for line in info if line.startswith("  model ")]) == 2
     pruned = run_cli(Case(["cache", "prune", str(cache), "--model", bert_cross_encoder]))
-    assert pruned.rc == 0 and f"removed {items_of(FIRST)} entries" in pruned.stdout.decode(), pruned.stdout
+    assert pruned.rc == 0 and f"removed {items_of(FIRST)} entries (1 whole segment)" in pruned.stdout.decode()
     info = run_cli(Case(["cache", "info", str(cache)])).stdout.decode()
     assert "qwen3_seq_cls" in info and "bert" not in info, info
+    assert " in 1 segment, " in info and " entries, 1 set of settings, 1 segment, " in info, info  # not "1 segments"
     # the cross-encoder's pairs miss now; the decoder's still hit
     result = run_cli(Case(score(inp, bert_cross_encoder, tmp_path / "again.parquet", "--score-cache", str(cache))))
     assert result.rc == 0 and counts(tmp_path / "again.parquet") == (0, items_of(FIRST))

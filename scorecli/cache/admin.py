@@ -33,6 +33,11 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """`1 segment`, `2 segments`: a count and its noun (`many`: a plural other than one + s)."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
@@ -55,19 +60,20 @@ def info(location: str) -> list[str]:
                 damaged += 1
     segments = [s for group in per_model.values() for s in group]
     lines = [
-        f"score cache {store.shown}: {sum(s.rows for s in segments):,} entries in {len(segments)} segments, "
-        f"{_mb(sum(s.size for s in segments))}"
+        f"score cache {store.shown}: {_count(sum(s.rows for s in segments), 'entry', 'entries')} in "
+        f"{_count(len(segments), 'segment')}, {_mb(sum(s.size for s in segments))}"
     ]
     for (identity, name), group in sorted(per_model.items(), key=lambda kv: kv[0][1]):
         oldest = min((s.meta.get("oldest", "") for s in group if s.meta.get("oldest")), default="")
         newest = max((s.meta.get("newest", "") for s in group), default="")
-        settings = len({s.profile for s in group})
+        settings = _count(len({s.profile for s in group}), "set of settings", "sets of settings")
         lines.append(
-            f"  model {identity[:16]} ({name}): {sum(s.rows for s in group):,} entries, {settings} settings, "
-            f"{len(group)} segments, {_mb(sum(s.size for s in group))}, added {_day(oldest)} to {_day(newest)}"
+            f"  model {identity[:16]} ({name}): {_count(sum(s.rows for s in group), 'entry', 'entries')}, "
+            f"{settings}, {_count(len(group), 'segment')}, {_mb(sum(s.size for s in group))}, "
+            f"added {_day(oldest)} to {_day(newest)}"
         )
     if damaged:
-        lines.append(f"  {damaged} damaged segments (passed over; scorecli cache prune removes them)")
+        lines.append(f"  {_count(damaged, 'damaged segment')} (passed over; scorecli cache prune removes them)")
     return lines
 
 
@@ -113,9 +119,9 @@ def prune(location: str, model: str | None, older_than: str | None) -> str:
         store.compact(profile)
     if identity:
         store.forget_requests(identity)
-    what = f"removed {removed:,} entries ({segments_removed} whole segments)"
+    what = f"removed {_count(removed, 'entry', 'entries')} ({_count(segments_removed, 'whole segment')})"
     return f"score cache {store.shown}: {what}, kept {kept:,}" + (
-        f"; tidied {tidied} damaged or temporary files" if tidied else ""
+        f"; tidied {_count(tidied, 'damaged or temporary file')}" if tidied else ""
     )
 
 

@@ -94,6 +94,7 @@ class Verdict:
     rows: int
     reordered: float  # share of audited rows
     tolerance: float
+    asked: int = 0  # --audit N: more than `pairs` when the run held fewer
 
     @property
     def passed(self) -> bool:
@@ -108,20 +109,24 @@ class Verdict:
         }
 
     def line(self) -> str:
+        reused = f"{self.hits} of them reused" if self.pairs != 1 else ("reused" if self.hits else "not reused")
+        if self.pairs < self.asked:
+            reused = f"all the run's, fewer than --audit {self.asked}; {reused}"
         return (
-            f"audit: {self.pairs} pairs ({self.hits} of them reused) re-scored through the model's own "
+            f"audit: {self.pairs} pair{'s' * (self.pairs != 1)} ({reused}) re-scored through the model's own "
             f"float32 forward: largest difference {self.max_diff:.2g} (tolerance {self.tolerance:.2g}); "
-            f"{self.reordered:.1%} of {self.rows} audited rows would order their items otherwise: "
-            + ("passed" if self.passed else "BEYOND TOLERANCE")
+            f"{self.reordered:.1%} of {self.rows} audited row{'s' * (self.rows != 1)} would order their items "
+            "otherwise: " + ("passed" if self.passed else "BEYOND TOLERANCE")
         )
 
 
 def cost_note(n: int) -> str:
-    """What `--audit n` costs, said before the run."""
+    """What `--audit n` costs, said before the run, which may hold fewer pairs (the closing `audit:`
+    line says how many were re-scored)."""
+    some = f"{n} of the run's pairs (all of them, should it hold fewer) are" if n > 1 else "1 of the run's pairs is"
     return (
-        f"--audit {n}: after the last window, {n} pairs are re-scored one at a time through the model's own "
-        "float32 forward (a forward each, one per chunk of a long item; the model loads in float32 if the run's "
-        "does not)"
+        f"--audit {n}: after the last window, {some} re-scored one at a time through the model's own float32 "
+        "forward (a forward each, one per chunk of a long item; the model loads in float32 if the run's does not)"
     )
 
 
@@ -153,7 +158,7 @@ def audit(sampler: Sampler, cfg, run_scorer, load, dtype: str) -> Verdict:
         diff = float("nan") if not np.array_equal(np.isnan(ours), np.isnan(theirs)) else diff
     rows, reordered = _reordered(pairs, theirs[:, sampler.positive] if pairs else np.zeros(0), tolerance)
     hits = sum(p.hit for p in pairs)
-    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance)
+    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n)
 
 
 def _reordered(pairs: list[Pair], reference: np.ndarray, tolerance: float) -> tuple[int, float]:
