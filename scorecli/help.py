@@ -55,7 +55,8 @@ def help_cell(param: Any) -> Text:
     if param.required:
         notes.append("required")
     default = param.default
-    if param.param_type_name == "option" and param.show_default is not False and default not in (None, False, ""):
+    shown = default is not None and default is not False and default != ""  # 0 is a default to show (0 == False)
+    if param.param_type_name == "option" and param.show_default is not False and shown:
         if param.is_flag and param.secondary_opts:
             notes.append("default: " + (param.opts[0] if default else param.secondary_opts[0]))
         elif not param.is_flag:

@@ -146,7 +146,7 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         LONG,
         "N",
         "After scoring, re-score N of the run's pairs one at a time through the model's own float32 forward "
-        "and record the largest difference (default 0: no audit).",
+        "and record the largest difference (0: no audit).",
     ),
     "--audit-strict": (LONG, None, "Exit 1, after the output is written, when the audit is beyond tolerance."),
     "--older-than": (LONG, "AGE", "Remove entries added longer ago than AGE: 30d, 12h, 90m, 2w (days without a unit)."),

@@ -242,6 +242,16 @@ def test_every_example_is_one_line_at_80_columns():
     assert seen > 20  # the app's, each command's and the cache commands'
 
 
+def test_a_default_of_0_is_shown():
+    """--chunk-overlap's and --audit's default, 0, was left out of their help (0 == False)."""
+    from typer.testing import CliRunner
+
+    from scorecli.cli import app
+
+    text = " ".join(CliRunner().invoke(app, ["score", "--help"]).output.replace("│", " ").split())
+    assert "(less than --chunk-tokens). [default: 0]" in text and "(0: no audit). [default: 0]" in text, text
+
+
 def test_a_groups_help_lists_the_options_it_takes():
     """`scorecli cache --help` said `--version` (which `scorecli cache` refuses) and sent to
     `scorecli COMMAND --help`: each group's footer names its own options and its own commands."""
