@@ -18,12 +18,11 @@ import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
-from scorecli.engine.job import FROM_CACHE, fingerprint
+from scorecli.engine.job import FROM_CACHE, fingerprint, pinned_runtime
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
@@ -279,10 +278,7 @@ class Checkpoint:
                     f"--resume: the kept rows were scored by {info.description} (--runtime auto chose "
                     f"it), and {info.needs} is no longer installed: pip install 'scorecli[onnx]'"
                 )
-        reason = metadata.get("runtime_reason") or None
-        if route is not None and route.second is not None:  # one runtime for short batches, one for long
-            return replace(cfg, runtime_route=route.text(), runtime_reason=reason)
-        return replace(cfg, runtime=metadata["runtime"], runtime_reason=reason)
+        return pinned_runtime(cfg, metadata)
 
     def same_choices(self, metadata: dict[str, str] | None) -> None:
         """Refuse to go on with a resumed job on another device, dtype or attention backend than
