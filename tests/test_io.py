@@ -659,47 +659,59 @@ def test_the_output_columns_a_run_writes_are_the_ones_copied_fields_may_not_take
     assert written == set(OUTPUT_COLUMNS)
 
 
+# a tree of files, and globs over it, that the store's and the local output check's matchers must
+# answer as `glob.glob` does: hidden names, `*` within one name, `**` at either end and inside
+GLOB_TREE = [
+    "rows/a.jsonl",
+    "rows/.hidden.jsonl",
+    "rows/b.parquet",
+    "rows/2026/x.jsonl",
+    "rows/2026/11/y.jsonl",
+    "rows/2026/11/z.parquet",
+    "rows/a/x.jsonl",
+    "rows/.cache/w.jsonl",
+    "rows/2026/.tmp/v.jsonl",
+    "other/rows/a.jsonl",
+]
+GLOBS = [
+    "rows/*.jsonl",
+    "rows/*/*.jsonl",
+    "rows/*/*",
+    "rows/**/*.jsonl",
+    "rows/**/2026/*.jsonl",
+    "rows/**/11/*",
+    "rows/**",
+    "rows/20?6/**/*.parquet",
+    "*/rows/*.jsonl",
+    "rows/.*",
+    "rows/*/.*/*.jsonl",
+    "rows/[ab].*",
+]
+
+
+def _glob_tree(root) -> None:
+    for key in GLOB_TREE:
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_text("{}\n")
+
+
+def _glob_lists(root, pattern: str) -> set[str]:
+    """The files of `GLOB_TREE` under `root` that `glob.glob` lists for `pattern`."""
+    import glob
+
+    return {os.path.relpath(p, root) for p in glob.glob(str(root / pattern), recursive=True) if os.path.isfile(p)}
+
+
 def test_a_store_glob_lists_the_objects_glob_lists_of_the_same_local_tree(tmp_path):
     """A store glob matches as a local one does (docs/object-stores.md: "as for local paths"): a `*`
     within one folder's name, `**` any depth, hidden names only by a dot. `rows/*/*.jsonl` read
     `rows/2026/11/x.jsonl` too, since fnmatch's `*` crossed folders."""
-    import glob
-
     from scorecli.io.sources import _globbed
 
-    keys = [
-        "rows/a.jsonl",
-        "rows/.hidden.jsonl",
-        "rows/b.parquet",
-        "rows/2026/x.jsonl",
-        "rows/2026/11/y.jsonl",
-        "rows/2026/11/z.parquet",
-        "rows/.cache/w.jsonl",
-        "rows/2026/.tmp/v.jsonl",
-        "other/rows/a.jsonl",
-    ]
-    for key in keys:
-        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / key).write_text("{}\n")
-    patterns = [
-        "rows/*.jsonl",
-        "rows/*/*.jsonl",
-        "rows/*/*",
-        "rows/**/*.jsonl",
-        "rows/**",
-        "rows/20?6/**/*.parquet",
-        "*/rows/*.jsonl",
-        "rows/.*",
-        "rows/*/.*/*.jsonl",
-        "rows/[ab].*",
-    ]
-    for pattern in patterns:
-        local = {
-            os.path.relpath(p, tmp_path)
-            for p in glob.glob(str(tmp_path / pattern), recursive=True)
-            if os.path.isfile(p)
-        }
-        assert {k for k in keys if _globbed(f"bucket/{k}", f"bucket/{pattern}")} == local, pattern
+    _glob_tree(tmp_path)
+    for pattern in GLOBS:
+        listed = {k for k in GLOB_TREE if _globbed(f"bucket/{k}", f"bucket/{pattern}")}
+        assert listed == _glob_lists(tmp_path, pattern), pattern
 
 
 def test_a_local_output_check_lists_what_glob_lists(tmp_path):
@@ -707,41 +719,13 @@ def test_a_local_output_check_lists_what_glob_lists(tmp_path):
     for each file of a tree, through the matcher store globs use: a `**` pattern used to be judged by
     its last name alone, refusing `rows/a/x.jsonl` for `rows/**/2026/*.jsonl`. A folder reached
     through a symbolic link is listed under either spelling."""
-    import glob
-
     from scorecli.io.sources import LocalSource
 
-    keys = [
-        "rows/a.jsonl",
-        "rows/.hidden.jsonl",
-        "rows/b.parquet",
-        "rows/2026/x.jsonl",
-        "rows/2026/11/y.jsonl",
-        "rows/a/x.jsonl",
-        "rows/.cache/w.jsonl",
-        "other/rows/a.jsonl",
-    ]
-    for key in keys:
-        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / key).write_text("{}\n")
-    patterns = [
-        "rows/*.jsonl",
-        "rows/*/*.jsonl",
-        "rows/**/*.jsonl",
-        "rows/**/2026/*.jsonl",
-        "rows/**/11/*",
-        "rows/**",
-        "*/rows/*.jsonl",
-        "rows/.*",
-    ]
+    _glob_tree(tmp_path)
     source = LocalSource()
-    for pattern in patterns:
-        local = {
-            os.path.relpath(p, tmp_path)
-            for p in glob.glob(str(tmp_path / pattern), recursive=True)
-            if os.path.isfile(p)
-        }
-        assert {k for k in keys if source.lists(str(tmp_path / pattern), str(tmp_path / k))} == local, pattern
+    for pattern in GLOBS:
+        listed = {k for k in GLOB_TREE if source.lists(str(tmp_path / pattern), str(tmp_path / k))}
+        assert listed == _glob_lists(tmp_path, pattern), pattern
     (tmp_path / "link").symlink_to(tmp_path / "rows" / "2026")
     assert source.lists(str(tmp_path / "rows" / "*" / "*.jsonl"), str(tmp_path / "link" / "new.jsonl"))
     assert source.lists(str(tmp_path / "link" / "*.jsonl"), str(tmp_path / "rows" / "2026" / "new.jsonl"))

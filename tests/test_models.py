@@ -428,26 +428,7 @@ def test_an_encoders_own_sliding_window_does_not_cut_its_pairs(tmp_path):
     """A ModernBERT cross-encoder runs its own attention, which applies its local window itself:
     its pairs were cut at the window (64 tokens for ModernBERT-base) as if scorecli's backends ran
     it. Scores over the window equal its own forward."""
-    import transformers
-
-    tok = models.build_wordpiece_tokenizer()
-    torch.manual_seed(0)
-    config = transformers.ModernBertConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        pad_token_id=tok.pad_token_id,
-        cls_token_id=tok.cls_token_id,
-        sep_token_id=tok.sep_token_id,
-        bos_token_id=tok.cls_token_id,
-        eos_token_id=tok.sep_token_id,
-        num_labels=1,
-        local_attention=16,
-        max_position_embeddings=512,
-    )
-    path = models._save(transformers.ModernBertForSequenceClassification(config).eval(), tok, str(tmp_path / "mb"))
+    path = models.build_bert_cross_encoder(tmp_path / "mb", arch="modernbert", num_hidden_layers=3, local_attention=16)
     assert "cuts sequences at 512 tokens" in "\n".join(describe(path, None, trust_remote_code=False))
     query, item = "what do cats eat " * 3, "cats eat fish and mice and birds and " * 6
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()

@@ -687,6 +687,7 @@ ENCODER_ARCHS = {
     "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaForSequenceClassification"),
     "electra": ("ElectraConfig", "ElectraForSequenceClassification"),
     "distilbert": ("DistilBertConfig", "DistilBertForSequenceClassification"),
+    "modernbert": ("ModernBertConfig", "ModernBertForSequenceClassification"),
 }
 
 
@@ -721,6 +722,9 @@ def build_bert_cross_encoder(out_dir, num_labels: int = 1, arch: str = "bert", *
         )
     if arch == "electra":
         kw["embedding_size"] = 32  # ELECTRA projects smaller embeddings up to the hidden size
+    if arch == "modernbert":  # its special tokens' ids default to its own vocabulary's
+        kw.update(cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id)
+        kw.update(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
     kw.update(size_overrides)
     torch.manual_seed(0)
     model = getattr(transformers, model_name)(getattr(transformers, config_name)(**kw))
