@@ -158,7 +158,7 @@ def score(
     if template is not None:
         check_template(template)
     _check_cache_and_runtime(ctx, cache_dir, runtime, quiet)
-    model_path, default_template = _resolve_model(model)
+    model_path, default_template = _resolve_model(model, ctx, quiet)
     cfg = ScoreConfig(  # each flag's field
         model=model_path,
         kind=kind,
@@ -251,10 +251,11 @@ def score(
         say(line)
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the parameter `name` was given on the command line (not a default or an env var)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name == "COMMANDLINE"
+def _given(ctx: typer.Context, name: str, source: str = "COMMANDLINE") -> bool:
+    """Whether the parameter `name` was given on the command line (or where `source` names: "ENVIRONMENT"),
+    not a default."""
+    given = ctx.get_parameter_source(name)
+    return given is not None and given.name == source
 
 
 _STARTED: list[float] = []  # when `main` began: the summary's start-up time counts from here
@@ -267,8 +268,7 @@ def _check_cache_and_runtime(
     written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
     loads (`--runtime auto` falls back instead). Before torch is imported: where the environment
     keeps no bytecode for it, it goes to the cache folder (`bytecode`)."""
-    source = ctx.get_parameter_source("cache_dir")
-    from_env = source is not None and source.name == "ENVIRONMENT"
+    from_env = _given(ctx, "cache_dir", "ENVIRONMENT")
     check_writable(cache_dir, f"$SCORECLI_CACHE_DIR={cache_dir}" if from_env else f"--cache-dir {cache_dir}")
     if (note := bytecode.cache_bytecode(cache_dir or default_cache_dir())) and not quiet:
         say(f"note: {note}")
@@ -278,11 +278,11 @@ def _check_cache_and_runtime(
         check_packages(runtime)
 
 
-def _resolve_model(model: str | None, quiet: bool = False) -> tuple[str, str]:
+def _resolve_model(model: str | None, ctx: typer.Context | None = None, quiet: bool = False) -> tuple[str, str]:
     """(model path, default template) of --model or $SCORECLI_MODEL (a path, a Hub id, a bundled
     model's short name), else the default model (docs/models.md: Which models, by short name). A Hub id is asked
     for once, briefly: one that cannot be reached fails here, in one line (`model.hub`)."""
-    choice = resolve_model(model)
+    choice = resolve_model(model, ctx is not None and _given(ctx, "model", "ENVIRONMENT"))
     if choice.note and not quiet:
         say(f"note: {choice.note}")
     return choice.path, choice.template
@@ -314,7 +314,7 @@ def inspect(
             typer.echo(line)
         return
     _check_cache_and_runtime(ctx, cache_dir)
-    path, _ = _resolve_model(model)
+    path, _ = _resolve_model(model, ctx)
     ScoreConfig(model=path, device=device, dtype=dtype, attention=attention)  # a bad choice refused before any line
     quiet_transformers()
     for line in fitted(
@@ -400,7 +400,7 @@ def bench(
 
     check_arguments(o.csv(attention), o.csv(modes) or (), peak_tflops, json_out, device)  # before the model loads
     _check_cache_and_runtime(ctx, cache_dir)
-    model_path, _ = _resolve_model(model)
+    model_path, _ = _resolve_model(model, ctx)
     cfg = ScoreConfig(
         model=model_path,
         device=device,

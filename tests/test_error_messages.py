@@ -49,6 +49,8 @@ def runs(tmp_path_factory, qwen3_seq_cls) -> dict[str, tuple[Result, Path]]:
             ["score", write(tmp / "ni.jsonl", b'{"id": 1, "query": "a", "docs": ["b"]}\n'), *m, "-o", "-"]
         ),
         "float16_ids": Case(["score", str(ids), *m, "--out", "-"]),
+        "model_env": Case(["score", good, "--out", "-"], env=_env(SCORECLI_MODEL=str(tmp / "no-model"))),
+        "model_flag": Case(["score", good, "--model", str(tmp / "no-model"), "--out", "-"]),
     }
     if not os.path.exists(FULL):
         cases = {k: v for k, v in cases.items() if FULL not in v.args}
@@ -99,6 +101,16 @@ def test_a_cache_folder_that_cannot_be_made_is_refused_though_access_allows_it(t
         cache.check_writable("/proc/x")
     cache.check_writable(str(tmp_path / "new" / "cache"))  # a folder that can be made: fine, and
     assert list(tmp_path.iterdir()) == []  # nothing left behind by the probe
+
+
+def test_a_model_from_the_environment_is_named_as_such(runs):
+    """A bad $SCORECLI_MODEL failed as if --model had been typed: a user who typed no model
+    could not tell where the path came from."""
+    result, tmp = runs["model_env"]
+    assert one_error(result, 2) == f"error: cannot load model {tmp / 'no-model'}: no such model folder " + (
+        "(the model $SCORECLI_MODEL names)"
+    )
+    assert one_error(runs["model_flag"][0], 2) == f"error: cannot load model {tmp / 'no-model'}: no such model folder"
 
 
 def test_a_missing_field_points_at_the_flag_that_names_it(runs):

@@ -292,7 +292,8 @@ def test_an_unreachable_hub_fails_in_one_line_at_once(tmp_path):
 
 @pytest.mark.e2e
 def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
-    """A model in the Hugging Face cache runs without the Hub, with one note saying so."""
+    """A model in the Hugging Face cache runs without the Hub, with one note saying so (none with
+    --quiet)."""
     snapshot = tmp_path / "hf" / "hub" / "models--some-org--cached" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)
     for f in Path(qwen3_seq_cls).iterdir():
@@ -307,6 +308,8 @@ def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
     assert result.rc == 0, result.stderr
     assert result.lines()[0].startswith("note: the Hugging Face Hub") and "using the cached copy" in result.lines()[0]
     assert "Retrying" not in result.stderr and pq.read_table(out).num_rows == 1
+    quiet = run_cli(Case(["score", inp, "--out", str(out), "--model", "some-org/cached", "--quiet"], env=env))
+    assert quiet.rc == 0 and quiet.stderr == "", quiet.stderr  # --quiet: no note either, as for cron
 
 
 # ---- what a run shows and writes -------------------------------------------------------------------

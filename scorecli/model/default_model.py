@@ -84,10 +84,11 @@ class ModelChoice:
     note: str | None = None
 
 
-def resolve_model(model: str | None = None) -> ModelChoice:
+def resolve_model(model: str | None = None, from_env: bool = False) -> ModelChoice:
     """The model a run scores with, resolved as `scorecli score --model` resolves it: `model`
     (a path, a Hub id, a `.gguf` file or a bundled model's short name), else $SCORECLI_MODEL,
-    else the default (`minilm`). A Hub id is asked for once, with a short timeout: a Hub that does
+    else the default (`minilm`); `from_env`: `model` was read from $SCORECLI_MODEL (the CLI's flag
+    reads it), said in the error. A Hub id is asked for once, with a short timeout: a Hub that does
     not answer fails here, in one line, unless the model is cached (`model.hub.reach`).
 
     Raises:
@@ -95,8 +96,13 @@ def resolve_model(model: str | None = None) -> ModelChoice:
             nothing, or a Hub id that cannot be reached nor found in the cache; one line of text.
     """
     name = model or os.environ.get(ENV_VAR) or None
-    path, template = resolve(name)
-    note = reach(path) if is_hub_id(path) else None
+    try:
+        path, template = resolve(name)
+        note = reach(path) if is_hub_id(path) else None
+    except UsageError as e:
+        if from_env or (not model and name):  # a name the user did not type: say where it came from
+            raise UsageError(f"{e} (the model ${ENV_VAR} names)") from None
+        raise
     return ModelChoice(path, template, note)
 
 
