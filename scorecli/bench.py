@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scorecli.attention.backends import choose
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
-from scorecli.engine.progress import loading
+from scorecli.engine.progress import live, loading
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
@@ -204,8 +204,7 @@ def bench_progress(console: Console | None) -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    live = console is not None and console.is_terminal
-    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
+    return Progress(*columns, console=console or Console(quiet=True), disable=not live(console), transient=True)
 
 
 def time_scorer(

@@ -318,13 +318,14 @@ def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
 @pytest.mark.e2e
 def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     """On a terminal a `loading MODEL ...` status shows before the progress line; --quiet shows
-    nothing."""
+    nothing; a dumb terminal shows the summary alone."""
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
 
-    def on_a_terminal(*extra: str) -> str:
+    def on_a_terminal(*extra: str, term: str = "xterm") -> str:
         leader, follower = pty.openpty()
         args = ["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", qwen3_seq_cls, *extra]
-        proc = subprocess.Popen([*SCORECLI, *args], stdout=subprocess.DEVNULL, stderr=follower, env=_env())
+        env = {**_env(), "TERM": term}
+        proc = subprocess.Popen([*SCORECLI, *args], stdout=subprocess.DEVNULL, stderr=follower, env=env)
         os.close(follower)
         chunks = []
         while True:
@@ -342,6 +343,8 @@ def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     shown = on_a_terminal()
     assert "loading " in shown and Path(qwen3_seq_cls).name in shown and "scored 1 row," in shown
     assert on_a_terminal("--quiet").strip() == ""
+    # TERM=dumb (Emacs' shell, some CI consoles): nothing is drawn live, and no blank line is left
+    assert on_a_terminal(term="dumb").replace("\r", "").splitlines()[0].startswith("scored 1 row,")
 
 
 @pytest.mark.e2e

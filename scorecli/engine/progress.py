@@ -194,9 +194,14 @@ def progress_bar(console: Console | None, total: int | None) -> Progress:
     ]
     if total:
         columns.append(EtaColumn())
-    # a live bar only on a terminal: in a log it would leave a blank line
-    live = console is not None and console.is_terminal
-    return Progress(*columns, console=console or Console(quiet=True), disable=not live, transient=True)
+    return Progress(*columns, console=console or Console(quiet=True), disable=not live(console), transient=True)
+
+
+def live(console: Console | None) -> bool:
+    """Whether `console` can redraw a line in place: a terminal that is not dumb (TERM=dumb: rich
+    draws nothing live there, yet the line it ends with stays). Elsewhere a live line would leave a
+    blank line in the log."""
+    return console is not None and console.is_terminal and not console.is_dumb_terminal
 
 
 class EtaColumn(ProgressColumn):
@@ -253,7 +258,7 @@ def tracked(total: int) -> Iterator[Tracker]:
 def loading(console: Console | None, name: str) -> Iterator[None]:
     """`loading NAME ...` on a terminal while the model loads and checks itself, before the
     progress line (transient, like it; nothing in a log, where one line per error is the rule)."""
-    if console is None or not console.is_terminal:
+    if console is None or not live(console):
         yield
         return
     with console.status(f"loading {name} ...", spinner="dots"):
