@@ -59,6 +59,22 @@ def test_a_header_without_records_is_no_rows_and_a_header_naming_a_column_twice_
         list(iter_rows([twice]))
 
 
+def test_blank_lines_before_the_header_are_passed_over(tmp_path):
+    """A blank first line used to be read as an empty header: the file's records then made an input
+    of zero rows and the run succeeded having scored none of them. Blank lines before the header are
+    skipped, as blank lines after it are, and records are named by their own lines."""
+    path = write(tmp_path / "lead.csv", b'\xef\xbb\xbf\r\n\nid,query,items\n1,q,"[""a""]"\n2,r,x,y\n')
+    rows = list(iter_rows([path]))
+    assert [(r.data, r.where, r.error) for r in rows] == [
+        ({"id": "1", "query": "q", "items": ["a"]}, f"{path}:4", None),
+        (None, f"{path}:5", "expected 3 cells (the header's), got 4"),
+    ]
+    assert count_rows([path]) == 2
+    twice = write(tmp_path / "twice.tsv", b"\n\t\nid\tid\n")
+    with pytest.raises(InputError, match=r"twice.tsv:3: the header names the column 'id' twice"):
+        list(iter_rows([twice]))
+
+
 def test_records_grouped_into_rows(tmp_path):
     path = write(
         tmp_path / "pairs.csv",

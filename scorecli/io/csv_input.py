@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pyarrow.csv as pacsv
 
 _BLOCK = 1 << 20  # bytes parsed at a time
+_BOM = b"\xef\xbb\xbf"
 
 
 class CsvInput:
@@ -73,14 +74,14 @@ class CsvInput:
         stream = open_bytes(path)
         with stream:
             try:
-                reader = self._open(path, stream, bad)
+                reader, header_line = self._open(path, stream, bad)
             except (pa.ArrowException, OSError, EOFError) as e:
                 if isinstance(e, pa.ArrowInvalid) and str(e) == "Empty CSV file":
                     return  # a header and no records: no rows, as an empty JSON lines file or a 0-row export
                 raise InputError(f"{path}: cannot read: {printable(e)}") from e
             if reader is None:
                 return
-            record, line = 1, 2  # pyarrow numbers the records after the header from 1
+            record, line = 1, header_line + 1  # pyarrow numbers the records after the header from 1
             batches = iter(reader)
             while True:
                 try:
@@ -104,23 +105,26 @@ class CsvInput:
                 yield f"{path}:{line}", None, error
                 line += 1 + text.count("\n")
 
-    def _open(self, path: str, stream, bad) -> pacsv.CSVStreamingReader | None:
+    def _open(self, path: str, stream, bad) -> tuple[pacsv.CSVStreamingReader | None, int]:
         """pyarrow's streaming reader over `stream` after its header line (None: no header), every
         column as bytes: nothing is guessed, and a cell that is not UTF-8 is one bad row (decoded
-        here) rather than a failed block."""
-        header = stream.readline()
+        here) rather than a failed block; and the header's line number. Blank lines before the
+        header are passed over, as blank lines after it are (pandas' `read_csv` does the same)."""
+        header, line = stream.readline().removeprefix(_BOM), 1
+        while header and not header.strip():
+            header, line = stream.readline(), line + 1
         try:
             names = next(csv.reader([header.decode("utf-8-sig")], delimiter=self.delimiter), [])
         except (UnicodeDecodeError, csv.Error) as e:
-            raise InputError(f"{path}:1: cannot read the header line: {printable(e)}") from e
+            raise InputError(f"{path}:{line}: cannot read the header line: {printable(e)}") from e
         if not names:
-            return None
+            return None, line
         if twice := next((n for n in names if names.count(n) > 1), None):  # one would hide the other
-            raise InputError(f"{path}:1: the header names the column {twice!r} twice")
+            raise InputError(f"{path}:{line}: the header names the column {twice!r} twice")
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        return pacsv.open_csv(
+        reader = pacsv.open_csv(
             stream,
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=_BLOCK),
             parse_options=pacsv.ParseOptions(
@@ -128,6 +132,7 @@ class CsvInput:
             ),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary())),
         )
+        return reader, line
 
 
 def _decode(values: dict[str, bytes | None]) -> tuple[dict | None, str | None]:
