@@ -70,6 +70,25 @@ def test_corrupt_parquet_raises_input_error(tmp_path):
         list(iter_rows([str(p)]))
 
 
+def test_parquet_text_that_is_not_utf8_is_a_bad_row_named_by_its_field(tmp_path):
+    """pyarrow checks UTF-8 when it writes a string column, not when it reads one: a file another
+    writer stored bytes in used to stop the run with `UnicodeDecodeError` (exit 1, no row named);
+    each such row is a bad row, the others are read, as for JSON lines."""
+
+    def text(values: list[bytes]) -> pa.Array:  # a string column holding these bytes unchecked
+        return pa.Array.from_buffers(pa.string(), len(values), pa.array(values).buffers())
+
+    items = pa.ListArray.from_arrays(pa.array([0, 1, 3, 4], pa.int32()), text([b"a", b"b", b"c\xff", b"d"]))
+    table = pa.table({"id": [1, 2, 3], "query": text([b"q", b"q", b"q\xfe"]), "items": items})
+    pq.write_table(table, tmp_path / "bytes.parquet", row_group_size=2)
+    rows = list(iter_rows([str(tmp_path / "bytes.parquet")]))
+    assert [(r.data, r.error, r.where[-5:]) for r in rows] == [
+        ({"id": 1, "query": "q", "items": ["a"]}, None, "row 1"),
+        (None, "field 'items'[1]: invalid UTF-8 (byte offset 1)", "row 2"),
+        (None, "field 'query': invalid UTF-8 (byte offset 1)", "row 3"),
+    ]
+
+
 def test_corrupt_gzip_raises_input_error(tmp_path):
     p = tmp_path / "bad.jsonl.gz"
     p.write_bytes(b"this is not gzip\n")

@@ -32,6 +32,41 @@ def parquet_file(path: str) -> pq.ParquetFile:
         raise InputError(f"{path}: cannot read Parquet: {printable(e)}") from e
 
 
+def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, str | None]]:
+    """The rows of `batch` as Python values, each `(record, None)`, or `(None, error)` for a row
+    whose text is not UTF-8: pyarrow checks it when it writes a string column, not when it reads
+    one, and another writer may have stored any bytes (`field 'items'[1]: invalid UTF-8 ...`)."""
+    try:
+        return [(record, None) for record in batch.to_pylist()]
+    except UnicodeDecodeError:
+        pass  # find the rows and fields, as a JSON line's undecodable bytes are named
+    out: list[tuple[dict | None, str | None]] = []
+    for k in range(batch.num_rows):
+        record: dict = {}
+        for name, column in zip(batch.schema.names, batch.columns):
+            try:
+                record[name] = column[k].as_py()
+            except UnicodeDecodeError as e:
+                out.append((None, f"field '{name}'{_undecodable_at(column[k])}: invalid UTF-8 (byte offset {e.start})"))
+                break
+        else:
+            out.append((record, None))
+    return out
+
+
+def _undecodable_at(value: pa.Scalar) -> str:
+    """The index (`[2]`, '' for the value itself) of a list's first element that is not UTF-8."""
+    values = getattr(value, "values", None)
+    if values is None or callable(values):  # not a list (a struct's `values` is a method)
+        return ""
+    for k, element in enumerate(values):
+        try:
+            element.as_py()
+        except UnicodeDecodeError:
+            return f"[{k}]{_undecodable_at(element)}"
+    return ""
+
+
 class ParquetInput:
     """`io.formats.InputFormat` for Parquet files (`path: row N` locations)."""
 
@@ -66,9 +101,9 @@ class ParquetInput:
                 if skip:
                     cut = min(skip, batch.num_rows)
                     batch, skip, row = batch.slice(cut), skip - cut, row + cut
-                for record in batch.to_pylist():
+                for record, error in arrow_records(batch):
                     row += 1
-                    yield RawRow(record, f"{path}: row {row}", typed=True)
+                    yield RawRow(record, f"{path}: row {row}", error, typed=True)
 
     def count(self, path: str) -> int:
         with parquet_file(path) as pf:
