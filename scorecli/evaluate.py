@@ -6,6 +6,8 @@ agree). The metrics are `core.metrics`'; knows nothing about models.
 
 from __future__ import annotations
 
+import json
+import math
 from itertools import zip_longest
 
 import numpy as np
@@ -14,6 +16,7 @@ from scorecli.core.metrics import DEFAULT_K, Ranking, parse_labels
 from scorecli.errors import InputError, UsageError
 from scorecli.io.formats import RawRow
 from scorecli.io.groups import Grouping, grouped_rows
+from scorecli.io.json_values import json_default
 from scorecli.io.readers import iter_rows, resolve_inputs
 
 
@@ -78,11 +81,23 @@ def _skipped(out: RawRow) -> bool:
 
 def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:
     assert out.data is not None and row.data is not None
-    if id_field in out.data and id_field in row.data and str(out.data[id_field]) != str(row.data[id_field]):
+    if id_field in out.data and id_field in row.data and not _same_value(out.data[id_field], row.data[id_field]):
         raise UsageError(
             f"{out.where}: id {out.data[id_field]!r:.40} but {row.where}: id {row.data[id_field]!r:.40}; "
             + _ROW_FOR_ROW
         )
+
+
+def _same_value(a, b) -> bool:
+    """Whether two ids are one: equal as text, or as JSON lines output writes them (a SCORES `.jsonl`
+    holds a Parquet input's timestamp id as its ISO text, bytes as text, NaN as null)."""
+    return str(a) == str(b) or _as_written(a) == _as_written(b)
+
+
+def _as_written(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    return json.dumps(value, default=json_default, ensure_ascii=False, sort_keys=True)
 
 
 def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:

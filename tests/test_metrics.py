@@ -5,15 +5,20 @@ the metadata and `scorecli eval` through the console script."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from scorecli.core.metrics import Ranking, parse_labels, row_metrics
-from scorecli.errors import InputError
+from scorecli.errors import InputError, UsageError
+from scorecli.evaluate import evaluate
+from scorecli.io.schema import null_nonfinite
+from scorecli.io.writers import to_jsonl
 from tests.test_cli import WORDS, Case, jsonl, run_cli, write
 
 
@@ -170,6 +175,25 @@ def test_eval_labels_passes_over_the_rows_a_run_skipped(tmp_path, qwen3_seq_cls)
     from_input = run_cli(Case(["eval", str(out), "--labels", inp]))
     assert kept_eval.rc == 0 and from_input.rc == 0, (kept_eval.stderr, from_input.stderr)
     assert b"over 2 labelled rows" in kept_eval.stdout and kept_eval.stdout == from_input.stdout
+
+
+def test_eval_labels_takes_a_json_lines_output_of_a_parquet_inputs_ids(tmp_path):
+    """A `.jsonl` output writes a Parquet input's timestamp id as its ISO text, bytes as text and a
+    NaN as null; `eval --labels` compared ids as Python's `str` prints them and refused such an
+    output of its own input (exit 2, "SCORES must be the output of the --labels input"). Ids that
+    differ are still refused."""
+    when = pa.array([dt.datetime(2020, 1, 1, 1, 2, 3), dt.datetime(2021, 1, 1)], pa.timestamp("us"))
+    labels = str(tmp_path / "in.parquet")
+    scores = tmp_path / "scores.jsonl"
+    for ids in (when, pa.array([b"k1", b"k2"]), pa.array([float("nan"), 1.5])):
+        pq.write_table(
+            pa.table({"id": ids, "query": ["a", "b"], "items": [["x", "y"]] * 2, "labels": [[1, 0], [0, 1]]}), labels
+        )
+        write(scores, to_jsonl(null_nonfinite(pa.table({"id": ids, "score": [[0.9, 0.1], [0.2, 0.8]]}))[0]).encode())
+        assert evaluate([str(scores)], [labels], "labels", "id", None, None).rows == 2
+    write(scores, jsonl([{"id": "k9", "score": [0.9, 0.1]}, {"id": "k2", "score": [0.2, 0.8]}]))
+    with pytest.raises(UsageError, match=r"scores.jsonl:1: id 'k9' but .*in.parquet: row 1: id nan"):
+        evaluate([str(scores)], [labels], "labels", "id", None, None)
 
 
 @pytest.mark.e2e

@@ -16,8 +16,6 @@ so far once, under the wider schema (`scorecli.io.schema`). Knows nothing about 
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import errno
 import gzip
 import json
@@ -27,13 +25,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scorecli.errors import OutputClosed, ScorecliError, UsageError
 from scorecli.io.floats import shortest_floats
+from scorecli.io.json_values import json_default
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.stores import locate
@@ -45,20 +44,7 @@ __all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to
 # ---- JSON lines ------------------------------------------------------------------------
 
 
-def _json_default(value: Any) -> Any:
-    """JSON for the scalar types Arrow can hand back that `json` cannot write."""
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_default).encode
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=json_default).encode
 
 
 def to_jsonl(table: pa.Table) -> str:
