@@ -624,6 +624,10 @@ def test_schema_id_type(tmp_path):
     assert schema_id_type([a, b, "-"], "id") == pa.int32() and schema_id_type([b], "id") is None
     with pytest.raises(UsageError, match=f"field 'id' has type int32 in {a} but string in {c}"):
         schema_id_type([a, c], "id")
+    # a shard whose ids are all None, as pandas writes them (type null), was refused beside int32 ids
+    n = str(tmp_path / "n.parquet")
+    pq.write_table(pa.table({"id": pa.array([None], pa.null())}), n)
+    assert schema_id_type([n, a], "id") == pa.int32() and schema_id_type([n], "id") is None
 
 
 # ---- readers: shells and messages ------------------------------------------------------

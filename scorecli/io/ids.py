@@ -38,7 +38,8 @@ _PLURAL = {str(t): plural for _, t, _, plural in _KINDS}
 
 def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
     """The id column's type in the schemas of the inputs whose format fixes one (Parquet); None
-    when none has the field.
+    when none has the field. A column of type null (what pandas writes for ids that are all None)
+    fixes no type: its nulls fit any other input's.
 
     Raises:
         UsageError: two inputs give the id column different types.
@@ -47,7 +48,7 @@ def schema_id_type(paths: list[str], field: str) -> pa.DataType | None:
     found: tuple[str, pa.DataType] | None = None
     for path in paths:
         schema = schema_of(path)
-        if schema is None or field not in schema.names:
+        if schema is None or field not in schema.names or pa.types.is_null(schema.field(field).type):
             continue
         t = schema.field(field).type
         if found is not None and not found[1].equals(t):
