@@ -275,3 +275,25 @@ def test_a_resumed_routed_job_cuts_where_it_began(tmp_path, monkeypatch):
     assert got.select(["id", "scores"]).equals(whole.select(["id", "scores"]))
     for key in (b"runtime", b"runtime_cut_tokens", b"runtime_reason", b"attention"):
         assert got.schema.metadata[key] == meta[key]
+
+
+def test_a_route_cut_beyond_max_seq_len_names_its_first_runtime_alone(tmp_path):
+    """A verdict cutting at 300 tokens, a run whose sequences are at most 64 (--max-seq-len):
+    only ONNX Runtime can run, so the metadata names it alone (not `onnx+torch` and a cut that
+    no batch reaches), and the scores are the model's own."""
+    pytest.importorskip("onnxruntime")
+    import pyarrow as pa
+
+    from scorecli.scorer import Scorer
+
+    path = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
+    keep_verdict(path, tmp_path / "cache", "onnx:300:torch")
+    scorer = Scorer(str(path), device="cpu", runtime="auto", cache_dir=str(tmp_path / "cache"), max_seq_len=64)
+    meta = scorer.metadata
+    assert meta["runtime"] == "onnx" and meta["runtime_cut_tokens"] == ""
+    assert meta["attention"] == "onnxruntime (fused encoder export)"
+    assert "onnx alone" in meta["runtime_reason"]
+    rows = [{"query": "mars", "items": ["red planet", "rice water"]}]
+    table = scorer.score_table(pa.Table.from_pylist(rows))
+    ours = np.array(table["scores"].to_pylist()[0])
+    assert np.abs(ours - _reference(path, rows)).max() <= 1e-4

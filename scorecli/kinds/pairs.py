@@ -163,6 +163,13 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
         threads,
         streams,
     )
+    longest = setup.spec.max_seq_len
+    if isinstance(forward, Routed) and forward.route.second is not None and forward.route.cut >= longest:
+        # no sequence of this run is longer than the cut: only the first runtime runs, and the
+        # metadata (`runtime`, `attention`) names it alone
+        first = forward.route.first
+        reason = f"{reason}; no sequence here is over {longest} tokens (--max-seq-len): {first} alone"
+        return first, cfg.runtime_reason or reason, forward.forwards[first]
     return runtime, cfg.runtime_reason or reason, forward
 
 
