@@ -12,6 +12,7 @@ import pytest
 
 from scorecli.errors import InputError
 from scorecli.io.groups import group_rows, grouping
+from scorecli.io.ids import IdCheck
 from scorecli.io.readers import count_rows, iter_rows
 from tests.test_cli import Case, jsonl, run_cli, write
 
@@ -96,6 +97,31 @@ def test_records_grouped_into_rows(tmp_path):
     )
     assert rows[4].where.endswith(":8") and rows[4].error == "missing field 'qid': --group-by qid needs it in every row"
     assert len(rows) == 5
+
+
+def test_a_bad_group_keeps_its_id(tmp_path):
+    """Under --skip-bad-rows a bad group (records apart, another query, no group value) was written
+    with a null id, where a bad JSON row keeps its id: a job could not tell which group failed. Its
+    first record's id is the bad row's, checked as every id is (a bad id is null, its error kept)."""
+    path = write(
+        tmp_path / "pairs.jsonl",
+        jsonl(
+            [
+                {"id": 1, "g": "a", "query": "q", "items": "x"},
+                {"id": 2, "g": "b", "query": "q", "items": "y"},
+                {"id": 3, "g": "a", "query": "q", "items": "z"},  # a's records apart
+                {"id": 4, "g": "c", "query": "q1", "items": "z"},
+                {"id": 5, "g": "c", "query": "q2", "items": "z"},  # another query
+                {"id": 6, "query": "q", "items": "z"},  # no group value
+                {"id": [7], "g": "d", "query": "q1", "items": "z"},
+                {"id": 8, "g": "d", "query": "q2", "items": "z"},  # a bad group with a bad id
+            ]
+        ),
+    )
+    rows = list(IdCheck("id")(group_rows(iter_rows([path]), grouping("g", "query", "items", "labels"))))
+    assert [(r.data or {}).get("id") for r in rows] == [1, 2, 3, 4, 6, None]
+    assert [r.error is None for r in rows] == [True, True, False, False, False, False]
+    assert "field 'query'" in rows[5].error and rows[5].where.endswith(":7")
 
 
 def test_a_field_only_later_records_of_a_group_hold_is_not_dropped(tmp_path):

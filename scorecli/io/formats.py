@@ -30,7 +30,8 @@ class RawRow:
     """One input record, or the reason it could not be parsed.
 
     Attributes:
-        data: the parsed record; None when `error` is set.
+        data: the parsed record; None when it could not be parsed or its id is bad. A row with an
+            `error` may keep it (a bad group keeps its first record's): its id is written.
         where: `path:LINE` (JSONL, CSV), `<stdin>:LINE`, or `path: row N` (Parquet), 1-based.
         error: what is wrong with the record, or None.
         typed: True for Parquet rows, whose values have the types of the file's schema.

@@ -59,8 +59,8 @@ class _Group:
     def row(self) -> RawRow:
         """The group as one row; a per-item field that some record holds is a list with every
         record's value (None where a record lacks it: a bad row when labels or items need it)."""
-        if self.error is not None:
-            return RawRow(None, self.first.where, self.error)
+        if self.error is not None:  # keeps the first record's fields: its id is the bad row's
+            return RawRow(self.first.data, self.first.where, self.error, typed=self.first.typed)
         lists = {name: values for name, values in self.lists.items() if any(v is not None for v in values)}
         return RawRow(self.data | lists, self.first.where, typed=self.first.typed)
 
@@ -76,7 +76,7 @@ def group_rows(records: Iterable[RawRow], grouping: Grouping) -> Iterator[RawRow
             if group is not None:
                 yield group.row()
                 ended[group.key], group = group.first.where, None
-            yield raw if raw.error is not None else RawRow(None, raw.where, _missing(by))
+            yield raw if raw.error is not None else RawRow(raw.data, raw.where, _missing(by), typed=raw.typed)
             continue
         assert raw.data is not None
         key = _key(value)

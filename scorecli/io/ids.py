@@ -76,10 +76,10 @@ class IdCheck:
 
     def __call__(self, rows: Iterable[RawRow]) -> Iterator[RawRow]:
         for raw in rows:
-            if raw.error is None and not raw.typed and raw.data is not None:
+            if not raw.typed and raw.data is not None:  # a bad row's id too (a bad group keeps its first record's)
                 error = self.check(raw.data.get(self.field), raw.where)
                 if error:
-                    raw = RawRow(None, raw.where, f"field '{self.field}': {error}")
+                    raw = RawRow(None, raw.where, raw.error or f"field '{self.field}': {error}")
             yield raw
 
     def fixed(self, t: pa.DataType, where: str | None) -> None:
