@@ -12,6 +12,8 @@ HOOK is one of:
 - `not-imported:A,B`: the run fails (exit 3) if it imported package A or B: a run whose pairs all
   hit, on a CPU-only torch, must not pay torch's and transformers' import, and no local run
   pandas' (pyarrow would import it);
+- `full-after:N`: the cache's segment files after the first N fail to be written, as on a full
+  disk (ENOSPC);
 - `probe:P`: the bytecode check (`scorecli.bytecode`) looks at package P instead of torch;
 - `none`: nothing changed.
 """
@@ -19,6 +21,7 @@ HOOK is one of:
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import sys
 import time
@@ -43,6 +46,9 @@ def patch(hook: str) -> None:
         from scorecli import bytecode
 
         bytecode.PROBE = arg
+        return
+    if name == "full-after":
+        _full_after(int(arg))
         return
     from scorecli import scorer  # torch
 
@@ -73,6 +79,27 @@ def patch(hook: str) -> None:
         scorer.Scorer._score_batch = slow  # type: ignore[method-assign]
     elif name != "none":
         raise SystemExit(f"unknown hook {hook}")
+
+
+def _full_after(n: int) -> None:
+    """Segment files after the first `n` fail as on a full disk (the temporary file made, then
+    its write failing, as `io.folders` meets it)."""
+    from scorecli.io import folders
+
+    write, written = folders.LocalFolder.write, [0]
+
+    def full(self, name, fill):
+        if os.path.basename(os.path.dirname(self.where)) == "segments":
+            written[0] += 1
+            if written[0] > n:
+
+                def fail(f):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+                return write(self, name, fail)
+        return write(self, name, fill)
+
+    folders.LocalFolder.write = full  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -88,6 +88,30 @@ def test_concurrent_writers_lose_nothing(tmp_path, qwen3_seq_cls):
     assert counts(tmp_path / "both.parquet") == (items_of(FIRST + SECOND), 0)
 
 
+def test_a_full_cache_disk_is_named_and_the_job_resumes(tmp_path, qwen3_seq_cls):
+    """The cache's disk fills up mid-run: the error names the cache, not the output (whose disk a
+    user would clear in vain), exit 1, the finished windows kept; with room, `--resume` ends the job."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(ROWS))
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    args = score(inp, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
+    result = hooked("full-after:2", args)
+    assert result.rc == 1, result.stderr
+    line = result.lines()[-1]
+    assert line.startswith(f"error: score cache {cache}: cannot write to it (No space left on device)"), line
+    assert "2 rows kept" in line and "--resume" in line and not out.exists(), line
+    assert not list((cache / "segments").glob("*/.*"))  # no temporary file left
+    result = run_cli(Case([*args, "--resume"]))
+    assert result.rc == 0, result.stderr
+    assert_same(pq.read_table(out), pq.read_table(run_uncached(tmp_path, inp, qwen3_seq_cls)))
+
+
+def run_uncached(tmp_path: Path, inp: str, model: str) -> Path:
+    out = tmp_path / "uncached.parquet"
+    result = run_cli(Case(score(inp, model, out)))
+    assert result.rc == 0, result.stderr
+    return out
+
+
 def test_truncated_segment_is_passed_over(tmp_path, qwen3_seq_cls):
     """A segment cut short (a disk that lost its tail): one warning line, its pairs scored again,
     the output an uncached run's; `cache info` counts it damaged and `cache prune` removes it."""

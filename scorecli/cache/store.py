@@ -21,6 +21,8 @@ import os
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from scorecli.cache.identity import Memo
@@ -147,8 +149,18 @@ class CacheStore:
 
     def save_request(self, digest: str, record: dict) -> None:
         folder = self._folder("requests")
-        folder.make()
-        folder.write(f"{digest}.json", lambda f: f.write(json.dumps(record, sort_keys=True).encode()))
+        with self._writing():
+            folder.make()
+            folder.write(f"{digest}.json", lambda f: f.write(json.dumps(record, sort_keys=True).encode()))
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write into the cache, whose failure (a full disk, a read-only folder) says that it
+        is the cache that could not be written, not the output (exit 1)."""
+        try:
+            yield
+        except OSError as exc:
+            raise ScorecliError(f"score cache {self.shown}: cannot write to it ({exc.strerror or exc})") from exc
 
     # ---- segments ---------------------------------------------------------------------
 
@@ -225,8 +237,9 @@ class CacheStore:
         data = to_ipc(entries.sorted_unique(), profile, model)
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}{SUFFIX}"
         folder = self._folder("segments", profile)
-        folder.make()
-        folder.write(name, lambda f: f.write(data))
+        with self._writing():
+            folder.make()
+            folder.write(name, lambda f: f.write(data))
         return name
 
     def delete(self, profile: str, name: str) -> None:
