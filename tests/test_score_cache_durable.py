@@ -105,6 +105,19 @@ def test_a_full_cache_disk_is_named_and_the_job_resumes(tmp_path, qwen3_seq_cls)
     assert_same(pq.read_table(out), pq.read_table(run_uncached(tmp_path, inp, qwen3_seq_cls)))
 
 
+def test_a_full_cache_disk_at_the_merge_is_a_warning(tmp_path, qwen3_seq_cls):
+    """Every window scored, its entries durable, the output's parts kept: only merging the run's
+    segments into one fails (a full disk). Housekeeping: one warning, and the run succeeds."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(ROWS))
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    result = hooked("full-after:8", score(inp, qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache)))
+    assert result.rc == 0, result.stderr
+    warnings = [line for line in result.lines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "were not merged (No space left on device)" in warnings[0], result.stderr
+    assert len(segments(cache)) == len(ROWS) and counts(out) == (0, items_of(ROWS))
+    assert_same(pq.read_table(out), pq.read_table(run_uncached(tmp_path, inp, qwen3_seq_cls)))
+
+
 def run_uncached(tmp_path: Path, inp: str, model: str) -> Path:
     out = tmp_path / "uncached.parquet"
     result = run_cli(Case(score(inp, model, out)))

@@ -407,7 +407,5 @@ class Reusing:
         piled up is compacted."""
         if self.cache is None or not self.own:
             return
-        if len(self.own) > 1:
-            self.cache.merge(self.profile, self.own, self.model_info)
-        self.cache.compact(self.profile, self.model_info)
+        self.cache.tidy(self.profile, self.own, self.model_info)
         self.own = []

@@ -271,6 +271,24 @@ class CacheStore:
         infos.sort(key=lambda i: i.size)
         self.merge(profile, [i.name for i in infos[: len(infos) - KEEP_LARGEST]], model)
 
+    def tidy(self, profile: str, own: list[str], model: dict[str, str] | None = None) -> None:
+        """After a run: its segments `own` merged into one, and the settings' segments compacted
+        when they pile up. Housekeeping only (every entry is durable already): where it cannot be
+        done (a full disk, a read-only folder), one warning, and the run still succeeds."""
+        try:
+            if len(own) > 1:
+                self.merge(profile, own, model)
+            self.compact(profile, model)
+        except (OSError, ScorecliError) as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+            why = getattr(cause, "strerror", None) or first_line(cause)
+            warnings.warn(
+                f"score cache {self.shown}: this run's segments were not merged ({why}); every entry "
+                "is kept, and a later run or `scorecli cache prune` compacts them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
     def forget_requests(self, identity: str) -> None:
         """Remove what requests of the model `identity` (or an identity starting so) resolved to."""
         folder = self._folder("requests")

@@ -274,7 +274,7 @@ class _RayScoring:
         if not self.cfg.score_cache:
             return Closing()
         if self.profile:
-            CacheStore(self.cfg.score_cache, create=True).compact(self.profile)
+            CacheStore(self.cfg.score_cache, create=True).tidy(self.profile, [])
         figures = {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
         said = f"score cache: {self.hits:,} hits, {self.misses:,} misses"
         return Closing(self.metadata | figures if self.metadata else figures, said)
