@@ -17,6 +17,15 @@ class UsageError(ScorecliError):
     exit_code = 2
 
 
+class ResumeRefused(UsageError):
+    """`--resume` that cannot go on with the job its folder holds, the parts kept: its own line
+    says how to go on (not "run the same command with --resume", which would meet it again)."""
+
+
+# how a resumed job whose runtime cannot run here now goes on
+RESUME_AS_BEGUN = "run with the --device and --dtype the job began with, or without --resume to start over"
+
+
 class InputError(ScorecliError):
     """Bad input data; the message names the file, line or row, and the field."""
 

@@ -297,3 +297,31 @@ def test_a_route_cut_beyond_max_seq_len_names_its_first_runtime_alone(tmp_path):
     table = scorer.score_table(pa.Table.from_pylist(rows))
     ours = np.array(table["scores"].to_pylist()[0])
     assert np.abs(ours - _reference(path, rows)).max() <= 1e-4
+
+
+@pytest.mark.parametrize("chosen", ["onnx", "onnx:60:torch"])
+def test_a_resumed_onnx_job_on_another_dtype_says_how_to_go_on(tmp_path, chosen):
+    """A job `auto` ran on ONNX Runtime (alone, or for short batches), resumed with `--dtype bfloat16` (which ONNX Runtime
+    cannot run): refused in one line that says to go on as it began or start over (exit 2), not
+    to "run the same command with --resume", which meets the same refusal; the parts kept."""
+    pytest.importorskip("onnxruntime")
+
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import UsageError
+
+    model = build_bert_cross_encoder(tmp_path / "m")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    cache = tmp_path / "cache"
+    cfg = ScoreConfig(model=model, window_rows=2, cache_dir=str(cache))
+    keep_verdict(model, cache, chosen)
+    out = str(tmp_path / "job.parquet")
+    with pytest.raises(KeyboardInterrupt, match="rows kept"):
+        run_job(cfg, [str(inp)], out, stop=3)
+    other = ScoreConfig(model=model, window_rows=2, cache_dir=str(cache), dtype="bfloat16")
+    with pytest.raises(UsageError) as err:
+        run_job(other, [str(inp)], out, resume=True)
+    said = str(err.value)
+    assert "\n" not in said and said.startswith("--resume: the kept rows were scored by onnx"), said
+    assert said.endswith("or without --resume to start over") and "run the same command" not in said, said
+    assert err.value.exit_code == 2 and os.path.isdir(out + ".partial")

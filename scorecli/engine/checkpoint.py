@@ -24,7 +24,7 @@ import pyarrow as pa
 from scorecli.config import ScoreConfig
 from scorecli.engine.job import FROM_CACHE, fingerprint, pinned_runtime
 from scorecli.engine.windows import Schedule
-from scorecli.errors import InputError, ScorecliError, UsageError, error_line
+from scorecli.errors import InputError, ResumeRefused, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import FingerprintMismatch, Part, PartStore, open_store
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
@@ -161,7 +161,7 @@ class Checkpoint:
         try:
             yield
         except BaseException as exc:
-            if isinstance(exc, FingerprintMismatch):  # another job: its own line says how to go on
+            if isinstance(exc, ResumeRefused):  # another job, or not here: its own line says how to go on
                 raise
             if self.written and isinstance(exc, KeyboardInterrupt):  # while the parts were being removed
                 left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"

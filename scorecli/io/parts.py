@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.errors import ResumeRefused, ScorecliError, UsageError, first_line
 from scorecli.io.folders import LEASE, Folder, folder_at, read_schema, read_table
 from scorecli.io.writers import to_jsonl
 
@@ -58,7 +58,7 @@ class Part:
     bytes: int
 
 
-class FingerprintMismatch(UsageError):
+class FingerprintMismatch(ResumeRefused):
     """`--resume` that cannot go on with the folder: another job's, or one whose kept part was
     damaged after it was written (its own line says how to go on)."""
 

@@ -40,7 +40,7 @@ import torch
 
 from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import Seq
-from scorecli.errors import UsageError
+from scorecli.errors import RESUME_AS_BEGUN, ResumeRefused, UsageError
 from scorecli.model.cache import build_once
 from scorecli.runtimes.route import Route, Routed
 
@@ -92,13 +92,14 @@ def settle(
         streams: the forwards the run computes at once (`run_streams`).
 
     Raises:
-        UsageError: a resumed job's route needs ONNX Runtime, which cannot run here now.
+        ResumeRefused: a resumed job's route needs ONNX Runtime, which cannot run here now.
     """
     resumed = Route.parse(cfg.runtime_route) if cfg.runtime == "auto" and cfg.runtime_route else None
     if runtime == "torch":
         if resumed is not None and resumed.runtimes != ("torch",):
-            raise UsageError(
-                f"--resume: the kept rows were scored by {resumed.name}, which cannot run here now ({reason})"
+            raise ResumeRefused(
+                f"--resume: the kept rows were scored by {resumed.name}, which cannot run here now ({reason}): "
+                f"{RESUME_AS_BEGUN}"
             )
         return "torch", make_torch(), reason
     kept = (resumed, "") if resumed else read(record(), ("torch", runtime)) if cfg.runtime == "auto" else None
@@ -107,7 +108,9 @@ def settle(
     onnx, why_not = open_onnx()
     if onnx is None:
         if resumed:
-            raise UsageError(f"--resume: the kept rows were scored by {resumed.name}, and {why_not}")
+            raise ResumeRefused(
+                f"--resume: the kept rows were scored by {resumed.name}, and {why_not}: {RESUME_AS_BEGUN}"
+            )
         return "torch", make_torch(), why_not or reason
     if cfg.runtime != "auto":
         return runtime, onnx, reason
