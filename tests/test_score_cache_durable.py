@@ -5,6 +5,7 @@ never read as a score; `cache info` and `cache prune` say and remove what they s
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -123,6 +124,31 @@ def run_uncached(tmp_path: Path, inp: str, model: str) -> Path:
     result = run_cli(Case(score(inp, model, out)))
     assert result.rc == 0, result.stderr
     return out
+
+
+def test_prune_removes_the_temporary_files_killed_runs_left_anywhere(tmp_path, qwen3_seq_cls):
+    """A run killed while it wrote a segment, a model's identity or a request's settings leaves
+    a temporary file (`.NAME.PID.tmp`) in that folder; `cache prune` removes every stale one
+    (not only the segments'), and a fresh one, which a live run may be writing, stays."""
+    inp = write(tmp_path / "rows.jsonl", jsonl(FIRST))
+    cache = tmp_path / "cache"
+    assert run_cli(Case(score(inp, qwen3_seq_cls, tmp_path / "a.parquet", "--score-cache", str(cache)))).rc == 0
+    (segment,) = segments(cache)
+    old = time.time() - 2 * 3600
+    stale = [
+        segment.parent / f".{segment.name}.4242.tmp",
+        next((cache / "requests").glob("*.json")).with_name(".0123abcd.json.4242.tmp"),
+        next((cache / "models").glob("*.json")).with_name(".0123abcd.json.4242.tmp"),
+        cache / ".scorecli-score-cache.json.4242.tmp",
+    ]
+    for path in stale:
+        path.write_bytes(b"half")
+        os.utime(path, (old, old))
+    fresh = cache / "requests" / ".fresh.json.4343.tmp"
+    fresh.write_bytes(b"being written")
+    pruned = run_cli(Case(["cache", "prune", str(cache)]))
+    assert pruned.rc == 0 and "; tidied 4 damaged or temporary files\n" in pruned.stdout.decode(), pruned.stdout
+    assert not [p for p in stale if p.exists()] and fresh.exists() and segment.exists()
 
 
 def test_truncated_segment_is_passed_over(tmp_path, qwen3_seq_cls):

@@ -113,10 +113,9 @@ def prune(location: str, model: str | None, older_than: str | None) -> str:
                 removed, kept = removed + dropped, kept + segment.rows - dropped
                 continue
             kept += segment.rows
-        for name in store.temp_files(profile):
-            store.delete(profile, name)
-            tidied += 1
+        tidied += store.tidy_temps("segments", profile)
         store.compact(profile)
+    tidied += sum(store.tidy_temps(*where) for where in (("requests",), ("models",), ()))
     if identity:
         store.forget_requests(identity)
     what = f"removed {_count(removed, 'entry', 'entries')} ({_count(segments_removed, 'whole segment')})"

@@ -301,20 +301,29 @@ class CacheStore:
             if record is not None and str(record.get("identity") or "").startswith(identity):
                 folder.delete(name)
 
-    def temp_files(self, profile: str) -> list[str]:
-        """Temporary files killed writers left (local folders only: a store has none)."""
+    def tidy_temps(self, *where: str) -> int:
+        """Remove the temporary files killed writers left in the cache's folder `where`
+        (("segments", PROFILE), ("requests",), ("models",), or () for the cache's own; local
+        folders only: a store has none); how many went."""
         if is_url(self.location):
-            return []
-        base = _join(self.location, "segments", profile)
-        now = time.time()
+            return 0
+        base, now = _join(self.location, *where), time.time()
         try:
-            return [
-                n
-                for n in os.listdir(base)
-                if _temporary(n) and now - os.path.getmtime(os.path.join(base, n)) > STALE_TEMP_SECONDS
-            ]
+            names = os.listdir(base)
+            stale = [n for n in names if _temporary(n) and now - _mtime(os.path.join(base, n)) > STALE_TEMP_SECONDS]
         except OSError:
-            return []
+            return 0
+        for name in stale:
+            self._folder(*where).delete(name)
+        return len(stale)
+
+
+def _mtime(path: str) -> float:
+    """When `path` was last written (now: gone already, another prune removed it)."""
+    try:
+        return os.path.getmtime(path)
+    except FileNotFoundError:
+        return time.time()
 
 
 def _temporary(name: str) -> bool:
