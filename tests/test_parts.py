@@ -181,10 +181,12 @@ def test_partial_that_is_a_file_or_a_symlink_is_refused_before_any_work(tmp_path
     assert (tmp_path / "a.parquet.partial").read_bytes() == b"mine" and os.listdir(tmp_path / "m") == []
 
 
-def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch):
-    """SIGINT/SIGTERM while the parts are removed, after the output was renamed into place:
-    the message says the output is whole, not 'no output written'."""
+@pytest.mark.parametrize("when", ["removing the parts", "syncing the rename"])
+def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch, when):
+    """SIGINT/SIGTERM after the output was renamed into place (while its directory is fsync'ed,
+    or the parts are removed): the message says the output is whole, not 'no output written'."""
     from scorecli.engine.checkpoint import Checkpoint, Interrupted
+    from scorecli.io import writers
     from scorecli.io.output import resolve_output
     from scorecli.io.parts import PartStore
 
@@ -197,7 +199,10 @@ def test_interrupt_after_the_output_is_in_place_says_so(tmp_path, monkeypatch):
     def interrupted(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(PartStore, "remove", interrupted)
+    if when == "removing the parts":
+        monkeypatch.setattr(PartStore, "remove", interrupted)
+    else:
+        monkeypatch.setattr(writers, "fsync_dir", lambda path: interrupted(path))
     with pytest.raises(
         Interrupted, match="interrupted after .*s.parquet was written whole; .*s.parquet.partial/ is left"
     ):

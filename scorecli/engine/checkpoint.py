@@ -333,10 +333,13 @@ class Checkpoint:
         else:
             schemas = [self.store.schema(name) for name in self.store.names()]
             final = _merged(schemas) if schemas else None
-            with FileSink(self.target, metadata | (closing or {})) as sink:
-                for table in self.store.tables():  # every row with every column (an id a window lacked: null)
-                    sink.write(table if final is None else conform(table, final))
-            self.written = True
+            sink = FileSink(self.target, metadata | (closing or {}))
+            try:
+                with sink:
+                    for table in self.store.tables():  # every row with every column (an id a window lacked: null)
+                        sink.write(table if final is None else conform(table, final))
+            finally:
+                self.written = sink.committed  # an interrupt just after the rename: the output is whole
             self._tidy(self.store.remove, f"{self.shown} is left over: remove it")
 
     def _tidy(self, step, left: str) -> None:

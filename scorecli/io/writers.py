@@ -81,6 +81,7 @@ class Sink:
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         self._done = False
+        self.committed = False  # the output is in place, whole (an interrupt after this point finds it there)
         self._object = False  # an object in a store (`io.stores.Store.upload`)
         self.streamed = 0  # rows the reader of a stream has (`io.sinks.Sink`)
         self._open()
@@ -190,6 +191,7 @@ class Sink:
             self._file.flush()
             self._file.seek(0)
             store.upload(key, self._file, locate(temp_path(self.target.path))[1])
+            self.committed = True
             self._file.close()
             return
         if self._tmp is None:
@@ -208,6 +210,7 @@ class Sink:
             shutil.copymode(self.target.path, self._tmp)
         self._file.close()
         os.replace(self._tmp, self.target.path)
+        self.committed = True
         fsync_dir(os.path.dirname(self._tmp))
 
     def abort(self) -> None:
