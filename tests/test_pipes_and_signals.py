@@ -539,3 +539,26 @@ def test_success_runs_exit_handlers_and_waits_for_live_threads(tmp_path, qwen3_s
     assert pq.read_table(out).num_rows == 3
     assert marks.with_suffix(".atexit").read_text() == "ran"
     assert marks.with_suffix(".thread").read_text() == "done"
+
+
+def test_an_interrupt_just_after_the_rename_says_the_output_is_whole(tmp_path, monkeypatch, qwen3_seq_cls):
+    """A run written straight through (no parts: rows from stdin do that) interrupted while the
+    output's directory is fsync'ed after the rename: the output is in place, whole, and the line
+    says so, not 'no output written'."""
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.checkpoint import Interrupted
+    from scorecli.engine.run import open_rows, run_score
+    from scorecli.io import writers
+
+    inp = write(tmp_path / "rows.jsonl", ROW % b"1" + ROW % b"2")
+    out = tmp_path / "scores.parquet"
+    cfg = ScoreConfig(model=qwen3_seq_cls)
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writers, "fsync_dir", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        run_score(cfg, [inp], str(out), None, None, None, open_rows(cfg, [inp], None))
+    assert isinstance(raised.value, Interrupted) and str(raised.value) == f"interrupted after {out} was written whole"
+    assert pq.read_table(out).num_rows == 2

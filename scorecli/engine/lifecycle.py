@@ -182,6 +182,8 @@ def _drive(
     except BaseException as exc:
         if sink is not None:
             sink.abort()
+            if isinstance(exc, KeyboardInterrupt) and getattr(sink, "committed", False):  # just after the rename
+                raise Interrupted(f"interrupted after {target.out} was written whole") from exc
             if isinstance(exc, KeyboardInterrupt) and sink.streamed:  # not "no output written"
                 where = "standard output" if target.kind == "stdout" else target.out
                 raise Interrupted(f"interrupted: {where} got the first {sink.streamed:,} rows at most") from exc
