@@ -14,6 +14,7 @@ import pytest
 from scorecli.config import ScoreConfig
 from scorecli.engine.job import fingerprint
 from scorecli.errors import UsageError
+from scorecli.io import parts
 from scorecli.io.parts import JOB, JOURNAL, FingerprintMismatch, open_store
 from scorecli.io.readers import iter_rows
 
@@ -54,6 +55,39 @@ def test_resume_continues_after_the_journaled_parts(tmp_path):
     assert note is None and store.rows_done == 5
     store.add(table(5, 1))
     assert pa.concat_tables(store.tables()).equals(table(0, 6))
+
+
+def test_many_parts_are_counted_once_each(tmp_path, monkeypatch):
+    """A job of tens of thousands of parts: recovering its journal and adding a part read each
+    part's rows a few times, not once per part before it (30,000 parts: 10 s to resume before)."""
+    n = 2000
+    folder = tmp_path / "p"
+    folder.mkdir()
+    lines = []
+    for i in range(n):
+        (folder / f"part-{i:05d}.parquet").write_bytes(b"x")
+        lines.append(json.dumps({"file": f"part-{i:05d}.parquet", "first_row": 3 * i, "rows": 3, "bytes": 1}))
+    (folder / JOURNAL).write_text("\n".join(lines) + "\n")
+    reads = [0]
+
+    class Counted(parts.Part):
+        @property
+        def rows(self):
+            reads[0] += 1
+            return self._rows
+
+        @rows.setter
+        def rows(self, value):
+            object.__setattr__(self, "_rows", value)
+
+    monkeypatch.setattr(parts, "Part", Counted)
+    recovered = parts._recover(parts.folder_at(str(folder)), "parquet")
+    store = parts.PartStore(str(folder), "parquet", list(recovered))
+    for _ in range(n):
+        store.parts.append(Counted("x", 0, 3, 1))  # as `record` adds them
+        assert store.rows_done % 3 == 0
+    assert len(recovered) == n and store.rows_done == 6 * n
+    assert reads[0] < 10 * n
 
 
 @pytest.mark.parametrize(

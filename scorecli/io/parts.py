@@ -111,6 +111,7 @@ class PartStore:
         self.folder = self.dir.where
         self.fmt = fmt
         self.parts = parts
+        self._counted = (0, 0)  # (parts summed, their rows): `rows_done` adds only the parts since
         self.dataset = dataset  # the folder is the output directory (only our files are ours)
         self._job = job  # a new job's record, written (and an earlier run's files cleared) at the first part
         self._record: dict = job if job is not None else (saved or {})  # the job file's content
@@ -121,8 +122,11 @@ class PartStore:
 
     @property
     def rows_done(self) -> int:
-        """Input rows the durable parts hold (they are the first rows of the input)."""
-        return sum(p.rows for p in self.parts)
+        """Input rows the durable parts hold (the input's first rows), summed as parts are added (a
+        long job asks at each of its tens of thousands of parts)."""
+        counted, rows = self._counted
+        self._counted = (len(self.parts), rows + sum(p.rows for p in self.parts[counted:]))
+        return self._counted[1]
 
     def durable_rows(self) -> int:
         """Input rows the journal holds: what a resumed run continues after, even when an
@@ -395,14 +399,16 @@ def _recover(folder: Folder, fmt: str) -> list[Part]:
         if (first.first_row, first.rows) == (part.first_row, part.rows):
             sizes.setdefault(part.file, set()).add(part.bytes)
     parts: list[Part] = []
+    rows = 0  # of `parts`, summed as they come (a long job keeps tens of thousands)
     for part in listed.values():
         expected = f"part-{len(parts):05d}.{fmt}"
-        if part.file != expected or part.first_row != sum(p.rows for p in parts):
+        if part.file != expected or part.first_row != rows:
             break
         size = folder.size(part.file)
         if size not in sizes[part.file]:
             break
         parts.append(Part(part.file, part.first_row, part.rows, size))
+        rows += part.rows
     keep = {p.file for p in parts} | {JOB, JOURNAL, LEASE}
     for name in folder.names():
         if ours(name) and name not in keep:
