@@ -4,14 +4,19 @@ and refused when cut short or changed; a window's plan and merge."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from scorecli.cache.index import Index
 from scorecli.cache.keys import keys_of
+from scorecli.cache.reuse import Reusing
 from scorecli.cache.segments import Damaged, Entries, read_entries, to_ipc
 from scorecli.cache.window import plan
+from scorecli.config import ScoreConfig
 from scorecli.core.rows import Row
+from scorecli.io.readers import RawRow
 
 
 def entries(n: int, seed: int = 0, collide: int = 0) -> Entries:
@@ -51,6 +56,41 @@ def test_own_entries_are_found_and_the_newest_wins():
     for seed in range(2, 12):  # runs merge as they pile up; the limit drops the oldest
         index.add(entries(2000, seed))
     assert index.size <= 10_000 + 100
+
+
+def test_a_window_prepared_while_entries_are_added_looks_again(monkeypatch):
+    """The next window is looked up in another thread while this one adds its entries
+    (`engine.local`): an add counts in `version` only once its entries are searchable, and a
+    window keeps the version it had before its lookup, so that a pair added meanwhile is looked up
+    again (`Reusing._again`), never scored twice. A race here scored a repeat once more now and
+    then (an 8,000-row job: 101,363 tokens in one run, 101,357 in the next)."""
+    index = Index(1, False)
+    visible = []
+
+    class Runs(list):
+        def append(self, run):
+            visible.append(index.version)  # the version a lookup reads as the entries appear
+            super().append(run)
+
+    index.runs = Runs()
+    index.add(entries(10))
+    assert visible == [0] and index.version == 1
+
+    scorer = SimpleNamespace(
+        spec=SimpleNamespace(label_names=["score"], positive_index=0),
+        prepare_parsed=lambda rows, which, errors, id_type: SimpleNamespace(errors=[None] * len(rows)),
+    )
+    reuse = Reusing(ScoreConfig(model="m"), lambda: scorer)
+    lookup = reuse.index.lookup
+
+    def meanwhile(keys):  # this window's pairs are added by the window before, during the lookup
+        found = lookup(keys)
+        reuse.index.add(Entries.of(keys, np.zeros((len(keys), 1), np.float32), None))
+        return found
+
+    monkeypatch.setattr(reuse.index, "lookup", meanwhile)
+    window = reuse.prepare([RawRow({"query": "q", "items": ["a", "b"]}, "row 1")])
+    assert window.plan.misses == 2 and window.version != reuse.index.version  # `run` looks again
 
 
 def test_segment_round_trip_and_damage(tmp_path):

@@ -109,13 +109,15 @@ class Index:
         """Entries this run computed (any order)."""
         if not len(entries):
             return
-        self.version += 1
         self.runs.append(Sorted(entries.sorted_unique()))
         if len(self.runs) > MAX_RUNS:
             merged = Entries.concat([r.entries for r in self.runs]).sorted_unique()
             self.runs = [Sorted(merged)]
         while self.limit is not None and self.runs and sum(len(r) for r in self.runs) > self.limit:
             self.runs.pop(0)  # the oldest go first
+        # counted once searchable: the next window, looked up in another thread meanwhile, took
+        # the version before its lookup and so looks up again if it may have missed them
+        self.version += 1
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(found [m] bool, scores [m, labels], chunks [m] or None) of keys [m, 2] (any order)."""

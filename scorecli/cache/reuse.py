@@ -215,6 +215,7 @@ class Reusing:
         parsed, errors = zip(*(self._parse(r) for r in rows)) if rows else ((), ())
         parsed, errors = list(parsed), list(errors)
         keys, offsets = keys_of(self.salt, parsed)
+        version = self.index.version  # before the lookup: an add that lands during it counts after
         if self.lookups:
             found, hit_scores, hit_chunks = self.index.lookup(keys)
         else:
@@ -222,7 +223,7 @@ class Reusing:
         p = plan(parsed, keys, offsets, found)
         window = CachedWindow(rows, parsed, errors, keys, p, hit_scores, hit_chunks, id_type=id_type or self.id_type)
         window.figures = Figures(p.hits, p.misses)
-        window.version = self.index.version
+        window.version = version
         if len(p.scored):
             scorer = self.loaded()
             try:
