@@ -45,8 +45,9 @@ from scorecli.runtimes import auto_device
 from scorecli.version import __version__
 
 # entries of its own a job keeps in memory to find repeats across windows (16 bytes of key and a
-# few of scores each; with a cache they are in its segments too): beyond it the oldest are
-# dropped, and a pair met again is scored again
+# few of scores each, ~85 MB at this count; merging them, `cache.index.Index.add`, takes a few
+# times that for a moment: a job at the cap peaked at ~490 MB of memory); with a cache they are in
+# its segments too. Beyond it the oldest are dropped, and a pair met again is scored again
 JOB_ENTRIES = 4_000_000
 
 

@@ -1,7 +1,8 @@
 """A segment: one immutable file of cache entries sorted by key, checked by a checksum.
 
-An Arrow IPC file (uncompressed, so a local segment is memory-mapped and searched in place:
-no load time, and only the pages a lookup touches become resident) with columns
+An Arrow IPC file (uncompressed, so a local segment is memory-mapped and searched in place, not
+copied: its checksum reads every page once as it opens, ~0.7 s and its size in the OS's file cache
+for a 20M-entry segment of 458 MB, pages the OS takes back under pressure) with columns
 `key_hi`, `key_lo` (uint64, sorted by (hi, lo), unique), `scores` (fixed-size list of float32,
 one per label), `num_chunks` (int32, only when the settings chunk items) and `added` (uint32
 unix seconds, for pruning by age). Its schema metadata says the format, the settings digest
