@@ -149,3 +149,22 @@ def test_a_cache_another_run_is_making_is_not_foreign(tmp_path):
     CacheStore(str(location), create=True)
     assert sorted(p.name for p in location.iterdir()) == [other.name, MARKER]
     CacheStore(str(location), create=False)  # the marker it wrote reads back
+
+
+def test_a_colbert_checkpoints_settings_are_part_of_the_model(tmp_path):
+    """A Stanford ColBERT checkpoint keeps its markers and lengths in `artifact.metadata`: edited
+    in place (a shorter query length), the model is another one, for the cache and for a job."""
+    from scorecli.cache.identity import model_identity
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.job import fingerprint
+
+    model = tmp_path / "colbert"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["HF_ColBERT"]}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "artifact.metadata").write_text('{"query_maxlen": 32}')
+    cfg = ScoreConfig(model=str(model))
+    before, job = model_identity(str(model)), fingerprint(cfg, [], "parquet")
+    (model / "artifact.metadata").write_text('{"query_maxlen": 16}')
+    assert model_identity(str(model)) != before
+    assert fingerprint(cfg, [], "parquet")["model file"] != job["model file"]

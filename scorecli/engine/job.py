@@ -51,7 +51,8 @@ NOT_CONTENT = {
 RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too), tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
-# and Python files, whose code a --trust-remote-code model runs
+# a Stanford ColBERT checkpoint's artifact.metadata (markers, lengths) and Python files, whose code
+# a --trust-remote-code model runs
 MODEL_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -64,6 +65,7 @@ MODEL_SUFFIXES = (
     ".model",
     ".txt",
     ".tiktoken",
+    ".metadata",
     ".py",
 )
 
