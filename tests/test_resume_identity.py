@@ -133,3 +133,24 @@ def test_ray_resume_of_a_growing_job_goes_on_in_its_windows(tmp_path, job_input,
     assert result.rc == 0, result.stderr
     assert "resumed after 3 rows" in result.stderr
     assert pq.read_table(out).equals(want)
+
+
+def test_a_router_models_routes_are_part_of_the_job(tmp_path):
+    """A sentence-transformers Router (a sparse model's query and document routes) keeps each
+    route's weights and tokenizer in a subfolder of its own, which modules.json does not name: a
+    route retrained in place is another job, as any other model's weights are."""
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.job import fingerprint
+
+    model = tmp_path / "sparse"
+    route = model / "document_0_Transformer"
+    route.mkdir(parents=True)
+    (model / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "router.Router"}]')
+    (model / "router_config.json").write_text('{"types": {}}')
+    (route / "model.safetensors").write_bytes(b"weights")
+    (route / "tokenizer.json").write_text("{}")
+    cfg = ScoreConfig(model=str(model))
+    job = fingerprint(cfg, [], "parquet")["model file"]
+    assert "document_0_Transformer/model.safetensors" in job
+    (route / "model.safetensors").write_bytes(b"retrained weights")
+    assert fingerprint(cfg, [], "parquet")["model file"] != job

@@ -22,7 +22,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from scorecli.engine.job import MODEL_SUFFIXES
+from scorecli.engine.job import model_files
 from scorecli.model.hub import locate
 from scorecli.runtimes import runtime_info
 
@@ -64,19 +64,6 @@ def digest(value: Any) -> str:
     """128-bit hex digest of a JSON-able value (canonical: sorted keys)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-def model_files(path: str) -> list[str]:
-    """The files that make the model at `path` (a folder, or one GGUF file), sorted, relative."""
-    if os.path.isfile(path):
-        return [os.path.basename(path)]
-    found = []
-    for root, dirs, names in os.walk(path, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in names:
-            if name.endswith(MODEL_SUFFIXES) and not name.startswith("."):
-                found.append(os.path.relpath(os.path.join(root, name), path))
-    return sorted(found)
 
 
 def _stat_key(path: str, names: list[str]) -> str:

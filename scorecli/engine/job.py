@@ -27,7 +27,6 @@ from scorecli.config import ScoreConfig
 from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
-from scorecli.model.st_files import module_folders
 from scorecli.runtimes.route import Route
 from scorecli.version import __version__
 
@@ -50,9 +49,9 @@ NOT_CONTENT = {
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
-# modules too), tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates)
-# a Stanford ColBERT checkpoint's artifact.metadata (markers, lengths) and Python files, whose code
-# a --trust-remote-code model runs
+# modules too, a Router's routes in their subfolders), tokenizer files (tokenizer.json, vocab.txt,
+# merges.txt, spiece.model, chat templates), a Stanford ColBERT checkpoint's artifact.metadata
+# (markers, lengths) and Python files, whose code a --trust-remote-code model runs
 MODEL_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -108,6 +107,20 @@ def _content(template: str) -> str | None:
         return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def model_files(path: str) -> list[str]:
+    """The files that make the model at `path` (a folder, or one GGUF file), sorted, relative: in
+    every subfolder (a sentence-transformers Router keeps its routes' weights two levels down)."""
+    if os.path.isfile(path):
+        return [os.path.basename(path)]
+    found = []
+    for root, dirs, names in os.walk(path, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            if name.endswith(MODEL_SUFFIXES) and not name.startswith("."):
+                found.append(os.path.relpath(os.path.join(root, name), path))
+    return sorted(found)
+
+
 def _model_files(name: str) -> dict[str, list]:
     """{file: [size, modification time]} of the files that make a local model (a model retrained
     or re-tokenized in place with the same shapes is another model); none for a Hub id."""
@@ -115,13 +128,7 @@ def _model_files(name: str) -> dict[str, list]:
         return {os.path.basename(name): _stamp(name)}
     if not os.path.isdir(name):
         return {}
-    return {  # a sentence-transformers folder's modules (Dense, Pooling) live in subfolders
-        os.path.join(sub, n): _stamp(os.path.join(name, sub, n))
-        for sub in ["", *module_folders(name)]
-        if os.path.isdir(os.path.join(name, sub))
-        for n in sorted(os.listdir(os.path.join(name, sub)))
-        if n.endswith(MODEL_SUFFIXES) and os.path.isfile(os.path.join(name, sub, n))
-    }
+    return {n: _stamp(os.path.join(name, n)) for n in model_files(name) if os.path.isfile(os.path.join(name, n))}
 
 
 def _stamp(path: str) -> list[int]:

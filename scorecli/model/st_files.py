@@ -20,17 +20,6 @@ def is_sentence_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MODULES_FILE))
 
 
-def module_folders(path: str) -> list[str]:
-    """The subfolders a sentence-transformers folder's modules live in (none for other folders)."""
-    if not is_sentence_folder(path):
-        return []
-    try:
-        entries = json_file(os.path.join(path, MODULES_FILE), path)
-    except UsageError:
-        return []
-    return sorted({str(e.get("path")) for e in entries if isinstance(e, dict) and e.get("path")})
-
-
 def json_file(path: str, name: str, missing_ok: bool = False) -> dict | list:
     """The JSON in file `path` (UsageError naming model `name`: unreadable); `missing_ok`: {} when absent."""
     if missing_ok and not os.path.isfile(path):
