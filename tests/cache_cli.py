@@ -14,6 +14,8 @@ HOOK is one of:
   pandas' (pyarrow would import it);
 - `full-after:N`: the cache's segment files after the first N fail to be written, as on a full
   disk (ENOSPC);
+- `rendered`: chat templates render with a system turn first, as another transformers (or jinja)
+  may render the same template: the same flags and model resolve to another `yes-no-chat` template;
 - `probe:P`: the bytecode check (`scorecli.bytecode`) looks at package P instead of torch;
 - `none`: nothing changed.
 """
@@ -49,6 +51,16 @@ def patch(hook: str) -> None:
         return
     if name == "full-after":
         _full_after(int(arg))
+        return
+    if name == "rendered":
+        from transformers import PreTrainedTokenizerBase
+
+        render = PreTrainedTokenizerBase.apply_chat_template
+
+        def with_system(self, conversation, *args, **kwargs):
+            return render(self, [{"role": "system", "content": "Judge."}, *conversation], *args, **kwargs)
+
+        PreTrainedTokenizerBase.apply_chat_template = with_system  # type: ignore[method-assign]
         return
     from scorecli import scorer  # torch
 

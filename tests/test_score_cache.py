@@ -376,3 +376,23 @@ def test_a_cache_named_by_a_file_url(tmp_path, qwen3_seq_cls):
     assert again.rc == 0 and counts(tmp_path / "two.parquet") == (items_of(FIRST), 0), again.stderr
     info = run_cli(Case(["cache", "info", url]))
     assert info.rc == 0 and f"score cache {url}:" in info.stderr + info.stdout.decode(), info.stderr
+
+
+def test_settings_resolved_otherwise_than_recorded_reuse_nothing(tmp_path, qwen3_causal_lm):
+    """The cache maps a run's flags to the settings an earlier run resolved them to; where the
+    model, once loaded, resolves them otherwise (here a chat template rendered otherwise), the
+    window it was loaded for is keyed again under the new settings: none of its pairs is taken
+    from the old ones (the first row's were), and the output is an uncached run's."""
+    first = write(tmp_path / "first.jsonl", jsonl(FIRST[:1]))
+    rows = [FIRST[0], {"id": 9, "query": "a new query", "items": ["new words here", "maybe"]}, *SECOND[1:3]]
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    flags = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "cache")]
+    result = run_cli(Case(score(first, qwen3_causal_lm, tmp_path / "first.parquet", *flags)))
+    assert result.rc == 0, result.stderr
+    out, want = tmp_path / "out.parquet", tmp_path / "want.parquet"
+    result = hooked("rendered", score(inp, qwen3_causal_lm, out, *flags))
+    assert result.rc == 0, result.stderr
+    result = hooked("rendered", score(inp, qwen3_causal_lm, want, "--template", "yes-no-chat"))
+    assert result.rc == 0, result.stderr
+    assert counts(out)[0] == 0, counts(out)
+    assert_same(pq.read_table(out), pq.read_table(want))

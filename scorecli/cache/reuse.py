@@ -226,7 +226,10 @@ class Reusing:
         window.figures = Figures(p.hits, p.misses)
         window.version = version
         if len(p.scored):
+            salt = self.salt
             scorer = self.loaded()
+            if self.salt != salt:  # the model resolved other settings than the request recorded: key again
+                return self.prepare(rows, id_type)
             try:
                 window.inner = scorer.prepare_parsed(rows, p.rows, errors, window.id_type)
                 failed = any(e is not None and errors[k] is None for k, e in enumerate(window.inner.errors))
