@@ -16,6 +16,7 @@ HOOK is one of:
   disk (ENOSPC);
 - `rendered`: chat templates render with a system turn first, as another transformers (or jinja)
   may render the same template: the same flags and model resolve to another `yes-no-chat` template;
+  `rendered:upgraded`: and the libraries' versions are others (that transformers is installed);
 - `probe:P`: the bytecode check (`scorecli.bytecode`) looks at package P instead of torch;
 - `none`: nothing changed.
 """
@@ -61,6 +62,10 @@ def patch(hook: str) -> None:
             return render(self, [{"role": "system", "content": "Judge."}, *conversation], *args, **kwargs)
 
         PreTrainedTokenizerBase.apply_chat_template = with_system  # type: ignore[method-assign]
+        if arg == "upgraded":
+            from scorecli.cache import identity
+
+            identity.library_versions = lambda: {"transformers": "99.0"}
         return
     from scorecli import scorer  # torch
 

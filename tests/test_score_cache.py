@@ -396,3 +396,22 @@ def test_settings_resolved_otherwise_than_recorded_reuse_nothing(tmp_path, qwen3
     assert result.rc == 0, result.stderr
     assert counts(out)[0] == 0, counts(out)
     assert_same(pq.read_table(out), pq.read_table(want))
+
+
+def test_a_library_upgrade_resolves_the_flags_again(tmp_path, qwen3_causal_lm):
+    """After an upgrade of transformers (here one that renders chat templates otherwise), the
+    flags are resolved again by the model before any pair is taken from the cache: a first window
+    whose pairs all hit under the old rendering is not written with the old scores."""
+    first = write(tmp_path / "first.jsonl", jsonl(FIRST[:2]))
+    inp = write(tmp_path / "rows.jsonl", jsonl([*FIRST[:2], *SECOND[1:3]]))
+    flags = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "cache")]
+    result = run_cli(Case(score(first, qwen3_causal_lm, tmp_path / "first.parquet", *flags)))
+    assert result.rc == 0, result.stderr
+    out, want = tmp_path / "out.parquet", tmp_path / "want.parquet"
+    result = hooked("rendered:upgraded", score(inp, qwen3_causal_lm, out, *flags))
+    assert result.rc == 0, result.stderr
+    fresh = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "fresh")]
+    result = hooked("rendered", score(inp, qwen3_causal_lm, want, *fresh))
+    assert result.rc == 0, result.stderr
+    assert counts(out) == counts(want)  # the repeats within the job, no more
+    assert_same(pq.read_table(out), pq.read_table(want))

@@ -6,7 +6,8 @@
   are hashed once per (path, size, modification and change time, inode): the digests of a model
   folder are remembered in the cache (`Memo`), so a nightly run on an unchanged model reads them
   instead of reading gigabytes of weights.
-- `request_digest`: the flags as given (with the model's identity and where `auto` resolves),
+- `request_digest`: the flags as given (with the model's identity, where `auto` resolves and the
+  versions of the libraries that resolve them),
   which the cache maps to the settings an earlier run resolved them to, so that a run whose
   pairs all hit needs no model;
 - `settings_digest`: the resolved settings that decide a pair's score, and nothing else:
@@ -17,6 +18,7 @@ Knows nothing about rows, segments or where the cache lives.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 from dataclasses import fields
@@ -56,6 +58,9 @@ _NOT_SCORE = {
     "max_batch_tokens",
     "share_prefix",
 }
+# libraries that may resolve the same flags and model to other settings (a chat template rendered,
+# label tokens tokenized otherwise): a run after an upgrade asks another request, resolved by the model
+LIBRARIES = ("transformers", "tokenizers", "jinja2")
 _BLOCK = 8 << 20
 FORMAT = 1  # bump when a key's meaning changes: older entries then simply miss
 
@@ -129,14 +134,26 @@ def model_identity(model: str, memo: Memo | None = None) -> str | None:
     return value
 
 
+def library_versions() -> dict[str, str | None]:
+    """The installed versions of `LIBRARIES` (None: not installed), read without importing them."""
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
 def request_digest(cfg, identity: str, resolved_device: str, version: str) -> str:
     """The flags of `cfg` that may change a score, as given, with the model's `identity`, the
-    device `auto` resolves to here and the scorecli `version` (which may resolve them otherwise)."""
+    device `auto` resolves to here, the scorecli `version` and the libraries' (which may resolve
+    them otherwise)."""
     flags = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in _NOT_SCORE}
     if flags.get("template") and os.path.isfile(str(flags["template"])):  # a template file: its text
         with open(str(flags["template"]), "rb") as f:
             flags["template"] = ["file", hashlib.sha256(f.read()).hexdigest()]
-    return digest(["request", FORMAT, identity, resolved_device, version, flags])
+    return digest(["request", FORMAT, identity, resolved_device, version, library_versions(), flags])
 
 
 def settings_digest(settings: dict[str, Any]) -> str:
