@@ -21,8 +21,9 @@ from tests.test_resume import job_input  # noqa: F401 - the module fixture: rows
 pytestmark = pytest.mark.e2e  # the console script (or Ray) end to end
 
 # the console script, SIGKILLed once TEST_KILL_AFTER_PARTS parts are kept; with TEST_AUTO_DTYPE,
-# on a machine where `--dtype auto` resolves to that dtype (as a GPU's bfloat16)
-WRAPPER = """import os, signal, sys
+# on a machine where `--dtype auto` resolves to that dtype (as a GPU's bfloat16); with
+# TEST_TRANSFORMERS_VERSION, where that transformers is installed
+WRAPPER = """import importlib.metadata, os, signal, sys
 import scorecli.engine.checkpoint as checkpoint
 import scorecli.model.load as load
 kill_after = int(os.environ.get("TEST_KILL_AFTER_PARTS", "0"))
@@ -39,6 +40,11 @@ if os.environ.get("TEST_AUTO_DTYPE"):
         import torch
         return getattr(torch, os.environ["TEST_AUTO_DTYPE"]) if name == "auto" else resolve(name, device)
     load.resolve_dtype = resolve_dtype
+if os.environ.get("TEST_TRANSFORMERS_VERSION"):
+    installed = importlib.metadata.version
+    def version(name):
+        return os.environ["TEST_TRANSFORMERS_VERSION"] if name == "transformers" else installed(name)
+    importlib.metadata.version = version
 from scorecli.cli import main
 sys.argv[0] = "scorecli"
 main()
@@ -154,3 +160,21 @@ def test_a_router_models_routes_are_part_of_the_job(tmp_path):
     assert "document_0_Transformer/model.safetensors" in job
     (route / "model.safetensors").write_bytes(b"retrained weights")
     assert fingerprint(cfg, [], "parquet")["model file"] != job
+
+
+def test_a_job_resumed_after_a_library_upgrade_is_another_job(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    """transformers renders chat templates and tokenizes label tokens: a job killed before an
+    upgrade and resumed after it would mix rows scored by two, so it is refused, parts kept."""
+    out = tmp_path / "scores.parquet"
+    args = args_for(job_input, qwen3_seq_cls, out)
+    folder = killed(args, 2)
+    before = files(folder)
+    run = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args, "--resume"],
+        capture_output=True,
+        env=_env(TEST_TRANSFORMERS_VERSION="99.0"),
+        timeout=TIMEOUT,
+    )
+    stderr = run.stderr.decode()
+    assert run.returncode == 2 and "different transformers version" in stderr and "99.0" in stderr, stderr
+    assert files(folder) == before and not out.exists()

@@ -18,13 +18,12 @@ Knows nothing about rows, segments or where the cache lives.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 from dataclasses import fields
 from typing import Any
 
-from scorecli.engine.job import model_files
+from scorecli.engine.job import library_versions, model_files
 from scorecli.model.hub import locate
 from scorecli.runtimes import runtime_info
 
@@ -58,9 +57,6 @@ _NOT_SCORE = {
     "max_batch_tokens",
     "share_prefix",
 }
-# libraries that may resolve the same flags and model to other settings (a chat template rendered,
-# label tokens tokenized otherwise): a run after an upgrade asks another request, resolved by the model
-LIBRARIES = ("transformers", "tokenizers", "jinja2")
 _BLOCK = 8 << 20
 FORMAT = 1  # bump when a key's meaning changes: older entries then simply miss
 
@@ -132,17 +128,6 @@ def model_identity(model: str, memo: Memo | None = None) -> str | None:
     value = digest([[name, _hash_file(os.path.join(base, name))] for name in names])
     memo.put(key, value)
     return value
-
-
-def library_versions() -> dict[str, str | None]:
-    """The installed versions of `LIBRARIES` (None: not installed), read without importing them."""
-    versions: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def request_digest(cfg, identity: str, resolved_device: str, version: str) -> str:

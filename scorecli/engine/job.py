@@ -3,7 +3,7 @@
 Two runs are the same job when they read the same input files (resolved paths, sizes,
 modification times; objects in a store by URL, size and ETag or generation), load the same model (its resolved path, and the names, sizes and
 modification times of the files that make it: weights, configs, tokenizer), run the same
-scorecli version and set every flag that changes the output's content the same way; a template
+scorecli, torch, transformers, tokenizers and jinja2 versions and set every flag that changes the output's content the same way; a template
 file counts by what it holds (an edited template is another job). Flags that
 only change how the work is done (`--window-rows`, `--window-seconds`, `--quiet`, the engine and
 its workers, the GGUF cache folder, the score cache and the audit) are left out, so a resumed run may change them (a resumed job
@@ -18,6 +18,7 @@ Knows flags and files; nothing about scoring or how parts are stored (`io.parts`
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 from dataclasses import fields, replace
@@ -48,6 +49,10 @@ NOT_CONTENT = {
 }
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
+# libraries that may resolve the same flags and model otherwise (a chat template rendered, label
+# tokens tokenized otherwise): a job resumed after an upgrade is another job, and the score cache
+# resolves a request again (`cache.identity.request_digest`); a job counts torch's too (bit for bit)
+LIBRARIES = ("transformers", "tokenizers", "jinja2")
 # the files that make a model folder's output: weights, configs (a sentence-transformers folder's
 # modules too, a Router's routes in their subfolders), tokenizer files (tokenizer.json, vocab.txt,
 # merges.txt, spiece.model, chat templates), a Stanford ColBERT checkpoint's artifact.metadata
@@ -82,6 +87,7 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
         "model": os.path.realpath(cfg.model) if os.path.exists(cfg.model) else cfg.model,
         "model file": _model_files(cfg.model),
         "scorecli version": __version__,
+        **{f"{name} version": v for name, v in library_versions(("torch", *LIBRARIES)).items()},
         "output format": output,
         "template file": _content(cfg.template),
     }
@@ -90,6 +96,17 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
             value = getattr(cfg, f.name)
             out["--" + f.name.replace("_", "-")] = value
     return json.loads(json.dumps(out))  # as it reads back from the job file (tuples as lists)
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """The installed versions of the libraries `names` (None: not installed), read without importing them."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def _file(path: str) -> list:
