@@ -178,3 +178,26 @@ def test_a_job_resumed_after_a_library_upgrade_is_another_job(tmp_path, job_inpu
     stderr = run.stderr.decode()
     assert run.returncode == 2 and "different transformers version" in stderr and "99.0" in stderr, stderr
     assert files(folder) == before and not out.exists()
+
+
+def test_what_scorecli_writes_in_a_models_folder_is_not_the_model(tmp_path):
+    """An output (its `<out>.partial/` bookkeeping) or a score cache kept inside the model's
+    folder is not one of the model's files: the job and the cache's identity stay the same as they
+    grow."""
+    from scorecli.cache.identity import model_identity
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.job import fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    cfg = ScoreConfig(model=str(model))
+    job, identity = fingerprint(cfg, [], "parquet")["model file"], model_identity(str(model))
+    (model / "eval" / "scores.parquet.partial").mkdir(parents=True)
+    (model / "eval" / "scores.parquet.partial" / "_scorecli_job.json").write_text("{}")
+    (model / "cache" / "requests").mkdir(parents=True)
+    (model / "cache" / "scorecli-score-cache.json").write_text("{}")
+    (model / "cache" / "requests" / "0123.json").write_text("{}")
+    assert fingerprint(cfg, [], "parquet")["model file"] == job
+    assert model_identity(str(model)) == identity

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from scorecli.cache.identity import Memo
 from scorecli.cache.segments import SUFFIX, Damaged, Entries, read_entries, read_metadata, to_ipc
+from scorecli.engine.job import SCORE_CACHE_MARKER
 from scorecli.errors import ScorecliError, UsageError, first_line
 from scorecli.io.folders import Folder, folder_at
 from scorecli.io.urls import is_url, local_path, scheme_of
 
-MARKER = "scorecli-score-cache.json"
+MARKER = SCORE_CACHE_MARKER
 FORMAT_NAME = "scorecli score cache"
 FORMAT_VERSION = 1
 MAX_SEGMENTS = 8  # a settings' segments before the smaller ones are merged

@@ -49,6 +49,8 @@ NOT_CONTENT = {
 }
 # ScoreConfig fields whose resolved value the kept parts' metadata holds, compared once the model is loaded
 RESOLVED = {"device", "dtype", "attention"}
+# the file that marks a score cache's folder (`cache.store`)
+SCORE_CACHE_MARKER = "scorecli-score-cache.json"
 # libraries that may resolve the same flags and model otherwise (a chat template rendered, label
 # tokens tokenized otherwise): a job resumed after an upgrade is another job, and the score cache
 # resolves a request again (`cache.identity.request_digest`); a job counts torch's too (bit for bit)
@@ -131,9 +133,12 @@ def model_files(path: str) -> list[str]:
         return [os.path.basename(path)]
     found = []
     for root, dirs, names in os.walk(path, followlinks=True):
+        if SCORE_CACHE_MARKER in names:  # a score cache kept in the model's folder: not the model
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in names:
-            if name.endswith(MODEL_SUFFIXES) and not name.startswith("."):
+        for name in names:  # an output's bookkeeping there (`<out>.partial/_scorecli_job.json`) neither
+            if name.endswith(MODEL_SUFFIXES) and not name.startswith((".", "_scorecli_")):
                 found.append(os.path.relpath(os.path.join(root, name), path))
     return sorted(found)
 
