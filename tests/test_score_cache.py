@@ -383,35 +383,36 @@ def test_settings_resolved_otherwise_than_recorded_reuse_nothing(tmp_path, qwen3
     model, once loaded, resolves them otherwise (here a chat template rendered otherwise), the
     window it was loaded for is keyed again under the new settings: none of its pairs is taken
     from the old ones (the first row's were), and the output is an uncached run's."""
-    first = write(tmp_path / "first.jsonl", jsonl(FIRST[:1]))
     rows = [FIRST[0], {"id": 9, "query": "a new query", "items": ["new words here", "maybe"]}, *SECOND[1:3]]
-    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
-    flags = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "cache")]
-    result = run_cli(Case(score(first, qwen3_causal_lm, tmp_path / "first.parquet", *flags)))
-    assert result.rc == 0, result.stderr
-    out, want = tmp_path / "out.parquet", tmp_path / "want.parquet"
-    result = hooked("rendered", score(inp, qwen3_causal_lm, out, *flags))
-    assert result.rc == 0, result.stderr
-    result = hooked("rendered", score(inp, qwen3_causal_lm, want, "--template", "yes-no-chat"))
-    assert result.rc == 0, result.stderr
+    out, want = _filled_then_rendered(tmp_path, qwen3_causal_lm, FIRST[:1], rows, "rendered", None)
     assert counts(out)[0] == 0, counts(out)
     assert_same(pq.read_table(out), pq.read_table(want))
+
+
+def _filled_then_rendered(tmp_path, model, filled, rows, hook, reference_cache):
+    """A cache filled with `filled` under `yes-no-chat`; then `rows` scored with it under `hook`
+    (`tests/cache_cli.py`: chat templates rendered otherwise), and as the reference under the
+    `rendered` hook with the cache `reference_cache` (None: none). Both outputs' paths."""
+    first = write(tmp_path / "first.jsonl", jsonl(filled))
+    inp = write(tmp_path / "rows.jsonl", jsonl(rows))
+    template = ["--template", "yes-no-chat"]
+    flags = [*template, "--score-cache", str(tmp_path / "cache")]
+    result = run_cli(Case(score(first, model, tmp_path / "first.parquet", *flags)))
+    assert result.rc == 0, result.stderr
+    out, want = tmp_path / "out.parquet", tmp_path / "want.parquet"
+    result = hooked(hook, score(inp, model, out, *flags))
+    assert result.rc == 0, result.stderr
+    reference = template if reference_cache is None else [*template, "--score-cache", str(tmp_path / reference_cache)]
+    result = hooked("rendered", score(inp, model, want, *reference))
+    assert result.rc == 0, result.stderr
+    return out, want
 
 
 def test_a_library_upgrade_resolves_the_flags_again(tmp_path, qwen3_causal_lm):
     """After an upgrade of transformers (here one that renders chat templates otherwise), the
     flags are resolved again by the model before any pair is taken from the cache: a first window
     whose pairs all hit under the old rendering is not written with the old scores."""
-    first = write(tmp_path / "first.jsonl", jsonl(FIRST[:2]))
-    inp = write(tmp_path / "rows.jsonl", jsonl([*FIRST[:2], *SECOND[1:3]]))
-    flags = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "cache")]
-    result = run_cli(Case(score(first, qwen3_causal_lm, tmp_path / "first.parquet", *flags)))
-    assert result.rc == 0, result.stderr
-    out, want = tmp_path / "out.parquet", tmp_path / "want.parquet"
-    result = hooked("rendered:upgraded", score(inp, qwen3_causal_lm, out, *flags))
-    assert result.rc == 0, result.stderr
-    fresh = ["--template", "yes-no-chat", "--score-cache", str(tmp_path / "fresh")]
-    result = hooked("rendered", score(inp, qwen3_causal_lm, want, *fresh))
-    assert result.rc == 0, result.stderr
+    rows = [*FIRST[:2], *SECOND[1:3]]
+    out, want = _filled_then_rendered(tmp_path, qwen3_causal_lm, FIRST[:2], rows, "rendered:upgraded", "fresh")
     assert counts(out) == counts(want)  # the repeats within the job, no more
     assert_same(pq.read_table(out), pq.read_table(want))
