@@ -548,6 +548,25 @@ def test_nonfinite_scores_become_null_and_are_counted(tmp_path):
     assert row["id"] != row["id"] and row["score"] == [None]
 
 
+def test_a_uuid_id_is_written_to_json_lines_as_its_text(tmp_path):
+    """DuckDB writes its `uuid` ids as Parquet UUIDs, which pyarrow reads as `arrow.uuid`: a JSON
+    lines output writes each as its canonical text (the run used to stop at the end, exit 1,
+    `cannot write UUID as JSON`), and a Parquet output keeps the column's type."""
+    import uuid
+
+    first, second = uuid.UUID(int=1), uuid.UUID("c8bf5cba-6bdb-4d8a-9ec1-1f23118c10be")
+    ids = pa.array([first.bytes, None, second.bytes], pa.uuid())
+    table = pa.table({"id": ids, "score": pa.array([[0.5], [], [0.25]], pa.list_(pa.float32()))})
+    out = tmp_path / "out.jsonl"
+    with Sink(str(out), {}) as sink:
+        sink.write(table)
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [str(first), None, str(second)]
+    out = tmp_path / "out.parquet"
+    with Sink(str(out), {}) as sink:
+        sink.write(table)
+    assert pq.read_table(out)["id"].combine_chunks().equals(ids)
+
+
 def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_seq_cls):
     """Through the whole run as the CLI makes it (windows kept as parts, then the output): a NaN
     id from a float64 Parquet id column is NaN in Parquet output and in a dataset, as README
