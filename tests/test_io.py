@@ -594,6 +594,78 @@ def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_se
     assert [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [1.5, None]
 
 
+def _nanosecond_table() -> pa.Table:
+    """Ids of nanoseconds that are not whole microseconds (polars' `Time`, a pandas datetime read
+    at full precision), and another such column scorecli does not use."""
+    return pa.table(
+        {
+            "id": pa.array([3_723_000_000_001, None, 3_723_000_000_002], pa.time64("ns")),
+            "created": pa.array([1_700_000_000_123_456_789, 0, -1], pa.timestamp("ns", "America/New_York")),
+            "query": ["q", "r", "s"],
+            "items": [["a"], ["b"], []],
+        }
+    )
+
+
+def test_nanosecond_ids_are_kept_exactly_end_to_end(tmp_path, qwen3_seq_cls):
+    """A time64[ns] id came back without its nanoseconds (01:02:03.000000001 as 01:02:03, two ids
+    made one) in every output where pandas was loaded; it is kept exactly, and JSON lines write it
+    with nine digits after the second."""
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.engine.run import run_score
+    from scorecli.io.output import resolve_output
+
+    inp = tmp_path / "in.parquet"
+    table = _nanosecond_table()
+    pq.write_table(table, inp)
+    cfg = ScoreConfig(model=qwen3_seq_cls)
+    for name in ("out.parquet", "out.jsonl"):
+        target = resolve_output(str(tmp_path / name), [str(inp)])
+        checkpoint = Checkpoint.open(target, cfg, [str(inp)], resume=False)
+        assert checkpoint is not None
+        run_score(cfg, [str(inp)], target, None, None, None, checkpoint=checkpoint)
+    assert pq.read_table(tmp_path / "out.parquet")["id"].combine_chunks().equals(table["id"].combine_chunks())
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["01:02:03.000000001", None, "01:02:03.000000002"]
+
+
+NO_PANDAS = """
+import json, sys
+from scorecli.io.lazy_pandas import defer
+assert defer()
+import pyarrow as pa, pyarrow.parquet as pq
+from scorecli.io.ids import id_array
+from scorecli.io.readers import iter_rows
+from scorecli.io.writers import to_jsonl
+path, = sys.argv[1:]
+table = pq.read_table(path)
+rows = [raw.data for raw in iter_rows([path])]
+for name in ("id", "created"):
+    assert id_array([r[name] for r in rows], name, table.schema.field(name).type).equals(table[name].combine_chunks())
+print(to_jsonl(table.select(["id", "created"])), end="")
+"""
+
+
+def test_nanoseconds_are_read_and_written_without_pandas(tmp_path):
+    """A command-line run has no pandas (`io.lazy_pandas`), and pyarrow hands a nanosecond value
+    that is not a whole microsecond to Python only through pandas: a Parquet input with such a
+    column, even one scorecli does not use, stopped the run (exit 1, `ValueError: Nanosecond
+    resolution temporal type ... is not safely convertible`), and so did a JSON lines output of
+    such an id. Both hold the values exactly now."""
+    import subprocess
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(_nanosecond_table(), path)
+    proc = subprocess.run([sys.executable, "-c", NO_PANDAS, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == [
+        {"id": "01:02:03.000000001", "created": "2023-11-14T17:13:20.123456789-05:00"},
+        {"id": None, "created": "1969-12-31T19:00:00-05:00"},
+        {"id": "01:02:03.000000002", "created": "1969-12-31T18:59:59.999999999-05:00"},
+    ]
+
+
 # ---- ids (scorecli.io.ids) -------------------------------------------------------------
 
 

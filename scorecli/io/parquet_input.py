@@ -35,7 +35,11 @@ def parquet_file(path: str) -> pq.ParquetFile:
 def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, str | None]]:
     """The rows of `batch` as Python values, each `(record, None)`, or `(None, error)` for a row
     whose text is not UTF-8: pyarrow checks it when it writes a string column, not when it reads
-    one, and another writer may have stored any bytes (`field 'items'[1]: invalid UTF-8 ...`)."""
+    one, and another writer may have stored any bytes (`field 'items'[1]: invalid UTF-8 ...`).
+    Nanoseconds that are not whole microseconds come as integers (`io.nanos`)."""
+    from scorecli.io.nanos import exact_nanos  # pyarrow loads when a file is read
+
+    batch = exact_nanos(batch)
     try:
         return [(record, None) for record in batch.to_pylist()]
     except UnicodeDecodeError:

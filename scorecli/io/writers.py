@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from scorecli.errors import OutputClosed, ScorecliError, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.json_values import json_default
+from scorecli.io.nanos import nanos_as_json
 from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.stores import locate
@@ -49,8 +50,8 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=json_def
 
 def to_jsonl(table: pa.Table) -> str:
     """One JSON object per row, each followed by a newline (NaN/inf must be null already);
-    float32 values with float32 digits (`floats`)."""
-    return "".join(_ENCODE(row) + "\n" for row in shortest_floats(table).to_pylist())
+    float32 values with float32 digits (`floats`), nanoseconds with nine digits (`nanos`)."""
+    return "".join(_ENCODE(row) + "\n" for row in shortest_floats(nanos_as_json(table)).to_pylist())
 
 
 # ---- the sink --------------------------------------------------------------------------
