@@ -190,6 +190,41 @@ def test_empty_directory(tmp_path):
         resolve_inputs([str(tmp_path)])
 
 
+def test_a_spark_or_delta_folder(tmp_path):
+    """What Spark and Delta writers leave beside their parts: `_SUCCESS` and `.crc` files are not
+    inputs; a Delta table's folder (`_delta_log/`) keeps the files of removed rows too and was read
+    whole, those rows scored as if they were the table's: refused, naming the way out; a glob of
+    its files is read as asked."""
+    table = tmp_path / "table"
+    (table / "_delta_log").mkdir(parents=True)
+    (table / "_delta_log" / "00000000000000000000.json").write_text('{"commitInfo": {}}\n')
+    for name in ("part-00000-a.snappy.parquet", "part-00001-b.snappy.parquet"):  # b: a later version's rewrite
+        write_parquet(table / name, [{"id": 1, "query": "q", "items": ["x"]}])
+        (table / f".{name}.crc").write_bytes(b"")
+    (table / "_SUCCESS").write_text("")
+    with pytest.raises(UsageError, match=r"a Delta table \(it holds _delta_log/\).*read_delta"):
+        resolve_inputs([str(table)])
+    assert [os.path.basename(p) for p in resolve_inputs([str(table / "*.parquet")])] == [
+        "part-00000-a.snappy.parquet",
+        "part-00001-b.snappy.parquet",
+    ]
+    (table / "_delta_log" / "00000000000000000000.json").unlink()
+    (table / "_delta_log").rmdir()  # a Spark output folder: its parts
+    assert len(resolve_inputs([str(table)])) == 2
+
+
+def test_a_hive_partitioned_folder_names_the_glob_that_reads_it(tmp_path):
+    """A folder whose parts lie in `key=value/` subfolders (polars, duckdb, Spark with
+    partitioning): its own files are read, not its subfolders', and the message says how to."""
+    (tmp_path / "ds" / "date=2026-11-29").mkdir(parents=True)
+    write_parquet(tmp_path / "ds" / "date=2026-11-29" / "part-0.parquet", [{"query": "q", "items": ["x"]}])
+    with pytest.raises(
+        UsageError, match=r"its subfolders are not read: name their files with a glob, '.*ds/\*\*/\*\.parquet'"
+    ):
+        resolve_inputs([str(tmp_path / "ds")])
+    assert len(resolve_inputs([str(tmp_path / "ds" / "**" / "*.parquet")])) == 1
+
+
 def test_unknown_extension(tmp_path):
     p = tmp_path / "a.xlsx"
     p.write_text("id\n1\n")

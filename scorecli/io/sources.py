@@ -25,6 +25,29 @@ from scorecli.io.urls import is_url, local_path, parse, scheme_of, shown
 GLOB_CHARS = frozenset("*?[")
 
 
+# the folder that makes a folder a Delta Lake table (Spark, delta-rs, Databricks)
+DELTA_LOG = "_delta_log"
+
+
+def delta_table(spec: str) -> str:
+    """Why a Delta table's folder is not read as a folder of files."""
+    return (
+        f"{spec}: a Delta table (it holds {DELTA_LOG}/): its folder keeps the Parquet files of earlier "
+        "versions too, rows since deleted or updated; export the table's current version (duckdb's "
+        "delta_scan, polars' read_delta, Spark) and score that, or name its files with a glob "
+        f"('{spec.rstrip('/')}/*.parquet') when the table was only ever appended to"
+    )
+
+
+def _deeper(spec: str, subfolders: bool) -> str:
+    """A hint for a folder whose files lie in subfolders (a hive-partitioned dataset)."""
+    return (
+        f"; its subfolders are not read: name their files with a glob, '{spec.rstrip('/')}/**/*.parquet'"
+        if subfolders
+        else ""
+    )
+
+
 class Source(Protocol):
     """One kind of input location. Paths are strings as the user writes them (a path or a URL)."""
 
@@ -62,9 +85,14 @@ class LocalSource:
     def expand(self, spec: str, keep: Callable[[str], bool], supported: str) -> list[str]:
         if os.path.isdir(spec):
             names = sorted(n for n in os.listdir(spec) if not n.startswith("."))
+            if DELTA_LOG in names:
+                raise UsageError(delta_table(spec))
             found = [f for f in (os.path.join(spec, n) for n in names) if os.path.isfile(f) and keep(f)]
             if not found:
-                raise UsageError(f"input not found: {spec} (no input files in directory; {supported})")
+                deeper = any(os.path.isdir(os.path.join(spec, n)) for n in names)
+                raise UsageError(
+                    f"input not found: {spec} (no input files in directory{_deeper(spec, deeper)}; {supported})"
+                )
             return found
         if os.path.exists(spec):
             return [spec]
@@ -122,12 +150,16 @@ class StoreSource:
             info = store.info(path)
             if info.is_file:
                 return [store.url(path)]
-        listed = sorted(i.path for i in store.listing(path) if i.is_file)
+        infos = store.listing(path)
+        if any(not i.is_file and os.path.basename(i.path.rstrip("/")) == DELTA_LOG for i in infos):
+            raise UsageError(delta_table(shown(spec)))
+        listed = sorted(i.path for i in infos if i.is_file)
         found = [store.url(p) for p in listed if not os.path.basename(p).startswith(".") and keep(p)]
         if found:
             return found
-        if listed:
-            raise UsageError(f"input not found: {shown(spec)} (no input files under it; {supported})")
+        if listed or infos:
+            deeper = _deeper(shown(spec), any(not i.is_file for i in infos))
+            raise UsageError(f"input not found: {shown(spec)} (no input files under it{deeper}; {supported})")
         raise UsageError(f"input not found: {shown(spec)} ({_nothing_at(store, path)})")
 
     def _glob(self, store: Store, spec: str, path: str, keep: Callable[[str], bool], supported: str) -> list[str]:
