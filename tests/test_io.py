@@ -631,11 +631,12 @@ def test_nan_float_id_of_a_parquet_input_stays_nan_end_to_end(tmp_path, qwen3_se
 
 def _nanosecond_table() -> pa.Table:
     """Ids of nanoseconds that are not whole microseconds (polars' `Time`, a pandas datetime read
-    at full precision), and another such column scorecli does not use."""
+    at full precision), and other such columns scorecli does not use (one of lists of structs)."""
     return pa.table(
         {
             "id": pa.array([3_723_000_000_001, None, 3_723_000_000_002], pa.time64("ns")),
             "created": pa.array([1_700_000_000_123_456_789, 0, -1], pa.timestamp("ns", "America/New_York")),
+            "events": pa.array([[{"at": 1}], None, []], pa.list_(pa.struct([("at", pa.duration("ns"))]))),
             "query": ["q", "r", "s"],
             "items": [["a"], ["b"], []],
         }
@@ -676,6 +677,7 @@ from scorecli.io.writers import to_jsonl
 path, = sys.argv[1:]
 table = pq.read_table(path)
 rows = [raw.data for raw in iter_rows([path])]
+assert [r["events"] for r in rows] == [[{"at": 1}], None, []]  # nanoseconds inside: their numbers
 for name in ("id", "created"):
     assert id_array([r[name] for r in rows], name, table.schema.field(name).type).equals(table[name].combine_chunks())
 print(to_jsonl(table.select(["id", "created"])), end="")

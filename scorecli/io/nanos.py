@@ -6,8 +6,10 @@ it raises (without pandas, as a command-line run is: `io.lazy_pandas`) or, for a
 nanoseconds (with pandas). So a column whose values are not all whole microseconds is read as
 its integer nanoseconds (`exact_nanos`; `pa.array(ints, type=...)` rebuilds the values exactly,
 as `io.ids.id_array` does for an id), and written to JSON lines as text with nine digits after
-the second (`nanos_as_json`; a duration as seconds). Other columns, and the columns of
-nanoseconds that are whole microseconds, are left as they are. Knows nothing about models.
+the second (`nanos_as_json`; a duration as seconds). Nanoseconds inside lists, structs and maps
+(columns that are no field scorecli reads) are read as integers whatever they are. Other columns,
+and the columns of nanoseconds that are whole microseconds, are left as they are. Knows nothing
+about models.
 """
 
 from __future__ import annotations
@@ -35,12 +37,33 @@ def exact_nanos(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
     """`batch` with each column of nanoseconds that are not all whole microseconds as its int64
     values, which `to_pylist` hands over exactly."""
     columns = list(batch.columns)
-    changed = [k for k, column in enumerate(columns) if _sub_micro(column)]
-    if not changed:
-        return batch
-    for k in changed:
-        columns[k] = columns[k].cast(pa.int64())
-    return type(batch).from_arrays(columns, names=batch.schema.names)
+    changed = False
+    for k, column in enumerate(columns):
+        wanted = pa.int64() if _sub_micro(column) else _nested_ints(column.type)
+        if not wanted.equals(column.type):
+            columns[k], changed = column.cast(wanted), True
+    return type(batch).from_arrays(columns, names=batch.schema.names) if changed else batch
+
+
+def _nested_ints(t: pa.DataType) -> pa.DataType:
+    """`t` with int64 for the nanosecond types inside a list, struct or map (a column that is no
+    field scorecli reads: fields are strings, ids scalars): their values, whatever they are, as
+    Python can hold them."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = _inner(t.value_type)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(inner, t.list_size)
+        return pa.large_list(inner) if pa.types.is_large_list(t) else pa.list_(inner)
+    if pa.types.is_map(t):
+        return pa.map_(_inner(t.key_type), _inner(t.item_type))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(k).with_type(_inner(t.field(k).type)) for k in range(t.num_fields)])
+    return t
+
+
+def _inner(t: pa.DataType) -> pa.DataType:
+    temporal = pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t)
+    return pa.int64() if temporal and t.unit == "ns" else _nested_ints(t)
 
 
 def nanos_as_json(table: pa.Table) -> pa.Table:
