@@ -3,7 +3,7 @@
 Thin by design: it parses flags, checks what it can before the model loads (inputs, output,
 template, first rows), hands the run to `run` (or `ray`), whose progress and summary go to
 stderr (`progress`), and maps errors to exit codes: 2 for bad usage or input, 1 otherwise,
-130 / 143 after SIGINT / SIGTERM (`process`); each error is one line of plain text (no
+130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP (`process`); each error is one line of plain text (no
 markup, no emoji codes, control bytes escaped). A closed pipe on the output ends the process
 quietly by SIGPIPE. torch is imported only inside commands, so `--help` is instant. The only
 environment reads are $SCORECLI_MODEL and $SCORECLI_CACHE_DIR/$RAY_ADDRESS (through typer; the

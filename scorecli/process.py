@@ -68,9 +68,10 @@ _held = [0, False]  # how deep the main thread is in `uninterrupted` steps; whet
 
 
 def watch_signals(say_interrupted: Callable[[], None]) -> None:
-    """SIGINT and SIGTERM interrupt the run (exit 130 / 143, output discarded); a second
-    one while cleaning up exits at once, after `say_interrupted()`. An ignored SIGINT (a
-    background job) stays ignored."""
+    """SIGINT, SIGTERM and SIGHUP interrupt the run (exit 130 / 143 / 129, output discarded, parts
+    kept); a second one while cleaning up exits at once, after `say_interrupted()`. An ignored
+    SIGINT (a background job) or SIGHUP (`nohup`) stays ignored: a terminal that closes under an
+    ssh session sends SIGHUP, and its default action would end the run without a word."""
 
     def on_signal(signum, frame) -> None:
         if _signals:  # a second signal: say why (if the first has not yet), then go at once
@@ -82,8 +83,9 @@ def watch_signals(say_interrupted: Callable[[], None]) -> None:
             return
         raise KeyboardInterrupt
 
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
 
@@ -91,8 +93,8 @@ def watch_signals(say_interrupted: Callable[[], None]) -> None:
 def uninterrupted() -> Iterator[None]:
     """A short step that must not stop half-way (an object written to a store in one request:
     pyarrow completes an upload whose stream is closed early, with what it holds so far, so an
-    interrupt between opening and writing it left an empty object in its place). A first SIGINT
-    or SIGTERM in it interrupts the run as the step ends; a second still ends the process at
+    interrupt between opening and writing it left an empty object in its place). A first SIGINT,
+    SIGTERM or SIGHUP in it interrupts the run as the step ends; a second still ends the process at
     once (no upload completes then). Main thread only: it is where signals are handled."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -43,8 +43,13 @@ def noting_interrupts() -> Iterator[None]:
 
 
 def say(message: str) -> None:
-    """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped."""
-    err.print(one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
+    """One line on stderr, printed as it is: no markup, no emoji, control bytes escaped. A stderr
+    that went away (the terminal of an ssh session that closed: EIO) loses the line, not the
+    run's exit code."""
+    try:
+        err.print(one_line(message), markup=False, emoji=False, highlight=False, soft_wrap=True)
+    except OSError:
+        pass
 
 
 def one_line(text: str) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
@@ -122,7 +124,11 @@ def journaled_rows(parts: int) -> int:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum,code",
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
+)
 def test_signal_keeps_parts_and_says_resume(tmp_path, job_input, qwen3_seq_cls, uninterrupted, signum, code):
     out = tmp_path / "scores.jsonl"
     folder = Path(str(out) + ".partial")
@@ -138,6 +144,54 @@ def test_signal_keeps_parts_and_says_resume(tmp_path, job_input, qwen3_seq_cls, 
     assert [r["id"] for r in rows] == list(range(ROWS))
     # JSON lines hold float32 digits: read back as float32, they are the Parquet run's values
     assert [pa.array(r["score"], pa.float32()).to_pylist() for r in rows] == uninterrupted.column("score").to_pylist()
+
+
+@pytest.mark.e2e
+def test_a_closed_terminal_keeps_parts_and_exits_129(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    """An ssh session closes under a run on its terminal: the kernel sends SIGHUP and the terminal
+    gives EIO to every later write, the progress bar's and the interrupted line's included."""
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out)
+    pid, terminal = pty.fork()  # the child leads a session whose controlling terminal is `terminal`
+    if pid == 0:
+        os.execve(SCORECLI[0], SCORECLI + args, _env())
+    deadline = time.monotonic() + 120
+    try:
+        while journaled(folder) < 2:
+            assert time.monotonic() < deadline, "the run never got that far"
+            if select.select([terminal], [], [], 0.05)[0]:
+                os.read(terminal, 65536)  # what a terminal shows (the bar): read, so the run never waits on it
+    finally:
+        os.close(terminal)  # the terminal goes away
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    assert not out.exists() and journaled(folder) >= 2
+    result = run_cli(Case(args + ["--resume"]))
+    assert result.rc == 0, result.stderr
+    assert pq.read_table(out).equals(uninterrupted)
+
+
+@pytest.mark.e2e
+def test_sighup_under_nohup_is_ignored(tmp_path, job_input, qwen3_seq_cls, uninterrupted):
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+
+    def nohup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        SCORECLI + score_args(job_input, qwen3_seq_cls, out), stderr=subprocess.PIPE, env=_env(), preexec_fn=nohup
+    )
+    deadline = time.monotonic() + 120
+    while journaled(folder) < 2 and proc.poll() is None:
+        assert time.monotonic() < deadline, "the run never got that far"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert pq.read_table(out).equals(uninterrupted)
 
 
 @pytest.mark.e2e

@@ -75,7 +75,12 @@ class Tracker:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+        try:
+            self.progress.__exit__(*exc)
+        except OSError:
+            if exc[0] is None:
+                raise
+            # the bar's terminal went away with the run's interrupt (SIGHUP): the interrupt says why it stopped
 
     def window(self, window: Any) -> None:
         """A window of `num_rows` rows holding `num_items` items and costing `num_tokens` starts
