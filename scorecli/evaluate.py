@@ -12,6 +12,7 @@ from itertools import zip_longest
 
 import numpy as np
 
+from scorecli.core.cells import as_list
 from scorecli.core.metrics import DEFAULT_K, Ranking, parse_labels
 from scorecli.errors import InputError, UsageError
 from scorecli.io.formats import RawRow
@@ -104,7 +105,8 @@ def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:
     """The input row holds as many items as the output row scored: labels read against another
     count of items (an input edited since scoring) would mean other items, or grades for indices."""
     assert out.data is not None and row.data is not None
-    items = next((row.data[n] for n in (items_field, "item_ids") if isinstance(row.data.get(n), list)), None)
+    given = (as_list(row.data.get(n), row.where, n) for n in (items_field, "item_ids"))  # a CSV cell: its array
+    items = next((value for value in given if isinstance(value, list)), None)
     scores = out.data.get("score")
     if items is not None and isinstance(scores, list) and len(items) != len(scores):
         raise UsageError(f"{row.where}: {len(items)} items but {out.where}: {len(scores)} scores; " + _ROW_FOR_ROW)

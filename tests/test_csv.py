@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.errors import InputError
 from scorecli.io.groups import group_rows, grouping
 from scorecli.io.ids import IdCheck
@@ -29,12 +31,13 @@ def test_csv_rows_and_their_lines(tmp_path):
     rows = list(iter_rows([path]))
     where = [r.where.rsplit(":", 1)[1] for r in rows]
     assert where == ["2", "3", "6", "7", "8", "9"]
-    assert rows[0].data == {"id": "1", "query": "a fox", "items": ["the quick fox", "a lazy dog"]}
-    assert rows[1].data == {"id": "2", "query": "two\nlines", "items": ["x"]}
+    assert parse_row(rows[0].data, "a", Fields()) == Row("a fox", ["the quick fox", "a lazy dog"], None, "1")
+    assert parse_row(rows[1].data, "a", Fields()) == Row("two\nlines", ["x"], None, "2")
     assert rows[2].error == "expected 3 cells (the header's), got 4"
-    assert rows[3].error.startswith("field 'items': malformed JSON array: ")
+    with pytest.raises(InputError, match=r"^a.csv:7: field 'items': malformed JSON array: "):
+        parse_row(rows[3].data, "a.csv:7", Fields())
     assert rows[4].error == "field 'query': invalid UTF-8 (byte offset 3)"
-    assert rows[5].data["items"] == ["the end"] and not rows[5].typed
+    assert parse_row(rows[5].data, "a", Fields()).items == ["the end"] and not rows[5].typed
     assert count_rows([path]) == 6
     assert [r.where for r in iter_rows([path], skip=4)] == [r.where for r in rows[4:]]  # a resumed run
     tsv = write(tmp_path / "a.tsv", b'id\tquery\titems\n1\ta fox\t"[""the quick fox"", ""a lazy dog""]"\n')
@@ -67,9 +70,10 @@ def test_blank_lines_before_the_header_are_passed_over(tmp_path):
     path = write(tmp_path / "lead.csv", b'\xef\xbb\xbf\r\n\nid,query,items\n1,q,"[""a""]"\n2,r,x,y\n')
     rows = list(iter_rows([path]))
     assert [(r.data, r.where, r.error) for r in rows] == [
-        ({"id": "1", "query": "q", "items": ["a"]}, f"{path}:4", None),
+        ({"id": "1", "query": "q", "items": '["a"]'}, f"{path}:4", None),
         (None, f"{path}:5", "expected 3 cells (the header's), got 4"),
     ]
+    assert parse_row(rows[0].data, rows[0].where, Fields()).items == ["a"]
     assert count_rows([path]) == 2
     twice = write(tmp_path / "twice.tsv", b"\n\t\nid\tid\n")
     with pytest.raises(InputError, match=r"twice.tsv:3: the header names the column 'id' twice"):
@@ -177,6 +181,49 @@ def test_csv_and_grouped_csv_score_as_json_lines_do(tmp_path, qwen3_seq_cls):
     assert result.rc == 2 and len(result.lines()) == 1, result.stderr
     assert result.lines()[0] == f"error: {bad}:3: expected 3 cells (the header's), got 4"
     assert not (tmp_path / "bad.parquet").exists()
+
+
+@pytest.mark.e2e
+def test_text_cells_that_look_like_arrays_stay_text(tmp_path, qwen3_seq_cls):
+    """A query `[citation needed]` was read as a JSON array: a malformed one stopped the run (exit
+    2), `[1, 2]` was a list where a string must be, and so were an id `[1]` and a grouped record's
+    item `[see also]`. Only a field that holds a list (items, token ids, labels) reads the array."""
+    rows = [
+        {"id": "[1]", "query": "[citation needed]", "items": ["[a] first", "plain"], "labels": [1, 0]},
+        {"id": "2", "query": "[1, 2]", "items": ["[see also]"], "labels": [0]},
+    ]
+    as_jsonl = write(tmp_path / "rows.jsonl", jsonl(rows))
+    quoted = [[r["id"], r["query"], json.dumps(r["items"]), json.dumps(r["labels"])] for r in rows]
+    cells = "".join(",".join('"' + c.replace('"', '""') + '"' for c in row) + "\n" for row in quoted)
+    as_csv = write(tmp_path / "rows.csv", ("id,query,items,labels\n" + cells).encode())
+    pairs = "".join(f"{r['id']}\t{r['query']}\t{item}\t{g}\n" for r in rows for item, g in zip(r["items"], r["labels"]))
+    as_pairs = write(tmp_path / "pairs.tsv", ("id\tquery\titems\tlabels\n" + pairs).encode())
+    outs = [tmp_path / f"{name}.parquet" for name in ("jsonl", "csv", "pairs")]
+    for inp, out, extra in zip((as_jsonl, as_csv, as_pairs), outs, ([], [], ["--group-by", "id"])):
+        result = run_cli(Case(["score", inp, "--out", str(out), "--model", qwen3_seq_cls, *extra]))
+        assert result.rc == 0, result.stderr
+    assert scores_of(outs[0]) == scores_of(outs[1]) == scores_of(outs[2])
+    assert [r[0] for r in scores_of(outs[1])] == ["[1]", "2"]
+    # `eval --labels` reads a CSV row's items array to check the scores are of that row
+    edited = write(
+        tmp_path / "edited.csv", Path(as_csv).read_bytes().replace(b'"[""[see also]""]"', b'"[""a"", ""b""]"')
+    )
+    result = run_cli(Case(["eval", str(outs[1]), "--labels", edited]))
+    assert result.rc == 2 and "edited.csv:3: 2 items but " in result.stderr, result.stderr
+
+
+def test_csv_token_id_cells_are_lists_and_a_bad_array_names_its_field(tmp_path):
+    path = write(tmp_path / "ids.csv", b'query_ids,item_ids,labels\n"[1, 2]","[[3], [4, 5]]",[1]\n[1],[[3],[1]\n')
+    first, second = list(iter_rows([path]))
+    row = parse_row(first.data, first.where, Fields())
+    assert (row.query, row.items, row.labels.tolist()) == ([1, 2], [[3], [4, 5]], [0.0, 1.0])
+    with pytest.raises(InputError, match=r"ids.csv:3: field 'item_ids': malformed JSON array: "):
+        parse_row(second.data, second.where, Fields())
+    grouped = write(tmp_path / "g.csv", b'g,query_ids,item_ids\na,[1],[3]\na,[1],"[4, 5]"\nb,[1],"[6,]"\n')
+    rows = list(group_rows(iter_rows([grouped]), grouping("g", "query", "items", "labels")))
+    assert parse_row(rows[0].data, rows[0].where, Fields()).items == [[3], [4, 5]]
+    with pytest.raises(InputError, match=r"g.csv:4: field 'item_ids'\[0\]: malformed JSON array: "):
+        parse_row(rows[1].data, rows[1].where, Fields())
 
 
 @pytest.mark.e2e

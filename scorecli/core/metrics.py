@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from scorecli.core.cells import as_list
 from scorecli.errors import InputError
 
 RELEVANT = 1.0  # trec_eval's default relevance level: a grade at least this is relevant
@@ -34,6 +35,7 @@ def parse_labels(value: Any, n_items: int, where: str, name: str) -> np.ndarray:
         InputError: labels that are not a list of numbers, a negative grade, or an index that
             is not one of the row's items (one line naming `where` and the field).
     """
+    value = as_list(value, where, name)  # a CSV cell
     if not isinstance(value, list):
         raise InputError(f"{where}: field '{name}': expected a list (a grade per item, or relevant items' indices)")
     numbers = [_number(v, where, name) for v in value]

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from scorecli.core.cells import as_list
 from scorecli.core.metrics import parse_labels
 from scorecli.core.templates import text_problem
 from scorecli.errors import InputError
@@ -69,14 +70,16 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
         )
     if given(text_fields) or (not given(id_fields) and any(n in data for n in text_fields)):
         query = _get(data, fields.query, where, "--query-field")
-        items = _get(data, fields.items, where, "--items-field")
+        items = as_list(_get(data, fields.items, where, "--items-field"), where, fields.items)
         if not isinstance(query, str):
             raise InputError(f"{where}: field '{fields.query}': expected a string, got {_type(query)}")
         _check_text(query, where, f"'{fields.query}'")
         _check_list(items, where, fields.items, _text_error)
     elif given(id_fields) or any(n in data for n in id_fields):
-        query = _get(data, "query_ids", where)
-        items = _get(data, "item_ids", where)
+        query = as_list(_get(data, "query_ids", where), where, "query_ids")
+        items = as_list(_get(data, "item_ids", where), where, "item_ids")
+        if isinstance(items, list) and items and isinstance(items[0], str):  # grouped CSV records: a cell each
+            items = [as_list(x, where, "item_ids", k) for k, x in enumerate(items)]
         _check_list(query, where, "query_ids", _token_error)
         _check_list(items, where, "item_ids", _ids_error)
     else:

@@ -2,20 +2,21 @@
 
 A header line names the columns; every other record is one row (or, with `--group-by`, one
 (query, item) pair of a row: `io.groups`). Cells are text, never guessed into numbers (an id
-`007` stays `"007"`), except that a cell written as a JSON array (`["a", "b"]`, first and last
-characters `[` and `]`) is that list: how an `items` column holds a row's items. A record with
-the wrong number of cells, a cell that is not UTF-8 and a malformed JSON array are bad rows at
-`path:LINE`, the record's first physical line (quoted cells may hold newlines), as for JSON lines.
+`007` stays `"007"`); a cell written as a JSON array (`["a", "b"]`, first and last characters
+`[` and `]`) is marked (`core.cells.ArrayText`): a field that holds a list (`items`) reads the
+array, a text field (a query `[citation needed]`) the text. A record with the wrong number of
+cells and a cell that is not UTF-8 are bad rows at `path:LINE`, the record's first physical
+line (quoted cells may hold newlines), as for JSON lines.
 Registered in `io.readers.FORMATS`. Knows nothing about fields.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from scorecli.core.cells import ArrayText
 from scorecli.errors import InputError
 from scorecli.io.formats import RawRow, open_bytes, printable
 from scorecli.io.sources import source_for
@@ -136,21 +137,13 @@ class CsvInput:
 
 
 def _decode(values: dict[str, bytes | None]) -> tuple[dict | None, str | None]:
-    """A record's cells as text (a JSON array as its list), or the first cell's error."""
+    """A record's cells as text (one written as a JSON array marked `ArrayText`: only a field that
+    holds a list decodes it), or the first cell's error."""
     data: dict = {}
     for name, raw in values.items():
         try:
             text = (raw or b"").decode("utf-8")
         except UnicodeDecodeError as e:
             return None, f"field '{name}': invalid UTF-8 (byte offset {e.start})"
-        if text.startswith("[") and text.endswith("]"):
-            try:
-                data[name] = json.loads(text)
-            except json.JSONDecodeError as e:
-                at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at"
-                return None, f"field '{name}': malformed JSON array: {e.msg}{at} column {e.colno}"
-            except RecursionError:
-                return None, f"field '{name}': malformed JSON array: nesting too deep"
-            continue
-        data[name] = text
+        data[name] = ArrayText(text) if text.startswith("[") and text.endswith("]") else text
     return data, None
