@@ -80,6 +80,18 @@ def test_blank_lines_before_the_header_are_passed_over(tmp_path):
         list(iter_rows([twice]))
 
 
+def test_carriage_returns_alone_are_one_clear_error(tmp_path):
+    """A CSV export with classic Mac OS line endings failed with Python's 'new-line character seen
+    in unquoted field - do you need to open the file in universal-newline mode?'."""
+    for name, data in [
+        ("m.csv", b'id,query,items\r1,q,"[""a""]"\r'),
+        ("m.tsv", b'"id"\t"query"\t"items"\r"1"\t"q"\t"[""a""]"\r'),
+    ]:
+        path = write(tmp_path / name, data)
+        with pytest.raises(InputError, match=rf"^{path}:1: lines end in a carriage return alone \(classic Mac OS"):
+            list(iter_rows([path]))
+
+
 def test_records_grouped_into_rows(tmp_path):
     path = write(
         tmp_path / "pairs.csv",

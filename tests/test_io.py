@@ -153,6 +153,23 @@ def test_blank_lines_skipped_and_line_numbers_kept(tmp_path):
     assert [(r.data["id"], r.where) for r in rows] == [(1, f"{p}:2"), (2, f"{p}:5"), (3, f"{p}:6")]
 
 
+def test_carriage_returns_alone_are_one_clear_error(tmp_path):
+    """A file saved with classic Mac OS line endings (CR alone) was one line to the reader: exit 2
+    with 'malformed JSON: Extra data at column 36', or with --skip-bad-rows an output of one bad
+    row and exit 0. It is one error for the whole input that says what the file is."""
+    cr = b'{"id": 1, "query": "q"}\r{"id": 2, "query": "r"}\r'
+    for name, data in [("a.jsonl", cr), ("a.jsonl.gz", gzip.compress(cr))]:
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(InputError, match=rf"^{p}:1: lines end in a carriage return alone .*tr '\\r' '\\n'"):
+            list(iter_rows([str(p)]))
+    with pytest.raises(InputError, match=r"^<stdin>:1: lines end in a carriage return alone"):
+        list(iter_rows(["-"], stdin=io.BytesIO(cr)))
+    fine = tmp_path / "b.jsonl"  # a CR is whitespace in JSON: inside a line that parses, or at a file's end
+    fine.write_bytes(b'{"id": 1,\r"query": "q"}\r\n{"id": 2}\r')
+    assert [r.data for r in iter_rows([str(fine)])] == [{"id": 1, "query": "q"}, {"id": 2}]
+
+
 def test_utf8_bom_is_ignored(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'\xef\xbb\xbf{"id": "\xc3\xa9"}\n')

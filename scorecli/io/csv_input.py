@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from scorecli.core.cells import ArrayText
 from scorecli.errors import InputError
-from scorecli.io.formats import RawRow, open_bytes, printable
+from scorecli.io.formats import CR_ONLY, RawRow, bare_cr, open_bytes, printable
 from scorecli.io.sources import source_for
 
 if TYPE_CHECKING:
@@ -117,6 +117,8 @@ class CsvInput:
         try:
             names = next(csv.reader([header.decode("utf-8-sig")], delimiter=self.delimiter), [])
         except (UnicodeDecodeError, csv.Error) as e:
+            if isinstance(e, csv.Error) and bare_cr(header):  # the header line is the whole file
+                raise InputError(f"{path}:{line}: {CR_ONLY}") from e
             raise InputError(f"{path}:{line}: cannot read the header line: {printable(e)}") from e
         if not names:
             return None, line

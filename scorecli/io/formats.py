@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_BARE_CR = re.compile(rb"\r(?!\n)")
+# a file saved with classic Mac OS line endings: its lines are one line to a reader of LF or CR LF
+CR_ONLY = (
+    "lines end in a carriage return alone (classic Mac OS line endings); scorecli reads lines "
+    "ending in LF or CR LF: convert the file first, e.g. tr '\\r' '\\n' < IN > OUT"
+)
+
+
+def bare_cr(line: bytes) -> bool:
+    """Whether `line` holds a carriage return that no line feed follows (`CR_ONLY`)."""
+    return _BARE_CR.search(line) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from scorecli.errors import InputError, UsageError
 from scorecli.io.csv_input import CsvInput
-from scorecli.io.formats import InputFormat, RawRow, is_gzip, open_bytes
+from scorecli.io.formats import CR_ONLY, InputFormat, RawRow, bare_cr, is_gzip, open_bytes
 from scorecli.io.parquet_input import ParquetInput
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
 
@@ -150,6 +150,8 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
             raise InputError(
                 f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line (convert with: jq -c '.[]')"
             )
+        if first and bare_cr(line) and _parse_line(line, label).error is not None:
+            raise InputError(f"{label}:{lineno}: {CR_ONLY}")  # else the whole file is one bad row
         first = False
         if skip:
             skip -= 1
