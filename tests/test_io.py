@@ -450,6 +450,23 @@ def test_jsonl_sink_streams_to_stdout_window_by_window(tmp_path, capsys):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_streamed_column_first_seen_later_is_in_every_later_line(capsys):
+    """`--out -` wrote a window's lines with that window's columns: after a window with ids, a
+    window whose rows have none left the id key out again (a reader that takes its columns from
+    the lines it has seen, polars or DuckDB, then lost or refused them). A stream cannot go back
+    to the lines before the first id; from there on every line has the key, null where a row has none."""
+    scores = pa.array([[0.5]], pa.list_(pa.float32()))
+    with Sink("-", {"model": "m"}) as sink:
+        sink.write(pa.table({"score": scores}))
+        sink.write(pa.table({"id": [5], "score": scores, "labels": pa.array([[1.0]], pa.list_(pa.float64()))}))
+        sink.write(pa.table({"score": scores}))
+        sink.write(pa.table({"id": pa.nulls(1, pa.null()), "score": scores}))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == {"score": [0.5]}
+    assert [list(line) for line in lines[1:]] == [["id", "score", "labels"]] * 3
+    assert [line["id"] for line in lines[1:]] == [5, None, None]
+
+
 def test_failed_run_keeps_stdout_open_and_adds_nothing(capsys):
     with pytest.raises(ValueError):
         with Sink("-", {"model": "m"}) as sink:

@@ -125,7 +125,10 @@ class Sink:
         if self.format == "parquet":
             self._write_parquet(table)
             return
-        data = to_jsonl(table).encode("utf-8")
+        # a column that appears in a later window (the first id after rows without one) is in every
+        # line from there on, null where a row has none: a stream cannot go back to the earlier lines
+        self._schema = table.schema if self._schema is None else merge_schema(self._schema, table.schema)
+        data = to_jsonl(conform(table, self._schema)).encode("utf-8")
         with _closed_pipe(self):
             if self._dest is not None:  # counted first: a signal may stop the write halfway
                 self.streamed += table.num_rows
