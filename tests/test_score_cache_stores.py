@@ -4,6 +4,7 @@ their own entries); with `--resume` after a kill."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -111,6 +112,27 @@ def test_cache_with_resume(inputs, uncached, qwen3_seq_cls, tmp_path):
     assert hits + misses == sum(len(s) for s in pq.read_table(out)["score"].to_pylist()), (hits, misses)
 
 
+def test_ray_resumes_a_cached_job_with_the_whole_outputs_counts(inputs, uncached, qwen3_seq_cls, tmp_path):
+    """A cached job resumed with --engine ray counted the resumed rows' pairs alone (its metadata said
+    fewer hits and misses than the output holds items, where the local engine counts them all); the
+    parts Ray writes now hold the job's counts so far, as the local engine's do."""
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    args = score(inputs["rows"], qwen3_seq_cls, out, "--window-rows", "1", "--score-cache", str(cache))
+    killed(start("slow:1.5", args), tmp_path / "out.parquet.partial" / "part-00000.parquet", 0.5)
+    result = run_cli(Case([*args, "--resume", "--engine", "ray", "--num-workers", "1"]))
+    assert result.rc == 0, result.stderr
+    kept = re.search(r"resumed after (\d+) rows?;", result.stderr)
+    assert kept is not None, result.stderr
+    kept = int(kept.group(1))
+    assert_same(pq.read_table(out), uncached["rows"])
+    hits, misses = counts(out)
+    assert hits + misses == items_of(ROWS) and kept < len(ROWS), (hits, misses, kept)
+    assert (
+        f"score cache: {hits:,} hits, {misses:,} misses (the output's, its {kept} kept row{'s' * (kept != 1)} included)"
+        in result.stderr
+    )
+
+
 def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_path):
     """Kept windows whose pairs all came from the cache carry the metadata of the run that filled
     it (here with --attention eager, which is no part of the key): --resume of the very same
@@ -132,3 +154,9 @@ def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_pa
     assert counts(out) == (4 * 2, 4 * 2)
     audited = meta(out)  # every pair of the job, the kept windows' too (it drew from the resumed ones alone)
     assert (audited["audit_pairs"], float(audited["audit_max_score_diff"]) <= 1e-5) == ("16", True), audited
+    # the summary said "16 pairs (0 of them reused)" of a job whose kept half all came from the cache:
+    # a kept part does not say which of its pairs did, so the line says which pairs are the kept rows'
+    kept = int(re.search(r"resumed after (\d+) rows?;", result.stderr).group(1))
+    assert f"(the output's, its {kept} kept rows included)" in result.stderr, result.stderr
+    said = f"16 pairs ({2 * kept} of them are from the kept rows, {2 * (4 - kept)} of the rest reused)"
+    assert said in result.stderr, result.stderr  # the kill may come before the fourth part is journaled

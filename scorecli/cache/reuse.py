@@ -328,7 +328,7 @@ class Reusing:
             scores = np.array(_items(column, scored), dtype=np.float32).reshape(len(keys), labels)
             chunks = np.array(_items(table["num_chunks"], scored)) if self.config.chunk_tokens is not None else None
             if self.sampler is not None:
-                self.sampler.offer(window, parsed, offsets, np.zeros(len(keys), bool), scores)
+                self.sampler.offer(window, parsed, offsets, None, scores)  # hit or miss: the part does not say
             if not self.lookups:
                 continue
             if any(e is not None for e in errors):

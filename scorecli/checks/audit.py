@@ -42,7 +42,7 @@ class Pair:
     ours: np.ndarray  # [labels] the run's scores
     row_scores: np.ndarray  # [items] the row's `score`, as the run wrote them
     row_key: tuple[int, int]  # (window, row): pairs of one row are judged together
-    hit: bool
+    hit: bool | None  # None: a pair of the rows an earlier run of a resumed job kept (not recorded)
 
 
 @dataclass
@@ -57,10 +57,12 @@ class Sampler:
     pairs: list[Pair] = field(default_factory=list)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(SEED))
 
-    def offer(self, rows: list, parsed: list, offsets: np.ndarray, found: np.ndarray, values: np.ndarray) -> None:
+    def offer(
+        self, rows: list, parsed: list, offsets: np.ndarray, found: np.ndarray | None, values: np.ndarray
+    ) -> None:
         """A finished window's good rows (`RawRow`s and their parsed `Row`s), where each row's items
-        start (`offsets`, [rows + 1]), which items were cache hits, and the items' values
-        [items, >= labels]."""
+        start (`offsets`, [rows + 1]), which items were cache hits (None: a kept window of a resumed
+        job, whose part does not say), and the items' values [items, >= labels]."""
         m = int(offsets[-1])
         t = self.seen + np.arange(m)
         # algorithm R: item t is taken into slot j (uniform in [0, t]) when j < n
@@ -76,7 +78,7 @@ class Sampler:
                 values[i, : self.labels].astype(np.float64),
                 values[a:b, self.positive].astype(np.float64),
                 (self.windows, row),
-                bool(found[i]),
+                None if found is None else bool(found[i]),
             )
             if len(self.pairs) < self.n:
                 self.pairs.append(pair)
@@ -95,6 +97,7 @@ class Verdict:
     reordered: float  # share of audited rows
     tolerance: float
     asked: int = 0  # --audit N: more than `pairs` when the run held fewer
+    kept: int = 0  # pairs of a resumed job's kept rows: whether the cache gave them is not known
 
     @property
     def passed(self) -> bool:
@@ -110,6 +113,11 @@ class Verdict:
 
     def line(self) -> str:
         reused = f"{self.hits} of them reused" if self.pairs != 1 else ("reused" if self.hits else "not reused")
+        if self.kept:  # this run saw the others; a kept part does not say whether the cache gave its scores
+            said = "it is" if self.pairs == 1 else f"{self.kept} of them are"
+            reused = f"{said} from the kept rows" + (
+                "" if self.kept == self.pairs else f", {self.hits} of the rest reused"
+            )
         if self.pairs < self.asked:
             reused = f"all the run's, fewer than --audit {self.asked}; {reused}"
         return (
@@ -157,8 +165,9 @@ def audit(sampler: Sampler, cfg, run_scorer, load, dtype: str) -> Verdict:
     if pairs and not np.isfinite(ours - theirs).all():
         diff = float("nan") if not np.array_equal(np.isnan(ours), np.isnan(theirs)) else diff
     rows, reordered = _reordered(pairs, theirs[:, sampler.positive] if pairs else np.zeros(0), tolerance)
-    hits = sum(p.hit for p in pairs)
-    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n)
+    hits = sum(p.hit is True for p in pairs)
+    kept = sum(p.hit is None for p in pairs)
+    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n, kept)
 
 
 def _reordered(pairs: list[Pair], reference: np.ndarray, tolerance: float) -> tuple[int, float]:

@@ -252,6 +252,13 @@ def summary(console: Console, counts: Counts, seconds: float, out: str, note: st
     console.print(one_line(line), markup=False, emoji=False, soft_wrap=True)  # a newline in --out stays one line
 
 
+def cache_said(hits: int, misses: int, kept: int) -> str:
+    """The summary's words for the score cache's counts: the whole output's, as its metadata holds
+    them, which for a resumed job (`kept` rows an earlier run kept) counts more items than this run scored."""
+    said = f"score cache: {hits:,} hits, {misses:,} misses"
+    return said + (f" (the output's, its {counted(kept, 'kept row')} included)" if kept else "")
+
+
 @contextmanager
 def tracked(total: int) -> Iterator[Tracker]:
     """A progress line on stderr over `total` rows, for a library caller who asked for one."""

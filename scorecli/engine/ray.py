@@ -40,7 +40,7 @@ from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.job import pinned_runtime
 from scorecli.engine.lifecycle import Closing, Window, run_job
-from scorecli.engine.progress import Counts
+from scorecli.engine.progress import Counts, cache_said
 from scorecli.engine.ray_cluster import connected, plan_workers, quiet_ray_data
 from scorecli.engine.ray_workers import (
     FAILED,
@@ -67,6 +67,7 @@ from scorecli.io.ids import IdCheck, schema_id_type
 from scorecli.io.output import Target, resolve_output
 from scorecli.io.parts import Part
 from scorecli.io.readers import STDIN, RawRow, count_rows, iter_rows
+from scorecli.io.schema import with_metadata
 from scorecli.io.urls import is_url
 
 __all__ = ["ROW_INDEX", "RayEngine", "ScorecliPredictor", "import_ray", "run_score_ray"]
@@ -129,7 +130,10 @@ class _RayScoring:
         )
         used = min(self.workers, max(len(self.refs), 1))
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
-        self.hits = self.misses = 0  # what the workers' score cache gave (`ray_workers.FIGURES`)
+        # what the workers' score cache gave (`ray_workers.FIGURES`), a resumed job's kept rows' included:
+        # each part this driver writes holds the job's counts so far, as the local engine's parts do
+        kept = checkpoint.metadata() if checkpoint is not None and checkpoint.rows_done else {}
+        self.hits, self.misses = int(kept.get("score_cache_hits") or 0), int(kept.get("score_cache_misses") or 0)
         self.profile = ""
 
     def total(self) -> int:
@@ -207,6 +211,8 @@ class _RayScoring:
                     yield self._written(table, metadata)
                 else:
                     table = public(table, self.cfg.skip_bad_rows)
+                    if self.cfg.score_cache:
+                        table = table.replace_schema_metadata(with_metadata(table.schema, self._figures()).metadata)
                     yield Window(table.num_rows, metadata, table)
 
     def _written(self, table: pa.Table, metadata: dict) -> Window:
@@ -275,9 +281,12 @@ class _RayScoring:
             return Closing()
         if self.profile:
             CacheStore(self.cfg.score_cache, create=True).tidy(self.profile, [])
-        figures = {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
-        said = f"score cache: {self.hits:,} hits, {self.misses:,} misses"
+        figures = self._figures()
+        said = cache_said(self.hits, self.misses, self.done)
         return Closing(self.metadata | figures if self.metadata else figures, said)
+
+    def _figures(self) -> dict[str, str]:
+        return {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
 
 
 def run_score_ray(

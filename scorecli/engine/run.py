@@ -22,7 +22,7 @@ from scorecli.core.rows import Fields, parse_row
 from scorecli.engine.checkpoint import Checkpoint
 from scorecli.engine.lifecycle import Closing, Window, run_job
 from scorecli.engine.local import score_stream
-from scorecli.engine.progress import loading
+from scorecli.engine.progress import cache_said, loading
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError
 from scorecli.io.groups import grouped_rows, grouping
@@ -152,7 +152,8 @@ class _Local:
         reuse.close()
         if figures := reuse.closing_metadata():
             done.metadata = reuse.metadata | figures
-            done.summary = f"score cache: {reuse.figures.hits:,} hits, {reuse.figures.misses:,} misses"
+            kept = self.checkpoint.rows_done if self.checkpoint is not None else 0
+            done.summary = cache_said(reuse.figures.hits, reuse.figures.misses, kept)
         if reuse.sampler is not None:
             verdict = reuse.audit()
             done.metadata = (done.metadata or reuse.metadata) | verdict.metadata()
