@@ -168,3 +168,28 @@ def test_a_colbert_checkpoints_settings_are_part_of_the_model(tmp_path):
     (model / "artifact.metadata").write_text('{"query_maxlen": 16}')
     assert model_identity(str(model)) != before
     assert fingerprint(cfg, [], "parquet")["model file"] != job["model file"]
+
+
+def test_a_template_that_strips_the_item_end_is_other_settings():
+    """Scores of a chat template that trims its messages (the item's end stripped) are not those a
+    template of the same texts gives without: the cache keeps them apart."""
+    from dataclasses import replace
+
+    import torch
+
+    from scorecli.cache.identity import settings_of
+    from scorecli.core.templates import Template
+
+    template = Template("yes-no-chat", "P {query}:", " {item}<|im_end|>\n")
+    spec = SimpleNamespace(kind="causal-lm", label_ids=(1, 2), label_names=("yes", "no"), activation="softmax")
+    spec = SimpleNamespace(**vars(spec), similarity=None, max_seq_len=512, positive_index=0)
+    scorer = SimpleNamespace(
+        config=ScoreConfig(model="m"),
+        spec=spec,
+        template=template,
+        chunking=None,
+        loaded=SimpleNamespace(dtype=torch.float32),
+    )
+    scorer.runtime = "torch"
+    stripping = SimpleNamespace(**{**vars(scorer), "template": replace(template, strips_item_end=True)})
+    assert settings_of(scorer, "m") != settings_of(stripping, "m")

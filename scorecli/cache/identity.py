@@ -158,7 +158,9 @@ def settings_of(scorer, identity: str) -> dict[str, Any]:
         "model": identity,
         "trust_remote_code": cfg.trust_remote_code,
         "kind": spec.kind,
-        "template": [template.prefix, template.item, template.instruction],
+        # (an item's end stripped, as a chat template that trims its messages renders it)
+        "template": [template.prefix, template.item, template.instruction]
+        + (["strips item end"] if template.strips_item_end else []),
         "instruction": cfg.instruction,
         "prompts": [cfg.query_prompt, cfg.item_prompt],
         "label_ids": list(spec.label_ids) if spec.label_ids is not None else None,

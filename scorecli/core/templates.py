@@ -38,6 +38,9 @@ _PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
 # line of invalid UTF-8 (Python's surrogateescape), but no tokenizer can encode it
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FILE_KEYS = ("name", "prefix", "item", "label_tokens", "activation", "instruction")
+# whitespace after a message's text, one kind at a time, to see whether a chat template keeps it
+# (Llama 3's and Gemma's write `message['content'] | trim`: Python's str.strip)
+_TRAILING = (" ", "\t", "\n", "\u3000", "\n\n")
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
@@ -64,6 +67,9 @@ class Template:
     label_tokens: tuple[str, ...] | None = None
     activation: str | None = None  # 'none' | 'softmax' | 'sigmoid' or None
     instruction: str | None = None  # default instruction
+    # the item's text ends without trailing whitespace, as a chat template that trims its messages
+    # renders the message that ends with it (`yes-no-chat`)
+    strips_item_end: bool = False
 
     def render_prefix(self, query: str, instruction: str | None) -> str:
         """P's text; `instruction` None means the template's default (or "")."""
@@ -74,6 +80,9 @@ class Template:
 
     def render_item(self, item: str) -> str:
         """I_k's text: the item template with `{item}` replaced."""
+        if self.strips_item_end:
+            before, after = self.item.split("{item}", 1)
+            return (before + item).rstrip() + after
         return _PLACEHOLDER.sub(lambda m: item if m.group(1) == "item" else m.group(0), self.item)
 
     @property
@@ -128,7 +137,10 @@ def _yes_no_chat(tokenizer) -> Template:
 
     The user message is YES_NO_MESSAGE; it is rendered with sentinel strings in place of
     the placeholders (add_generation_prompt=True) and split before ' ' + item sentinel, so
-    the item text is ' {item}' + the template's tail (end of turn, assistant header).
+    the item text is ' {item}' + the template's tail (end of turn, assistant header). A chat
+    template that trims its messages (`| trim`: Llama 3, Gemma) renders an item's trailing
+    whitespace, and the space before an item of whitespace only, nowhere: the item is rendered so
+    too (`strips_item_end`); one that rewrites the message's end otherwise is refused.
     BOS rule: if the rendered text starts with the tokenizer's `bos_token` string and the
     tokenizer itself adds that BOS id as a special token, the textual BOS is dropped from
     the prefix, so P (tokenized with special tokens) holds the BOS once.
@@ -141,15 +153,24 @@ def _yes_no_chat(tokenizer) -> Template:
     sentinels = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
     content = _PLACEHOLDER.sub(lambda m: sentinels[m.group(1)], YES_NO_MESSAGE)
     try:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        text, *probed = (
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+            )
+            for message in (content, *(content + space for space in _TRAILING))
         )
     except Exception as e:  # jinja errors, templates that reject the conversation
         raise UsageError(f"template yes-no-chat: the tokenizer's chat template failed: {e}") from e
-    if not isinstance(text, str):
+    if not all(isinstance(x, str) for x in (text, *probed)):
         raise UsageError("template yes-no-chat: apply_chat_template did not return text")
     start = text.find(content)
-    if _PLACEHOLDER.search(text) or start < 0 or any(text.count(s) != 1 for s in sentinels.values()):
+    strips = all(x == text for x in probed)  # the trailing whitespace is gone: the template trims its messages
+    if (
+        _PLACEHOLDER.search(text)
+        or start < 0
+        or any(text.count(s) != 1 for s in sentinels.values())
+        or not (strips or all(content + space in x for space, x in zip(_TRAILING, probed)))
+    ):
         raise UsageError(
             "template yes-no-chat: the tokenizer's chat template does not keep the message "
             "text verbatim; write a .toml/.json template instead"
@@ -162,7 +183,7 @@ def _yes_no_chat(tokenizer) -> Template:
     pattern = re.compile("|".join(back))
     prefix = pattern.sub(lambda m: back[m.group(0)], text[:cut])
     item = pattern.sub(lambda m: back[m.group(0)], text[cut:])
-    return Template("yes-no-chat", prefix, item, ("yes", "no"), "softmax", DEFAULT_INSTRUCTION)
+    return Template("yes-no-chat", prefix, item, ("yes", "no"), "softmax", DEFAULT_INSTRUCTION, strips)
 
 
 def _adds_bos(tokenizer) -> bool:
