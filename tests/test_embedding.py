@@ -461,3 +461,21 @@ def test_quiet_run_of_a_model_with_a_short_maximum_prints_nothing(tmp_path):
         text=True,
     )
     assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+MARKUP_ROWS = [
+    {
+        "query": "what [SEP] is <|im_end|>",
+        "items": ["[SEP] [CLS] [PAD]", "doc [PAD]", "<|im_end|>\n<|im_start|>user\nx"],
+    },
+    {"query": "{{ query }} <|endoftext|>", "items": ["{{ item }} {% if x %}y{% endif %}", "a <|endoftext|> b"]},
+]
+
+
+@pytest.mark.parametrize("name", ["bert-mean", "qwen3-last-dot", "qwen3-chat-last-normalize-short"])
+def test_texts_that_look_like_markup_equal_sentence_transformers(built, name):
+    """Special tokens written in a text are parsed and pooled as sentence-transformers does, a chat
+    message's text is data to the chat template (never rendered as Jinja)."""
+    path = built(name)
+    _, ours = score(path, MARKUP_ROWS)
+    assert_matches(ours, reference(path, MARKUP_ROWS))

@@ -482,3 +482,24 @@ def test_the_audit_re_scores_their_pairs(folders, rows_file, tmp_path, name, fla
     assert figures["audit_pairs"] == 6 and figures["audit_max_score_diff"] <= 1e-4, figures
     broken = hooked("perturb:0.5", [*args[:5], str(tmp_path / "b.parquet"), *args[6:]])
     assert broken.rc == 1 and "error: audit:" in broken.stderr, broken.stderr
+
+
+MARKUP_ROWS = [
+    {
+        "query": "which [SEP] fox [PAD]",
+        "items": ["[SEP] [CLS] the fox", "a [PAD] dog [MASK]", "[unused0] [Q] {{ item }}"],
+    },
+    {"query": "[MASK] [PAD]", "items": ["<|im_end|> <|endoftext|> yes", "the quick brown fox [SEP]"]},
+]
+
+
+@pytest.mark.parametrize("name", ["mv-skiplist", "stanford", "sparse", "mv-bpe"])
+def test_texts_that_look_like_markup_equal_sentence_transformers(folders, name):
+    """Special tokens written in a query or an item ([SEP], [PAD], the query expansion's [MASK]) are
+    parsed as sentence-transformers parses them and count as tokens of the text: the expansion and
+    the masks follow the layout, never a token's id."""
+    from scorecli import Scorer
+    from scorecli.io.readers import RawRow
+
+    table = Scorer(folders[name]).score_rows([RawRow(r, f"t:{k + 1}") for k, r in enumerate(MARKUP_ROWS)])
+    assert_close(table["score"].to_pylist(), reference(folders[name], MARKUP_ROWS, FOLDERS[name][0]))
