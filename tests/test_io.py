@@ -15,8 +15,9 @@ import pytest
 
 from scorecli.errors import InputError, OutputClosed, UsageError
 from scorecli.io.ids import IdCheck, schema_id_type
-from scorecli.io.output import Target, clean_stale_temps, output_format, resolve_output, temp_path
+from scorecli.io.output import Target, output_format, resolve_output
 from scorecli.io.readers import RawRow, count_rows, iter_rows, resolve_inputs
+from scorecli.io.temp_files import clean_stale_temps, temp_path
 from scorecli.io.writers import Sink
 
 

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 
 from scorecli.errors import UsageError
 from scorecli.io.folder_lock import Busy, hold, release
-from scorecli.io.output import fsync_dir
 from scorecli.io.stores import locate
+from scorecli.io.temp_files import fsync_dir
 from scorecli.io.urls import is_url
 
 LEASE = "_scorecli_lease.json"

@@ -34,9 +34,10 @@ from scorecli.errors import OutputClosed, ScorecliError, UsageError
 from scorecli.io.floats import shortest_floats
 from scorecli.io.json_values import json_default
 from scorecli.io.nanos import nanos_as_json
-from scorecli.io.output import Target, clean_stale_temps, fsync_dir, lock, output_format, resolve_output, temp_path
+from scorecli.io.output import Target, output_format, resolve_output
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.stores import locate
+from scorecli.io.temp_files import clean_stale_temps, fsync_dir, lock, temp_path
 from scorecli.io.urls import is_url
 
 __all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
