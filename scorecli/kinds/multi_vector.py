@@ -29,13 +29,8 @@ from scorecli.kinds import KINDS, POOLINGS, Checkpoint, Setup
 from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
-    check_encoder,
-    lengths,
-    one_label,
-    prompts_line,
-    refuse_flags,
-    text_encoder,
 )
+from scorecli.kinds.apart_spec import check_encoder, lengths, one_label, prompts_line, refuse_flags, text_encoder
 from scorecli.kinds.heads import maxsim
 from scorecli.kinds.spec import RunSpec
 from scorecli.model.vector_folders import MultiVectorFolder, read_multi_vector

@@ -27,14 +27,9 @@ from scorecli.kinds import Checkpoint, Setup
 from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
-    check_encoder,
-    lengths,
-    one_label,
-    prompts_line,
-    refuse_flags,
-    text_encoder,
     with_module,
 )
+from scorecli.kinds.apart_spec import check_encoder, lengths, one_label, prompts_line, refuse_flags, text_encoder
 from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
 from scorecli.kinds.spec import RunSpec
