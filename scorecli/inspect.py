@@ -15,6 +15,7 @@ from scorecli.config import ScoreConfig
 from scorecli.errors import Notice
 from scorecli.kinds import KINDS, family_class
 from scorecli.model.default_model import BUNDLED, DEFAULT
+from scorecli.model.tokenizer import load_tokenizer
 
 
 def _columns() -> int | None:
@@ -56,7 +57,7 @@ def describe(
     `mis_line` False: no "multi-item" line from the config alone (`check` gives the real one).
     `name`: how the user named it (a bundled model's short name), when not its path."""
     from scorecli.kinds.spec import label_tokens_refused, refuse, sequence_limit
-    from scorecli.model.load import load_tokenizer, open_checkpoint, read_checkpoint
+    from scorecli.model.load import open_checkpoint, read_checkpoint
     from scorecli.model.sentence import transformer_folder
 
     cfg = ScoreConfig(model=model, trust_remote_code=trust_remote_code, cache_dir=cache_dir)

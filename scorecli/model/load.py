@@ -1,4 +1,4 @@
-"""Load a Hugging Face checkpoint (weights, tokenizer) and detect its kind.
+"""Load a Hugging Face checkpoint (weights; its tokenizer through `model.tokenizer`) and detect its kind.
 
 What a run does with the model (mode, labels, lengths) is resolved in `spec.py`; what a kind
 needs at run time in `kinds`. Knows nothing about input rows or output files. Loading is safe by default: no remote
@@ -26,6 +26,7 @@ from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
+from scorecli.model.tokenizer import load_tokenizer
 from scorecli.runtimes import auto_device
 from scorecli.timings import mark
 
@@ -351,36 +352,6 @@ def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> N
     )
 
 
-# probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
-_TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
-
-
-def load_tokenizer(path: str, cfg: ScoreConfig):
-    """The checkpoint's tokenizer (UsageError: none that encodes text); scorecli checks sequence
-    lengths itself, so its `model_max_length` is lifted."""
-    from transformers import AutoTokenizer
-
-    name = cfg.model
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
-    except Exception as exc:  # the folder's files: `tokenizers` raises a bare Exception for a bad vocabulary
-        raise UsageError(f"cannot load the tokenizer of {path}: {_tokenizer_files(path) or first_line(exc)}") from exc
-    # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
-    # (not even for the probe below, which a tokenizer with a small maximum would warn about)
-    tokenizer.model_max_length = int(1e30)
-    try:
-        ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
-    except Exception as exc:  # e.g. a WordPiece vocabulary without its unknown token
-        problem = _tokenizer_files(path) or f"it cannot encode text ({first_line(exc)})"
-        raise UsageError(f"cannot load the tokenizer of {path}: {problem}") from exc
-    if not ids or all(i == tokenizer.unk_token_id for i in ids):
-        raise UsageError(
-            f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
-            "(are its tokenizer files, e.g. tokenizer.json, missing?)"
-        )
-    return tokenizer
-
-
 @contextmanager
 def quiet_transformers(bar: bool = True, advice: bool = True) -> Iterator[None]:
     """transformers' "Loading weights" bar (`bar`) and its advice to model authors (`advice`) off
@@ -402,18 +373,3 @@ def quiet_transformers(bar: bool = True, advice: bool = True) -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if shown:
             hf_logging.enable_progress_bar()
-
-
-# the files a tokenizer is built from when there is no tokenizer.json
-_VOCABULARIES = ("vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
-
-
-def _tokenizer_files(path: str) -> str | None:
-    """What is wrong with a folder's tokenizer files, when it is plain: no tokenizer.json and an
-    empty vocabulary file (None: something else)."""
-    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "tokenizer.json")):
-        return None
-    empty = [
-        n for n in _VOCABULARIES if os.path.isfile(os.path.join(path, n)) and not os.path.getsize(os.path.join(path, n))
-    ]
-    return f"it has no tokenizer.json and its {empty[0]} is empty" if empty else None

@@ -1,0 +1,55 @@
+"""A checkpoint's tokenizer, loaded and checked before a run relies on it: one that cannot encode
+text (no tokenizer files, an empty or broken vocabulary) is refused in one line that says what is
+wrong with its files. Knows nothing about weights, kinds or rows.
+"""
+
+from __future__ import annotations
+
+import os
+
+from scorecli.config import ScoreConfig
+from scorecli.errors import UsageError, first_line
+
+# probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
+_TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
+
+
+def load_tokenizer(path: str, cfg: ScoreConfig):
+    """The checkpoint's tokenizer (UsageError: none that encodes text); scorecli checks sequence
+    lengths itself, so its `model_max_length` is lifted."""
+    from transformers import AutoTokenizer
+
+    name = cfg.model
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    except Exception as exc:  # the folder's files: `tokenizers` raises a bare Exception for a bad vocabulary
+        raise UsageError(f"cannot load the tokenizer of {path}: {_tokenizer_files(path) or first_line(exc)}") from exc
+    # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
+    # (not even for the probe below, which a tokenizer with a small maximum would warn about)
+    tokenizer.model_max_length = int(1e30)
+    try:
+        ids = tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    except Exception as exc:  # e.g. a WordPiece vocabulary without its unknown token
+        problem = _tokenizer_files(path) or f"it cannot encode text ({first_line(exc)})"
+        raise UsageError(f"cannot load the tokenizer of {path}: {problem}") from exc
+    if not ids or all(i == tokenizer.unk_token_id for i in ids):
+        raise UsageError(
+            f"cannot load model {name}: its tokenizer encodes text as {'nothing' if not ids else 'unknown tokens only'} "
+            "(are its tokenizer files, e.g. tokenizer.json, missing?)"
+        )
+    return tokenizer
+
+
+# the files a tokenizer is built from when there is no tokenizer.json
+_VOCABULARIES = ("vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def _tokenizer_files(path: str) -> str | None:
+    """What is wrong with a folder's tokenizer files, when it is plain: no tokenizer.json and an
+    empty vocabulary file (None: something else)."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "tokenizer.json")):
+        return None
+    empty = [
+        n for n in _VOCABULARIES if os.path.isfile(os.path.join(path, n)) and not os.path.getsize(os.path.join(path, n))
+    ]
+    return f"it has no tokenizer.json and its {empty[0]} is empty" if empty else None
