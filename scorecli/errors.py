@@ -26,6 +26,17 @@ class ResumeRefused(UsageError):
 RESUME_AS_BEGUN = "run with the --device and --dtype the job began with, or without --resume to start over"
 
 
+def runtime_gone(scored_by: str, why: str) -> ResumeRefused:
+    """The refusal of a resumed job whose kept rows `--runtime auto` had scored with `scored_by` (a
+    runtime, or a route's `onnx+torch`), which cannot run here now: one phrasing wherever it is
+    found out (`runtimes.onnx.choose`, `runtimes.auto.settle`). `why`: what stops it, as `auto`
+    says why it falls back (its `auto: ` dropped)."""
+    return ResumeRefused(
+        f"--resume: the kept rows were scored by {scored_by} (--runtime auto chose it), which cannot run here now: "
+        f"{why.removeprefix('auto: ')}; {RESUME_AS_BEGUN}"
+    )
+
+
 class InputError(ScorecliError):
     """Bad input data; the message names the file, line or row, and the field."""
 

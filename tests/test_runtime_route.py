@@ -323,5 +323,33 @@ def test_a_resumed_onnx_job_on_another_dtype_says_how_to_go_on(tmp_path, chosen)
         run_job(other, [str(inp)], out, resume=True)
     said = str(err.value)
     assert "\n" not in said and said.startswith("--resume: the kept rows were scored by onnx"), said
+    # one phrasing, whether `onnx.choose` (onnx alone) or `auto.settle` (the route) finds it out
+    name = "onnx" if chosen == "onnx" else "onnx+torch"
+    assert said.startswith(
+        f"--resume: the kept rows were scored by {name} (--runtime auto chose it), which cannot run here now: "
+        "ONNX Runtime cannot run this model (it runs float32 models on the CPU only); "
+    ), said
     assert said.endswith("or without --resume to start over") and "run the same command" not in said, said
     assert err.value.exit_code == 2 and os.path.isdir(out + ".partial")
+
+
+def test_a_resumed_route_whose_onnx_cannot_open_is_refused_in_the_same_phrasing():
+    """A resumed route whose ONNX forward cannot open here now (`auto.settle`: no exporter, an
+    unwritable cache) is refused in the words `onnx.choose` uses for a model ONNX Runtime cannot
+    run (`errors.runtime_gone`), not in a phrasing of its own; no forward is built."""
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import ResumeRefused
+
+    cfg = ScoreConfig(model="m", runtime="auto", runtime_route="onnx:60:torch")
+
+    def unused(*args):
+        raise AssertionError("a refused job builds and runs no forward")
+
+    why_not = "auto: ONNX Runtime cannot run here (no exporter)"  # as `onnx.open_forward` says it
+    with pytest.raises(ResumeRefused) as err:
+        auto.settle(cfg, "onnx", "auto", lambda: (None, why_not), unused, unused, unused, unused, 1, 1)
+    assert str(err.value) == (
+        "--resume: the kept rows were scored by onnx+torch (--runtime auto chose it), which cannot run here now: "
+        "ONNX Runtime cannot run here (no exporter); "
+        "run with the --device and --dtype the job began with, or without --resume to start over"
+    )

@@ -40,7 +40,7 @@ import torch
 
 from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import Seq
-from scorecli.errors import RESUME_AS_BEGUN, ResumeRefused, UsageError
+from scorecli.errors import UsageError, runtime_gone
 from scorecli.model.cache import build_once
 from scorecli.runtimes.route import Route, Routed
 
@@ -97,10 +97,7 @@ def settle(
     resumed = Route.parse(cfg.runtime_route) if cfg.runtime == "auto" and cfg.runtime_route else None
     if runtime == "torch":
         if resumed is not None and resumed.runtimes != ("torch",):
-            raise ResumeRefused(
-                f"--resume: the kept rows were scored by {resumed.name}, which cannot run here now ({reason}): "
-                f"{RESUME_AS_BEGUN}"
-            )
+            raise runtime_gone(resumed.name, reason)
         return "torch", make_torch(), reason
     kept = (resumed, "") if resumed else read(record(), ("torch", runtime)) if cfg.runtime == "auto" else None
     if kept is not None and kept[0].runtimes == ("torch",):  # no export, no session
@@ -108,9 +105,7 @@ def settle(
     onnx, why_not = open_onnx()
     if onnx is None:
         if resumed:
-            raise ResumeRefused(
-                f"--resume: the kept rows were scored by {resumed.name}, and {why_not}: {RESUME_AS_BEGUN}"
-            )
+            raise runtime_gone(resumed.name, why_not or reason)
         return "torch", make_torch(), why_not or reason
     if cfg.runtime != "auto":
         return runtime, onnx, reason

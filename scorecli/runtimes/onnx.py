@@ -30,7 +30,7 @@ import torch
 from scorecli.attention import pad_ragged
 from scorecli.attention.backends import capabilities
 from scorecli.core.batching import Batch
-from scorecli.errors import RESUME_AS_BEGUN, ResumeRefused, ScorecliError, UsageError, error_line, first_line
+from scorecli.errors import ScorecliError, UsageError, error_line, first_line, runtime_gone
 from scorecli.model import gguf
 from scorecli.model.cache import build_once
 from scorecli.runtimes import RUNTIMES
@@ -312,10 +312,7 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> tuple[str, st
         why = "it exports models from a local folder only"
     if why is not None:
         if cfg.runtime in ONNX_RUNTIMES and cfg.runtime_reason is not None:  # a resumed job's, `auto` chose it
-            raise ResumeRefused(
-                f"--resume: the kept rows were scored by {cfg.runtime} (--runtime auto chose it), which cannot "
-                f"run here now ({why}): {RESUME_AS_BEGUN}"
-            )
+            raise runtime_gone(cfg.runtime, f"ONNX Runtime cannot run this model ({why})")
         if cfg.runtime in ONNX_RUNTIMES:
             raise UsageError(f"--runtime {cfg.runtime}: {why}; use --runtime torch")
         return "torch", f"auto: ONNX Runtime cannot run this model ({why})"
