@@ -33,7 +33,7 @@ from scorecli.engine.prepared import Prepared
 from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
-from scorecli.io.parquet_input import arrow_records
+from scorecli.io.parquet_input import table_rows
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
@@ -325,9 +325,7 @@ class Scorer:
     def score_table(self, table: pa.Table) -> pa.Table:
         """Score an Arrow table of input rows; returns the output columns, in row order
         (the id column keeps its type in `table`). With `progress`, a progress line on stderr."""
-        rows = [RawRow(data, f"row {k + 1}", error, typed=True) for k, (data, error) in enumerate(arrow_records(table))]
-        name = self.fields.id
-        id_type = table.schema.field(name).type if name in table.column_names else None
+        rows, id_type = table_rows(table, self.fields.id)
         if not self.progress:
             return self.score_rows(rows, id_type)
         with tracked(len(rows)) as tracker:

@@ -26,7 +26,7 @@ from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.folders import folder_at
 from scorecli.io.ids import IdCheck, with_id_column
-from scorecli.io.parquet_input import arrow_records
+from scorecli.io.parquet_input import table_rows
 from scorecli.io.parts import write_part
 from scorecli.io.readers import RawRow, index_file, iter_range
 from scorecli.io.schema import null_nonfinite
@@ -72,12 +72,7 @@ class ScorecliPredictor:
         index = table.column(ROW_INDEX) if ROW_INDEX in table.column_names else None
         if index is not None:
             table = table.drop_columns([ROW_INDEX])
-        numbers = index.to_pylist() if index is not None else range(table.num_rows)
-        rows = [
-            RawRow(data, f"row {k + 1}", error, typed=True) for k, (data, error) in zip(numbers, arrow_records(table))
-        ]
-        id_field = self.scorer.fields.id
-        id_type = table.schema.field(id_field).type if id_field in table.column_names else None
+        rows, id_type = table_rows(table, self.scorer.fields.id, None if index is None else index.to_pylist())
         out = self.scorer.score_rows(rows, id_type)
         return out if index is None else out.add_column(0, ROW_INDEX, index)
 

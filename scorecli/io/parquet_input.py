@@ -1,12 +1,13 @@
 """Parquet inputs (`.parquet`): one row per record, values typed by the file's schema.
 
 Reads row groups in batches (ranged reads in a store); a resumed run passes over whole row groups
-before its first row unread. Registered in `io.readers.FORMATS`. Knows nothing about fields.
+before its first row unread. Registered in `io.readers.FORMATS`. An Arrow table given whole becomes
+rows the same way (`table_rows`). Knows nothing about fields but the id's, whose type a table fixes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from scorecli.errors import InputError
@@ -56,6 +57,18 @@ def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, s
         else:
             out.append((record, None))
     return out
+
+
+def table_rows(
+    table: pa.Table, id_field: str, numbers: Iterable[int] | None = None
+) -> tuple[list[RawRow], pa.DataType | None]:
+    """(the rows of an Arrow table of input rows, given whole (the library's `Scorer.score_table`, a
+    Ray block), as `RawRow`s named `row N`, N one more than each row's entry in `numbers`, else
+    its place; the type of its id column `id_field`, None where it has none)."""
+    numbers = range(table.num_rows) if numbers is None else numbers
+    rows = [RawRow(data, f"row {k + 1}", error, typed=True) for k, (data, error) in zip(numbers, arrow_records(table))]
+    id_type = table.schema.field(id_field).type if id_field in table.column_names else None
+    return rows, id_type
 
 
 def _undecodable_at(value: pa.Scalar) -> str:
