@@ -1,6 +1,6 @@
 """What the kinds that compare token states (`multi-vector`, `sparse`) share before a batch runs:
-their spec rules (flags of other kinds refused, the query's and items' cuts, one `similarity`
-label, an encoder only), their prompts, and how their texts are encoded apart (`text_encoder`,
+their spec rules (flags of other kinds refused, the query's and items' cuts, an encoder only;
+their one label is `kinds.spec.one_label`), their prompts, and how their texts are encoded apart (`text_encoder`,
 with the `ChunkLayout` every chunk of a long item keeps). How their batches run and compare on the
 device is `kinds.apart`'s. Knows nothing about tensors, batches or windows.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from scorecli.errors import UsageError
 from scorecli.kinds import Setup
-from scorecli.kinds.spec import label_tokens_refused, positive_index, refuse, sequence_limit
+from scorecli.kinds.spec import label_tokens_refused, refuse, sequence_limit
 from scorecli.kinds.texts import TextEncoder, cut_limit
 from scorecli.model.sentence import prompt_text
 from scorecli.runtimes import runtime_info
@@ -142,18 +142,6 @@ def text_encoder(setup: Setup, folder, query_cut: int, item_cut: int, query_owns
     )
     encoder.layout = chunk_layout(loaded.tokenizer, encoder.prompts[1])
     return encoder
-
-
-def one_label(cfg) -> dict:
-    """The RunSpec fields every such kind shares: one label, `similarity`."""
-    names = ("similarity",)
-    return {
-        "mis": False,
-        "label_ids": None,
-        "label_names": names,
-        "activation": "none",
-        "positive_index": positive_index(cfg.positive_label, names),
-    }
 
 
 def check_encoder(kind: str, loaded) -> None:

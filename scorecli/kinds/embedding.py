@@ -23,7 +23,14 @@ from scorecli.errors import UsageError
 from scorecli.kinds import Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.pairs import CPU_STREAMS, backend_name, open_runtime
 from scorecli.kinds.probes import embedding_errors, embedding_probe
-from scorecli.kinds.spec import RunSpec, label_tokens_refused, max_seq_len, positive_index, refuse, sequence_limit
+from scorecli.kinds.spec import (
+    RunSpec,
+    label_tokens_refused,
+    max_seq_len,
+    one_label,
+    refuse,
+    sequence_limit,
+)
 from scorecli.kinds.texts import EncodedTexts, TextEncoder, cut_limit
 from scorecli.model.compat import backend_for
 from scorecli.model.sentence import (
@@ -138,18 +145,7 @@ class EmbeddingFamily(FamilyDefaults):
             if cfg.max_seq_len or own is None
             else min(own, sequence_limit(loaded.model, loaded.kind))
         )
-        names = ("similarity",)
-        return RunSpec(
-            kind=kind,
-            mis=False,
-            label_ids=None,
-            label_names=names,
-            activation="none",
-            positive_index=positive_index(cfg.positive_label, names),
-            pooling="embedding",
-            max_seq_len=limit,
-            similarity=similarity,
-        )
+        return RunSpec(kind=kind, pooling="embedding", max_seq_len=limit, similarity=similarity, **one_label(cfg))
 
     @classmethod
     def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:

@@ -30,9 +30,9 @@ from scorecli.kinds.apart import (
     ApartFamily,
     PaddedForward,
 )
-from scorecli.kinds.apart_spec import check_encoder, lengths, one_label, prompts_line, refuse_flags, text_encoder
+from scorecli.kinds.apart_spec import check_encoder, lengths, prompts_line, refuse_flags, text_encoder
 from scorecli.kinds.heads import maxsim
-from scorecli.kinds.spec import RunSpec
+from scorecli.kinds.spec import RunSpec, one_label
 from scorecli.model.vector_folders import MultiVectorFolder, read_multi_vector
 from scorecli.runtimes.fast_encoder import supports
 

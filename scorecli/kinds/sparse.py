@@ -29,10 +29,10 @@ from scorecli.kinds.apart import (
     PaddedForward,
     with_module,
 )
-from scorecli.kinds.apart_spec import check_encoder, lengths, one_label, prompts_line, refuse_flags, text_encoder
+from scorecli.kinds.apart_spec import check_encoder, lengths, prompts_line, refuse_flags, text_encoder
 from scorecli.kinds.heads import sparse_dot
 from scorecli.kinds.pooling import splade, top_dims
-from scorecli.kinds.spec import RunSpec
+from scorecli.kinds.spec import RunSpec, one_label
 from scorecli.model.st_files import json_file
 from scorecli.model.vector_folders import SparseFolder, read_sparse, static_weights
 from scorecli.runtimes.fast_encoder import supports

@@ -147,6 +147,19 @@ def positive_index(positive: str | None, names: tuple[str, ...], classes: bool =
     raise UsageError(f"--positive-label {positive!r}: expected one of {', '.join(names)} or an index")
 
 
+def one_label(cfg: ScoreConfig) -> dict:
+    """The RunSpec fields of a kind whose score is one similarity (embedding, multi-vector,
+    sparse): one label, `similarity`, no activation, no label tokens, no MIS."""
+    names = ("similarity",)
+    return {
+        "mis": False,
+        "label_ids": None,
+        "label_names": names,
+        "activation": "none",
+        "positive_index": positive_index(cfg.positive_label, names),
+    }
+
+
 def max_seq_len(requested: int | None, loaded: Loaded) -> int:
     """The longest sequence asked for (None: the model's limit); UsageError past the limit."""
     limit = sequence_limit(loaded.model, loaded.kind)
