@@ -217,7 +217,7 @@ def _load_config(path: str, cfg: ScoreConfig):
     from transformers import AutoConfig
 
     try:
-        with _quiet_loading():
+        with quiet_transformers(bar=False):  # a refused load is one line
             return AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         msg = first_line(exc)
@@ -275,7 +275,7 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     # weights of another shape are reported (`fit`), not raised as "look at the above report"
     kwargs = dict(common, dtype=dtype, use_safetensors=None if cfg.allow_pickle else True, ignore_mismatched_sizes=True)
     try:
-        with _quiet_loading():  # its load report would break the one-line error; `fit` says what matters
+        with quiet_transformers(bar=False):  # its load report would break the one-line error; `fit` says what matters
             model, info = auto.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
         msg = first_line(exc)
@@ -297,20 +297,6 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
     check_report(model, info, cfg.model, Kinds(kind, cfg.kind, detected), KINDS[kind].sentence_modules)
     return model
-
-
-@contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """transformers' log (load reports, config warnings) off while a checkpoint loads: a refused
-    load is one line, and what matters in a report is said by `fit`."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def corrupt_safetensors(path: str) -> str | None:
@@ -354,9 +340,10 @@ def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> N
 
 @contextmanager
 def quiet_transformers(bar: bool = True, advice: bool = True) -> Iterator[None]:
-    """transformers' "Loading weights" bar (`bar`) and its advice to model authors (`advice`) off
-    while the block runs (a model loads), as they were afterwards: a library caller's stderr stays
-    theirs, and a command's progress is its own."""
+    """transformers' "Loading weights" bar (`bar`) and its log below errors (`advice`: advice to
+    model authors, load reports, config warnings) off while the block runs (a model loads), as they
+    were afterwards: a library caller's stderr stays theirs, a command's progress is its own, and a
+    refused load is one line (`fit` says what matters in a report)."""
     if not (bar or advice):
         yield
         return
