@@ -33,7 +33,7 @@ from scorecli.inspect import bundled_lines, describe, fitted
 from scorecli.inspect import check as self_check
 from scorecli.io import lazy_pandas
 from scorecli.io.groups import grouping
-from scorecli.io.output import check_apart, resolve_output
+from scorecli.io.output import Target, check_apart, resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 from scorecli.model import lean_imports
 from scorecli.model.cache import check_writable
@@ -138,25 +138,13 @@ def score(
     """Score every item of every input row against its query.
 
     Writes one output row per input row, in input order (README: Quickstart)."""
-    if engine not in ("local", "ray"):
-        raise UsageError(f"--engine: expected local or ray, got {engine!r}")
-    if num_workers is not None and engine != "ray":
-        raise UsageError("--num-workers needs --engine ray")
-    if _given(ctx, "ray_address") and engine != "ray":  # $RAY_ADDRESS may be set for other tools: not refused
-        raise UsageError("--ray-address needs --engine ray")
-    if audit and engine == "ray":
-        raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
+    _check_engine(ctx, engine, num_workers, audit)
     if engine == "local":
         lazy_pandas.defer()  # pyarrow asks for pandas objects no input here holds: 0.3-0.5 s
-    paths = resolve_inputs(inputs)
-    target = resolve_output(out, paths, input_folders(inputs))
-    if score_cache:
-        check_apart(target, score_cache, "--score-cache")
+    paths, target = _inputs_and_output(inputs, out, score_cache)
     # what the flags alone tell fails before anything about the model is looked up
     token_ids = o.csv_ints(label_token_ids)
-    check_copied_fields(id_field, labels_field)
-    if template is not None:
-        check_template(template)
+    _check_flags(id_field, labels_field, template, apply_softmax, activation)
     _check_cache_and_runtime(ctx, cache_dir, runtime, quiet)
     model_path, default_template = _resolve_model(model, ctx, quiet)
     cfg = ScoreConfig(  # each flag's field
@@ -205,10 +193,59 @@ def score(
         audit_strict=audit_strict,
         job_tokens=estimate_tokens(paths),
     )
-    if apply_softmax and activation not in (None, "softmax"):
-        raise UsageError("--apply-softmax contradicts --activation " + activation)
     if template is None:
         check_template(cfg.template)
+    _run(cfg, paths, target, engine, resume, quiet, ray_address, num_workers)
+
+
+def _check_engine(ctx: typer.Context, engine: str, num_workers: int | None, audit: int) -> None:
+    """UsageError for an engine scorecli does not have, and for flags the chosen engine does not
+    take (`--num-workers`, `--ray-address` without Ray; `--audit` with it)."""
+    if engine not in ("local", "ray"):
+        raise UsageError(f"--engine: expected local or ray, got {engine!r}")
+    if num_workers is not None and engine != "ray":
+        raise UsageError("--num-workers needs --engine ray")
+    if _given(ctx, "ray_address") and engine != "ray":  # $RAY_ADDRESS may be set for other tools: not refused
+        raise UsageError("--ray-address needs --engine ray")
+    if audit and engine == "ray":
+        raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
+
+
+def _inputs_and_output(inputs: list[str], out: str, score_cache: str | None) -> tuple[list[str], Target]:
+    """(the input paths, the output `Target`), checked before any work: the output may not touch an
+    input, nor the score cache's folder the output (`io.output`)."""
+    paths = resolve_inputs(inputs)
+    target = resolve_output(out, paths, input_folders(inputs))
+    if score_cache:
+        check_apart(target, score_cache, "--score-cache")
+    return paths, target
+
+
+def _check_flags(
+    id_field: str, labels_field: str, template: str | None, apply_softmax: bool, activation: str | None
+) -> None:
+    """UsageError for what the flags alone tell: copied fields that clash, a `--template` that
+    does not read, `--apply-softmax` against another `--activation`."""
+    check_copied_fields(id_field, labels_field)
+    if template is not None:
+        check_template(template)
+    if apply_softmax and activation not in (None, "softmax"):
+        raise UsageError("--apply-softmax contradicts --activation " + activation)
+
+
+def _run(
+    cfg: ScoreConfig,
+    paths: list[str],
+    target: Target,
+    engine: str,
+    resume: bool,
+    quiet: bool,
+    ray_address: str | None,
+    num_workers: int | None,
+) -> None:
+    """Run the job on its engine: its checkpoint opened (an earlier run's folder said as it is
+    replaced), the first rows read before the model loads (`preflight`), progress and the summary
+    on stderr unless `quiet`, then the timings line ($SCORECLI_TIMINGS)."""
     one_line_warnings(quiet)
     console = None if quiet else err
     from scorecli.engine.checkpoint import Checkpoint
