@@ -162,10 +162,10 @@ def main() -> int:
     ap.add_argument("--out", help="folder for gpu_bench.md and gpu_bench.json")
     args = ap.parse_args()
 
-    from scorecli.cli import _quiet_transformers
     from scorecli.model.load import load_model
+    from scorecli.stderr import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     sizes = TINY if args.quick else QWEN3_06B
     model_dir = Path(args.model_dir + ("-tiny" if args.quick else ""))
     path = build_model(model_dir, sizes)

@@ -144,13 +144,13 @@ def _fake_cuda() -> None:
 def run(args) -> None:
     from benchmarks.bench_gpu import QWEN3_06B, TINY, build_model
     from scorecli.bench import Workload, non_embedding_params, synthetic_rows
-    from scorecli.cli import _quiet_transformers
     from scorecli.config import ScoreConfig
     from scorecli.core.batching import collate
     from scorecli.model.load import load_model
     from scorecli.scorer import Scorer
+    from scorecli.stderr import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     log("device", torch.cuda.get_device_name())
     peak = matmul_tflops()
     log("matmul_tflops", round(peak, 1))
