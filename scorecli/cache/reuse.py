@@ -62,6 +62,15 @@ class Figures:
         self.hits += other.hits
         self.misses += other.misses
 
+    @classmethod
+    def of(cls, metadata: dict[str, str]) -> Figures:
+        """The counts an output's or a kept part's metadata holds (`metadata`; none where it holds none)."""
+        return cls(int(metadata.get("score_cache_hits") or 0), int(metadata.get("score_cache_misses") or 0))
+
+    def metadata(self) -> dict[str, str]:
+        """The counts as the output's metadata holds them (every engine's)."""
+        return {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
+
 
 @dataclass
 class CachedWindow:
@@ -251,7 +260,7 @@ class Reusing:
 
     def resumed(self, kept: dict[str, str]) -> None:
         """A resumed job's counts so far: those its last kept part was written with."""
-        self.figures = Figures(int(kept.get("score_cache_hits") or 0), int(kept.get("score_cache_misses") or 0))
+        self.figures = Figures.of(kept)
 
     def _run(self, window: CachedWindow, on_batch: Callable[[int, int], None] | None) -> pa.Table:
         p, inner = window.plan, window.inner
@@ -399,7 +408,7 @@ class Reusing:
         """Keys known once every window is scored: the cache's counts."""
         if self.cache is None:
             return {}
-        return {"score_cache_hits": str(self.figures.hits), "score_cache_misses": str(self.figures.misses)}
+        return self.figures.metadata()
 
     def audit(self):
         """The audit's verdict on the pairs sampled from this run (`checks.audit`)."""

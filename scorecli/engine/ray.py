@@ -34,6 +34,7 @@ from itertools import islice
 
 import pyarrow as pa
 
+from scorecli.cache.reuse import Figures
 from scorecli.cache.store import CacheStore
 from scorecli.config import ScoreConfig
 from scorecli.core.rows import Fields, parse_row
@@ -132,8 +133,7 @@ class _RayScoring:
         self.label = f"scoring on {used} Ray worker{'s' * (used > 1)}"
         # what the workers' score cache gave (`ray_workers.FIGURES`), a resumed job's kept rows' included:
         # each part this driver writes holds the job's counts so far, as the local engine's parts do
-        kept = checkpoint.metadata() if checkpoint is not None and checkpoint.rows_done else {}
-        self.hits, self.misses = int(kept.get("score_cache_hits") or 0), int(kept.get("score_cache_misses") or 0)
+        self.figures = Figures.of(checkpoint.metadata() if checkpoint is not None and checkpoint.rows_done else {})
         self.profile = ""
 
     def total(self) -> int:
@@ -202,8 +202,7 @@ class _RayScoring:
             for table in _in_order(blocks, self.rows, self.done):
                 described = json.loads(table[METADATA][0].as_py())
                 figures = json.loads(described.pop(FIGURES, "{}"))
-                self.hits += figures.get("hits", 0)
-                self.misses += figures.get("misses", 0)
+                self.figures.add(Figures(figures.get("hits", 0), figures.get("misses", 0)))
                 self.profile = figures.get("profile") or self.profile
                 metadata = metadata or described
                 self.metadata = described
@@ -212,7 +211,9 @@ class _RayScoring:
                 else:
                     table = public(table, self.cfg.skip_bad_rows)
                     if self.cfg.score_cache:
-                        table = table.replace_schema_metadata(with_metadata(table.schema, self._figures()).metadata)
+                        table = table.replace_schema_metadata(
+                            with_metadata(table.schema, self.figures.metadata()).metadata
+                        )
                     yield Window(table.num_rows, metadata, table)
 
     def _written(self, table: pa.Table, metadata: dict) -> Window:
@@ -281,12 +282,9 @@ class _RayScoring:
             return Closing()
         if self.profile:
             CacheStore(self.cfg.score_cache, create=True).tidy(self.profile, [])
-        figures = self._figures()
-        said = cache_said(self.hits, self.misses, self.done)
+        figures = self.figures.metadata()
+        said = cache_said(self.figures.hits, self.figures.misses, self.done)
         return Closing(self.metadata | figures if self.metadata else figures, said)
-
-    def _figures(self) -> dict[str, str]:
-        return {"score_cache_hits": str(self.hits), "score_cache_misses": str(self.misses)}
 
 
 def run_score_ray(
