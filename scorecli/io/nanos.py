@@ -23,11 +23,15 @@ import pyarrow.compute as pc
 _NS = 1000  # nanoseconds in a microsecond
 
 
+def _of_nanos(t: pa.DataType) -> bool:
+    """Whether `t` is a timestamp, time or duration in nanoseconds."""
+    temporal = pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t)
+    return temporal and t.unit == "ns"
+
+
 def _sub_micro(column: pa.Array | pa.ChunkedArray) -> bool:
     """Whether `column` is of nanoseconds and some value in it is not a whole microsecond."""
-    t = column.type
-    temporal = pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t)
-    if not temporal or t.unit != "ns" or column.null_count == len(column):
+    if not _of_nanos(column.type) or column.null_count == len(column):
         return False
     values = column.cast(pa.int64()).fill_null(0).to_numpy()
     return bool(np.any(values % _NS))
@@ -62,8 +66,7 @@ def _nested_ints(t: pa.DataType) -> pa.DataType:
 
 
 def _inner(t: pa.DataType) -> pa.DataType:
-    temporal = pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t)
-    return pa.int64() if temporal and t.unit == "ns" else _nested_ints(t)
+    return pa.int64() if _of_nanos(t) else _nested_ints(t)
 
 
 def nanos_as_json(table: pa.Table) -> pa.Table:
