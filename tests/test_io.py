@@ -129,6 +129,27 @@ def test_a_double_star_glob_reaches_every_depth(tmp_path):
     assert [os.path.relpath(p, tmp_path) for p in got] == ["a.jsonl", "sub/b.jsonl", "sub/deeper/c.jsonl"]
 
 
+def test_a_glob_passes_over_what_spark_keeps_beside_its_parts(tmp_path):
+    """A killed or running Spark job leaves its tasks' outputs in `_temporary/` (parts that will be,
+    or never were, committed): `DIR/**/*.parquet`, the glob a hive-partitioned folder is read with,
+    read them as rows of the dataset, scoring them twice or scoring rows the dataset never held.
+    A wildcard now passes over `_` names as over hidden ones, as pyarrow's datasets and Spark do;
+    a `_` name written out is read."""
+    ds = tmp_path / "ds"
+    for key in ("date=1/part-0.parquet", "_temporary/0/_temporary/attempt_1/date=1/part-0.parquet"):
+        (ds / key).parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(ds / key, [{"id": key, "query": "q", "items": ["x"]}])
+    write_jsonl(ds / "_scratch.jsonl", [{"id": "scratch"}])
+    got = resolve_inputs([str(ds / "**" / "*.parquet")])
+    assert [os.path.relpath(p, ds) for p in got] == ["date=1/part-0.parquet"]
+    assert len(resolve_inputs([str(ds / "_temporary" / "0" / "_temporary" / "*" / "*" / "*.parquet")])) == 1
+    with pytest.raises(UsageError, match="input not found"):  # under `**`, a `_` folder is passed over at any depth
+        resolve_inputs([str(ds / "_temporary" / "**" / "*.parquet")])
+    assert [os.path.basename(p) for p in resolve_inputs([str(ds / "_*.jsonl")])] == ["_scratch.jsonl"]
+    with pytest.raises(UsageError, match="no input files in directory; its subfolders"):
+        resolve_inputs([str(ds)])  # `_scratch.jsonl` passed over as Spark's folder readers do
+
+
 def test_specs_keep_their_order(tmp_path):
     b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b"}])
     a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a"}])
@@ -846,7 +867,8 @@ def test_the_output_columns_a_run_writes_are_the_ones_copied_fields_may_not_take
 
 
 # a tree of files, and globs over it, that the store's and the local output check's matchers must
-# answer as `glob.glob` does: hidden names, `*` within one name, `**` at either end and inside
+# answer as a local glob reads (`glob.glob`, less Spark's `_` names): hidden names, `*` within one
+# name, `**` at either end and inside
 GLOB_TREE = [
     "rows/a.jsonl",
     "rows/.hidden.jsonl",
@@ -857,6 +879,9 @@ GLOB_TREE = [
     "rows/a/x.jsonl",
     "rows/.cache/w.jsonl",
     "rows/2026/.tmp/v.jsonl",
+    "rows/_SUCCESS",
+    "rows/_temporary/0/u.jsonl",
+    "rows/2026/_x.jsonl",
     "other/rows/a.jsonl",
 ]
 GLOBS = [
@@ -872,6 +897,9 @@ GLOBS = [
     "rows/.*",
     "rows/*/.*/*.jsonl",
     "rows/[ab].*",
+    "rows/_*",
+    "rows/**/_*",
+    "rows/_temporary/**/*.jsonl",
 ]
 
 
@@ -882,10 +910,13 @@ def _glob_tree(root) -> None:
 
 
 def _glob_lists(root, pattern: str) -> set[str]:
-    """The files of `GLOB_TREE` under `root` that `glob.glob` lists for `pattern`."""
-    import glob
+    """The files of `GLOB_TREE` under `root` that a local glob reads for `pattern`."""
+    from scorecli.io.sources import LocalSource
 
-    return {os.path.relpath(p, root) for p in glob.glob(str(root / pattern), recursive=True) if os.path.isfile(p)}
+    try:
+        return {os.path.relpath(p, root) for p in LocalSource().expand(str(root / pattern), lambda _: True, "")}
+    except UsageError:
+        return set()
 
 
 def test_a_store_glob_lists_the_objects_glob_lists_of_the_same_local_tree(tmp_path):

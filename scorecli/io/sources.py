@@ -84,9 +84,10 @@ class LocalSource:
 
     def expand(self, spec: str, keep: Callable[[str], bool], supported: str) -> list[str]:
         if os.path.isdir(spec):
-            names = sorted(n for n in os.listdir(spec) if not n.startswith("."))
-            if DELTA_LOG in names:
+            listed = os.listdir(spec)
+            if DELTA_LOG in listed:
                 raise UsageError(delta_table(spec))
+            names = sorted(n for n in listed if not hidden(n))
             found = [f for f in (os.path.join(spec, n) for n in names) if os.path.isfile(f) and keep(f)]
             if not found:
                 deeper = any(os.path.isdir(os.path.join(spec, n)) for n in names)
@@ -97,7 +98,8 @@ class LocalSource:
         if os.path.exists(spec):
             return [spec]
         if GLOB_CHARS & set(spec):
-            matches = sorted(glob.glob(spec, recursive=True))  # `**`: any depth of folders, as a shell's globstar
+            # `**`: any depth of folders, as a shell's globstar; none hidden (`hidden`: Spark's `_temporary/`)
+            matches = sorted(m for m in glob.glob(spec, recursive=True) if _local_globbed(m, spec))
             if not matches:
                 raise UsageError(f"input not found: {spec}")
             found = [m for m in matches if os.path.isfile(m) and keep(m)]
@@ -154,11 +156,11 @@ class StoreSource:
         if any(not i.is_file and os.path.basename(i.path.rstrip("/")) == DELTA_LOG for i in infos):
             raise UsageError(delta_table(shown(spec)))
         listed = sorted(i.path for i in infos if i.is_file)
-        found = [store.url(p) for p in listed if not os.path.basename(p).startswith(".") and keep(p)]
+        found = [store.url(p) for p in listed if not hidden(os.path.basename(p)) and keep(p)]
         if found:
             return found
         if listed or infos:
-            deeper = _deeper(shown(spec), any(not i.is_file for i in infos))
+            deeper = _deeper(shown(spec), any(not i.is_file and not hidden(_base(i.path)) for i in infos))
             raise UsageError(f"input not found: {shown(spec)} (no input files under it{deeper}; {supported})")
         raise UsageError(f"input not found: {shown(spec)} ({_nothing_at(store, path)})")
 
@@ -210,10 +212,30 @@ def _scope(pattern: str) -> tuple[str, bool]:
     return folder, pattern.count("/") > folder.count("/") + 1 or "**" in pattern
 
 
+def hidden(name: str) -> bool:
+    """Whether a file or folder name is one that readers of datasets pass over: hidden (`.`), or
+    what Spark, Hadoop and Hive writers keep beside their parts (`_SUCCESS`, `_temporary/`: an
+    unfinished or killed job's task outputs, `_committed_*`), as pyarrow's datasets and Spark read a
+    folder. A folder listing and a wildcard pass over them; a name written out is read."""
+    return name.startswith((".", "_"))
+
+
+def _base(path: str) -> str:
+    return os.path.basename(path.rstrip("/"))
+
+
+def _local_globbed(match: str, pattern: str) -> bool:
+    """Whether `glob.glob(pattern)` listing `match` lists a name the pattern names by a wildcard
+    only and `hidden` keeps out (glob itself keeps out only a leading dot)."""
+    parts = pattern.split(os.sep)
+    first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
+    return _names_match(match.split(os.sep)[first:], parts[first:])
+
+
 def _globbed(path: str, pattern: str) -> bool:
-    """Whether a store glob lists the object `path` as `glob.glob(pattern, recursive=True)` lists a
-    local file: name by name (a `*` within one folder's name, a leading dot only by a leading dot),
-    `**` any number of folders, none hidden. (A `*` used to span folders: `rows/*/*.jsonl` read
+    """Whether a store glob lists the object `path` as a local glob lists a file: name by name (a
+    `*` within one folder's name; a `hidden` name only by a pattern starting as it does), `**` any
+    number of folders, none hidden. (A `*` used to span folders: `rows/*/*.jsonl` read
     `rows/2026/11/x.jsonl` too.)"""
     return _names_match(path.split("/"), pattern.split("/"))
 
@@ -225,14 +247,15 @@ def _names_match(names: list[str], parts: list[str]) -> bool:
         return any(
             _names_match(names[k:], parts[1:])
             for k in range(len(names) + 1)
-            if not any(name.startswith(".") for name in names[:k])
+            if not any(hidden(name) for name in names[:k])
         )
     return bool(names) and _name_matches(names[0], parts[0]) and _names_match(names[1:], parts[1:])
 
 
 def _name_matches(name: str, part: str) -> bool:
-    """Whether glob matches `name` by the pattern component `part` (a leading dot only by a dot)."""
-    return (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)
+    """Whether glob matches `name` by the pattern component `part` (a `hidden` name only by a part
+    starting with its `.` or `_`)."""
+    return (not hidden(name) or part.startswith(name[0])) and fnmatch.fnmatchcase(name, part)
 
 
 def _nothing_at(store: Store, path: str) -> str:
