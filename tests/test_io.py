@@ -85,9 +85,9 @@ def test_parquet_text_that_is_not_utf8_is_a_bad_row_named_by_its_field(tmp_path)
     rows = list(iter_rows([str(tmp_path / "bytes.parquet")]))
     assert [(r.data, r.error, r.where[-5:]) for r in rows] == [
         ({"id": 1, "query": "q", "items": ["a"]}, None, "row 1"),
-        (None, "field 'items'[1]: invalid UTF-8 (byte offset 1)", "row 2"),
-        (None, "field 'query': invalid UTF-8 (byte offset 1)", "row 3"),
-    ]
+        ({"id": 2, "query": "q"}, "field 'items'[1]: invalid UTF-8 (byte offset 1)", "row 2"),
+        ({"id": 3, "items": ["d"]}, "field 'query': invalid UTF-8 (byte offset 1)", "row 3"),
+    ]  # a bad row keeps the fields that decode: its id is written with it (it was null)
 
 
 def test_corrupt_gzip_raises_input_error(tmp_path):
@@ -206,7 +206,11 @@ def test_bad_lines_yield_errors_with_where(tmp_path):
     assert rows[0] == RawRow({"id": 1}, f"{p}:1")
     assert rows[1].data is None
     assert rows[1].error == "malformed JSON: Expecting value at column 7"
-    assert rows[2].error == "field 'id': invalid UTF-8 (byte offset 8)"
+    assert rows[2].error == "field 'id': invalid UTF-8 (byte offset 8)" and rows[2].data == {}
+    p.write_bytes(b'{"id": 7, "query": "q\xff", "items": ["a"]}\n')
+    assert [(r.data, r.error) for r in iter_rows([str(p)])] == [
+        ({"id": 7, "items": ["a"]}, "field 'query': invalid UTF-8 (byte offset 21)")
+    ]  # the bad row's id is written with it (it was null)
     assert rows[3].error == "expected a JSON object, got an array"
     assert rows[4].error == "expected a JSON object, got a string"
     assert rows[5].data == {"id": 6} and rows[5].error is None

@@ -138,14 +138,17 @@ class CsvInput:
         return reader, line
 
 
-def _decode(values: dict[str, bytes | None]) -> tuple[dict | None, str | None]:
+def _decode(values: dict[str, bytes | None]) -> tuple[dict, str | None]:
     """A record's cells as text (one written as a JSON array marked `ArrayText`: only a field that
-    holds a list decodes it), or the first cell's error."""
+    holds a list decodes it), and the first cell's error, if any: a bad record keeps the cells that
+    decode (its id among them, written with the bad row)."""
     data: dict = {}
+    error = None
     for name, raw in values.items():
         try:
             text = (raw or b"").decode("utf-8")
         except UnicodeDecodeError as e:
-            return None, f"field '{name}': invalid UTF-8 (byte offset {e.start})"
+            error = error or f"field '{name}': invalid UTF-8 (byte offset {e.start})"
+            continue
         data[name] = ArrayText(text) if text.startswith("[") and text.endswith("]") else text
-    return data, None
+    return data, error

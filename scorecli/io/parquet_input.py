@@ -34,8 +34,8 @@ def parquet_file(path: str) -> pq.ParquetFile:
 
 
 def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, str | None]]:
-    """The rows of `batch` as Python values, each `(record, None)`, or `(None, error)` for a row
-    whose text is not UTF-8: pyarrow checks it when it writes a string column, not when it reads
+    """The rows of `batch` as Python values, each `(record, None)`, or `(the fields that decode,
+    error)` for a row whose text is not UTF-8: pyarrow checks it when it writes a string column, not when it reads
     one, and another writer may have stored any bytes (`field 'items'[1]: invalid UTF-8 ...`).
     Nanoseconds that are not whole microseconds come as integers (`io.nanos`)."""
     from scorecli.io.nanos import exact_nanos  # pyarrow loads when a file is read
@@ -48,14 +48,13 @@ def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, s
     out: list[tuple[dict | None, str | None]] = []
     for k in range(batch.num_rows):
         record: dict = {}
+        error = None
         for name, column in zip(batch.schema.names, batch.columns):
             try:
                 record[name] = column[k].as_py()
-            except UnicodeDecodeError as e:
-                out.append((None, f"field '{name}'{_undecodable_at(column[k])}: invalid UTF-8 (byte offset {e.start})"))
-                break
-        else:
-            out.append((record, None))
+            except UnicodeDecodeError as e:  # the other fields kept: the bad row's id is written
+                error = error or f"field '{name}'{_undecodable_at(column[k])}: invalid UTF-8 (byte offset {e.start})"
+        out.append((record, error))
     return out
 
 

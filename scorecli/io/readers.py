@@ -81,7 +81,8 @@ def _parse_line(line: bytes, where: str) -> RawRow:
     try:
         text = line.rstrip().decode("utf-8")
     except UnicodeDecodeError as e:
-        return RawRow(None, where, _utf8_error(line, e))
+        data, error = _utf8_error(line, e)
+        return RawRow(data, where, error)
     try:
         data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
@@ -109,19 +110,22 @@ def _json_kind(value) -> str:
     return {str: "a string", list: "an array"}.get(type(value), "a number")
 
 
-def _utf8_error(line: bytes, e: UnicodeDecodeError) -> str:
-    """Name the field holding the undecodable bytes when the rest of the line is JSON."""
+def _utf8_error(line: bytes, e: UnicodeDecodeError) -> tuple[dict | None, str]:
+    """(the fields that decode, the error naming the field holding the undecodable bytes) when the
+    rest of the line is JSON: the bad row keeps its id, as a bad row of any other kind does."""
     msg = f"invalid UTF-8 (byte offset {e.start})"
     try:
         data = json.loads(line.rstrip().decode("utf-8", "surrogateescape"))
     except (json.JSONDecodeError, RecursionError):
-        return msg
-    if isinstance(data, dict):
-        for name, value in data.items():
-            at = _escaped_at(value)
-            if at is not None and not _ESCAPED_BYTE.search(name):
-                return f"field '{name}'{at}: {msg}"
-    return msg
+        return None, msg
+    if not isinstance(data, dict):
+        return None, msg
+    clean = {k: v for k, v in data.items() if _escaped_at(v) is None and not _ESCAPED_BYTE.search(k)}
+    for name, value in data.items():
+        at = _escaped_at(value)
+        if at is not None and not _ESCAPED_BYTE.search(name):
+            return clean, f"field '{name}'{at}: {msg}"
+    return clean, msg
 
 
 def _escaped_at(value) -> str | None:
