@@ -503,3 +503,22 @@ def test_texts_that_look_like_markup_equal_sentence_transformers(folders, name):
 
     table = Scorer(folders[name]).score_rows([RawRow(r, f"t:{k + 1}") for k, r in enumerate(MARKUP_ROWS)])
     assert_close(table["score"].to_pylist(), reference(folders[name], MARKUP_ROWS, FOLDERS[name][0]))
+
+
+@pytest.mark.parametrize("kind", ["sparse", "multi-vector"])
+def test_items_take_the_document_prompt_never_passage_or_corpus(tmp_path, kind):
+    """A folder whose prompts name `passage` or `corpus` but no `document` (an older or hand-written
+    config): sentence-transformers 6's `encode_document` encodes the items with no prompt (every
+    model it loads has a `document` prompt, empty when the folder names none), and so does
+    scorecli; it put the `passage` prompt before every item. `--item-prompt passage` still names it."""
+    from scorecli import Scorer
+
+    path = Path(build_sparse(tmp_path) if kind == "sparse" else build_multi_vector(tmp_path))
+    config = json.loads((path / "config_sentence_transformers.json").read_text())
+    config["prompts"] = {"query": "query: ", "passage": "passage: ", "corpus": "corpus: "}
+    (path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    rows = ROWS[:1] + ROWS[3:4]
+    got = Scorer(str(path)).score_table(pa.Table.from_pylist(rows))["score"].to_pylist()
+    assert_close(got, reference(str(path), rows, kind))
+    named = Scorer(str(path), item_prompt="passage").score_table(pa.Table.from_pylist(rows))["score"].to_pylist()
+    assert not np.allclose(named[0], got[0], atol=1e-3)  # the passage prompt was there to be taken

@@ -96,14 +96,16 @@ def chunk_layout(tokenizer, prompt: str) -> ChunkLayout:
     return ChunkLayout(start, np.array(ids, dtype=np.int64), len(full) - start - len(bare))
 
 
-# sentence-transformers 6's `encode_document` prompt names, in the order it tries them (multi-vector
-# and sparse folders)
-ITEM_PROMPTS = ("document", "passage", "corpus")
+# the prompt name sentence-transformers 6's `encode_document` takes for a multi-vector or sparse
+# folder: it tries "document", "passage", "corpus" in turn, but every model it loads has a "document"
+# prompt (an empty one when the folder names none), so a folder's "passage" or "corpus" prompt is
+# never the items'
+ITEM_PROMPTS = ("document",)
 
 
 def item_prompt(given: str | None, folder) -> str:
     """The prompt before every item: `given` (`--item-prompt`: a prompt name of the folder, else
-    literal text), else the folder's first of `ITEM_PROMPTS`, as the items are encoded."""
+    literal text), else the folder's `ITEM_PROMPTS` one, as the items are encoded."""
     return prompt_text(given, folder, ITEM_PROMPTS)
 
 
