@@ -134,6 +134,35 @@ def test_cross_encoder_matches_sentence_transformers(minilm_cross_encoder):
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
 
 
+def test_sentence_transformers_6_cross_encoder_folder(bert_cross_encoder, tmp_path):
+    """A folder sentence-transformers 6.2 saves for a CrossEncoder (`modules.json`, its one module a
+    Transformer): it was taken for an embedding folder and refused ("modules are Transformer,
+    Pooling, ..."); it is a cross-encoder, scored as `CrossEncoder.predict` scores it (its logits).
+    What `predict` would do that scorecli does not (a default
+    prompt before every query, another module) is refused in one line."""
+    import json
+
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(bert_cross_encoder, device="cpu")
+    ce.save(str(tmp_path / "ce"))
+    pairs = [(r["query"], item) for r in PAIRS_ROWS for item in r["items"]]
+    saved = CrossEncoder(str(tmp_path / "ce"), activation_fn=torch.nn.Identity(), device="cpu")
+    expected = np.asarray(saved.predict(pairs), dtype=np.float32).reshape(-1)
+    table = Scorer(str(tmp_path / "ce")).score_rows(_rows(PAIRS_ROWS))
+    assert table.schema.metadata[b"kind"] == b"cross-encoder"
+    got = np.array([s for row in table["score"].to_pylist() for s in row], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+    CrossEncoder(bert_cross_encoder, prompts={"q": "query: "}, default_prompt_name="q").save(str(tmp_path / "p"))
+    with pytest.raises(UsageError, match="default prompt 'q' \\('query: '\\)"):
+        Scorer(str(tmp_path / "p"))
+    modules = json.loads((tmp_path / "ce" / "modules.json").read_text())
+    modules.append({"idx": 1, "name": "1", "path": "1_Dense", "type": "sentence_transformers.base.modules.Dense"})
+    (tmp_path / "ce" / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(UsageError, match="one module is a Transformer .* this one has Transformer, Dense"):
+        Scorer(str(tmp_path / "ce"), kind="cross-encoder")
+
+
 def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
     long_item = " ".join(["word"] * 400)
     rows = [{"query": "q", "items": [long_item, "short"]}]

@@ -101,7 +101,8 @@ class EmbeddingFamily(FamilyDefaults):
 
     @classmethod
     def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
-        return checkpoint.folder_type is not None  # any sentence-transformers folder no other kind claimed
+        # any sentence-transformers folder no other kind claimed, but a CrossEncoder's (a classifier)
+        return checkpoint.folder_type not in (None, "CrossEncoder")
 
     @classmethod
     def read_folder(cls, kind: str, path: str) -> SentenceModules:

@@ -30,6 +30,7 @@ from scorecli.kinds.spec import (
     refuse,
     refuse_apart_flags,
 )
+from scorecli.model.sentence import check_cross_encoder, sentence_folder_type
 from scorecli.runtimes import auto
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.fast_encoder import supports
@@ -50,6 +51,13 @@ class PairFamily(FamilyDefaults):
     @classmethod
     def detects(cls, kind: str, checkpoint: Checkpoint) -> bool:
         return checkpoint.encoder
+
+    @classmethod
+    def read_folder(cls, kind: str, path: str) -> None:
+        """None (the folder is the model): a sentence-transformers 6 CrossEncoder folder whose
+        settings it would not reproduce is refused (`check_cross_encoder`)."""
+        if sentence_folder_type(path) == "CrossEncoder":
+            check_cross_encoder(path)
 
     @classmethod
     def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:

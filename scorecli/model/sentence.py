@@ -219,6 +219,48 @@ def read_modules(path: str) -> SentenceModules:
     )
 
 
+def check_cross_encoder(path: str) -> None:
+    """Refuse (UsageError, one line naming it) what a sentence-transformers 6 `CrossEncoder` folder
+    (`modules.json`, `model_type` CrossEncoder) says that the cross-encoder kind would not reproduce:
+    modules other than its one Transformer (a sequence classifier in the folder itself, reading
+    plain text), a default prompt (`predict` puts it before every query), `do_lower_case`, or
+    `processing_kwargs` that change the ids."""
+    entries = sorted(json_file(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))
+    kinds = [str(e.get("type", "")).rsplit(".", 1)[-1] for e in entries]
+    if kinds != ["Transformer"] or (entries[0].get("path") or "") != "":
+        raise UsageError(
+            f"cannot load model {path}: scorecli reads CrossEncoder folders whose one module is a Transformer "
+            f"in the folder itself; this one has {', '.join(kinds) or 'none'}"
+        )
+    bert = json_if(os.path.join(path, "sentence_bert_config.json"))
+    text = (bert.get("modality_config") or {"text": {"method_output_name": "logits"}}).get("text") or {}
+    task = bert.get("transformer_task", "sequence-classification")
+    if task != "sequence-classification" or set(bert.get("modality_config") or {"text"}) != {"text"}:
+        raise UsageError(
+            f"cannot load model {path}: its Transformer reads {', '.join(bert.get('modality_config') or ['text'])} "
+            f"as {task!r}; scorecli's cross-encoders read text pairs with a sequence classifier"
+        )
+    if text.get("method_output_name", "logits") != "logits":
+        raise UsageError(f"cannot load model {path}: its Transformer scores with {text['method_output_name']!r}")
+    changed = sorted(
+        f"{bucket}.{key}"
+        for bucket, kwargs in (bert.get("processing_kwargs") or {}).items()
+        for key in (kwargs or {})
+        if key not in _SAME_IDS
+    )
+    if changed or bert.get("do_lower_case"):
+        what = f"processing_kwargs set {changed[0]}" if changed else "do_lower_case is set"
+        raise UsageError(f"cannot load model {path}: its {what}, which scorecli's cross-encoders do not reproduce")
+    st = json_if(os.path.join(path, "config_sentence_transformers.json"))
+    default = st.get("default_prompt_name")
+    prompt = (st.get("prompts") or {}).get(default) if default else None
+    if prompt:
+        raise UsageError(
+            f"cannot load model {path}: its default prompt {default!r} ({prompt!r}), which CrossEncoder.predict puts "
+            "before every query, is not one scorecli's cross-encoders apply"
+        )
+
+
 def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | None:
     """How the transformer reads text (its `sentence_bert_config.json`): a message mode when it
     declares one (sentence-transformers 6.2 then renders all text as chat messages), else None for
