@@ -68,6 +68,13 @@ VARIANTS = {  # name: build_sentence_model arguments
         "include_prompt": False,
         "prompts": {"query": "find: "},
     },
+    # an excluded prompt longer than the cut (instructor style): sentence-transformers measures the
+    # prompt cut as the texts are, so the text's last [SEP] is pooled (scorecli pooled nothing: 0)
+    "bert-mean-prompt-past-the-cut": {
+        "include_prompt": False,
+        "prompts": {"query": "represent the query for retrieving the passages that answer it: "},
+        "max_seq_length": 8,
+    },
     "qwen3-last-normalize-prompt": {
         "base": "qwen3",
         "pooling": "lasttoken",

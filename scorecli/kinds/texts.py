@@ -79,7 +79,10 @@ class TextEncoder:
         )
         self.chat = None if modules.message is None else ChatTexts(tokenizer, modules.message, model_type)
         # pooling skips a prompt's tokens only in plain text (a chat message's prompt is pooled)
-        skips = [0 if self.chat is not None else prompt_length(tokenizer, p, modules) for p in self.prompts]
+        skips = [
+            0 if self.chat is not None else prompt_length(tokenizer, p, modules, cut)
+            for p, cut in zip(self.prompts, self.lengths)
+        ]
         self.skips = tuple(skips)
 
     def encode(self, rows: list[Row], wheres: list[str], chunking: Chunking | None = None) -> list[EncodedTexts]:

@@ -357,13 +357,14 @@ def prompt_text(given: str | None, modules: SentenceModules, names: tuple[str, .
     return next((modules.prompts[n] for n in names if n in modules.prompts), modules.default_prompt or "")
 
 
-def prompt_length(tokenizer, prompt: str, modules: SentenceModules) -> int:
+def prompt_length(tokenizer, prompt: str, modules: SentenceModules, cut: int) -> int:
     """Leading tokens of a prompted text that pooling skips: none unless the Pooling module
     excludes the prompt; then the prompt's tokens, as sentence-transformers counts them (with
-    the tokenizer's special tokens, less a trailing one)."""
+    the tokenizer's special tokens, cut at the text's `cut` as its texts are, less a trailing
+    one: a prompt longer than the cut leaves the text's last special token pooled)."""
     if modules.include_prompt or not prompt:
         return 0
-    ids = tokenizer(prompt)["input_ids"]
+    ids = tokenizer(prompt, truncation=True, max_length=cut)["input_ids"]
     return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
 
 
