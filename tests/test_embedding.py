@@ -232,6 +232,7 @@ def test_similarity_flag_overrides_the_models(built):
         ({"label_tokens": ("yes", "no")}, "--label-tokens"),
         ({"activation": "sigmoid"}, "--activation"),
         ({"pooling": "cls"}, "--pooling"),
+        ({"attention": "flex"}, "--attention flex: an embedding model \\(bert\\) runs its own attention"),
     ],
 )
 def test_flags_of_other_kinds_are_refused(built, flags, what):

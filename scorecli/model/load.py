@@ -130,8 +130,9 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if scorecli_attends(kind, hf_config):  # a kernel package imports while the weights load
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     elif cfg.attention != "auto" and capabilities(cfg.attention).model_attention is None:
+        article = "an" if kind[:1] in "aeiou" else "a"
         raise UsageError(
-            f"--attention {cfg.attention}: a {kind} model ({hf_config.model_type}) runs its own attention, "
+            f"--attention {cfg.attention}: {article} {kind} model ({hf_config.model_type}) runs its own attention, "
             "not scorecli's backends; use --attention auto, sdpa or eager"
         )
     model = _load_weights(path, kind, hf_config, dtype, cfg, common)
