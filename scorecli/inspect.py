@@ -14,7 +14,7 @@ from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.config import ScoreConfig
 from scorecli.errors import Notice
 from scorecli.kinds import KINDS, family_class
-from scorecli.model.default_model import BUNDLED, DEFAULT
+from scorecli.model.default_model import BUNDLED, default_said
 from scorecli.model.tokenizer import load_tokenizer
 
 
@@ -108,7 +108,7 @@ def _specials(tokenizer) -> str:
 
 def bundled_lines() -> list[str]:
     """The models the set-up installs, by short name (`default_model`), and where they are."""
-    lines = [f"bundled models (--model NAME; without --model: {DEFAULT}):"]
+    lines = [f"bundled models (--model NAME; without --model: {default_said()}):"]
     for b in BUNDLED.values():
         where = b.path()
         lines.append(f"  {b.name:<15} {b.what}")

@@ -465,3 +465,14 @@ def test_the_gguf_conversion_draws_no_progress_bar():
         assert bar.disable
         bar.close()
     assert not getattr(converter.tqdm, "keywords", {}).get("disable")  # put back
+
+
+def test_inspect_says_the_model_a_run_without_model_uses(monkeypatch):
+    """`scorecli inspect`'s list names the model a run without --model scores with: the one
+    $SCORECLI_MODEL names when it is set (it said `minilm` whatever the variable held)."""
+    from scorecli.inspect import bundled_lines
+
+    monkeypatch.delenv("SCORECLI_MODEL", raising=False)
+    assert bundled_lines()[0] == "bundled models (--model NAME; without --model: minilm):"
+    monkeypatch.setenv("SCORECLI_MODEL", "smollm2-judge")
+    assert bundled_lines()[0] == "bundled models (--model NAME; without --model: smollm2-judge ($SCORECLI_MODEL)):"

@@ -73,6 +73,13 @@ BUNDLED = {
 DEFAULT = "minilm"
 
 
+def default_said() -> str:
+    """The model a run without `--model` scores with, as `scorecli inspect` says it: the name
+    $SCORECLI_MODEL holds (said so), else the default's."""
+    named = os.environ.get(ENV_VAR)
+    return f"{named} (${ENV_VAR})" if named else DEFAULT
+
+
 @dataclass(frozen=True)
 class ModelChoice:
     """Where a model name points: `path` (a folder, file or Hub id), the template a run gets
