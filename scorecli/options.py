@@ -85,8 +85,8 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
     "--compile": (
         PERF,
         "WHEN",
-        "Decoders: torch.compile the model's layers. auto: on CUDA (falls back to uncompiled layers if "
-        "the compiler fails) | on | off.",
+        "Decoders: torch.compile the model's layers. auto: on CUDA, for a job long enough to repay the "
+        "compile (falls back to uncompiled layers if the compiler fails) | on | off.",
     ),
     "--max-seq-len": (SCORING, "N", "Longest packed sequence (default: model maximum, capped at 8192)."),
     "--truncate": (SCORING, "HOW", "item: cut over-long items' text | error: fail."),

@@ -252,6 +252,17 @@ def test_a_default_of_0_is_shown():
     assert "(less than --chunk-tokens). [default: 0]" in text and "(0: no audit). [default: 0]" in text, text
 
 
+def test_compile_auto_help_says_it_waits_for_a_long_job():
+    """--compile's help said `auto: on CUDA`, but auto compiles on CUDA only for a job long enough to
+    repay the compile (`runtimes.compiled.compile_layers`; docs/cli.md says so)."""
+    from typer.testing import CliRunner
+
+    from scorecli.cli import app
+
+    text = " ".join(CliRunner().invoke(app, ["score", "--help"]).output.replace("│", " ").split())
+    assert "auto: on CUDA, for a job long enough to repay the compile" in text, text
+
+
 def test_a_groups_help_lists_the_options_it_takes():
     """`scorecli cache --help` said `--version` (which `scorecli cache` refuses) and sent to
     `scorecli COMMAND --help`: each group's footer names its own options and its own commands."""
