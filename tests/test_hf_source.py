@@ -107,6 +107,32 @@ def test_hf_outputs_are_refused(hub):
         resolve_output(f"{DATA}/out.parquet")
 
 
+def test_a_hub_that_cannot_be_reached_is_one_line_naming_the_url(monkeypatch):
+    """With no route to the Hub (an offline machine; here an endpoint that never resolves), an
+    `hf://` input failed with exit code 1 and `error: ConnectError: [Errno -2] Name or service not
+    known`, naming no URL: huggingface_hub's connection errors are no OSError. It is now the one
+    line, exit code 2, of a store host that does not resolve, at once."""
+    import time
+
+    from huggingface_hub import HfFileSystem
+
+    hf = dataclasses.replace(
+        schemes.SCHEMES["hf"],
+        filesystem=lambda url: schemes._fsspec(HfFileSystem(endpoint="http://scorecli-hub.invalid"), url),
+    )
+    monkeypatch.setitem(schemes.SCHEMES, "hf", hf)
+    stores._STORES.clear()
+    started = time.monotonic()
+    try:
+        with pytest.raises(UsageError) as raised:
+            resolve_inputs([f"{DATA}/b.parquet"])
+    finally:
+        stores._STORES.clear()
+    said = str(raised.value)
+    assert said.startswith(f"cannot read {DATA}/b.parquet: ") and "does not resolve" in said, said
+    assert "HF_ENDPOINT" in said and "\n" not in said and time.monotonic() - started < 10
+
+
 RUN = """import sys
 from tests.test_hf_source import install
 install(sys.argv.pop(1))

@@ -106,9 +106,10 @@ SCHEMES: dict[str, Scheme] = {
     "abfss": Scheme(_arrow, _AZURE_CREDENTIALS, same="abfs"),
     "hf": Scheme(
         _huggingface,
-        "check HF_TOKEN or huggingface-cli login, and that the dataset is yours to read",
+        "check HF_TOKEN or hf auth login, and that the dataset is yours to read",
         writable=False,
         shown="hf://datasets/...",
+        endpoint="the network, and HF_ENDPOINT if set",
         buckets=False,
     ),
 }

@@ -44,8 +44,12 @@ _DENIED = (
     "AuthorizationFailure",
 )
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
-# a host that does not resolve (AWS_ENDPOINT_URL=garbage) stays so: no use retrying it for a minute
-_NO_HOST = re.compile(r"Could not resolve host(?:name)?")
+# a host that does not resolve (AWS_ENDPOINT_URL=garbage, an offline machine) stays so: no use
+# retrying it for a minute (curl's words in pyarrow's SDKs; getaddrinfo's in an HTTP client's, the Hub's)
+_NO_HOST = re.compile(
+    r"Could not resolve host(?:name)?|Name or service not known|nodename nor servname provided"
+    r"|Temporary failure in name resolution|getaddrinfo failed"
+)
 _HOST = re.compile(r"Could not resolve host: ([^\s;,]+)")
 _STALLED = ("curlCode: 28", "Timeout was reached")
 _TRANSIENT = (
@@ -117,7 +121,9 @@ class Store:
                 raise UsageError(f"{what} {self.url(path)}: {_missing(exc)}") from exc
             except PermissionError as exc:
                 raise UsageError(f"{what} {self.url(path)}: access denied ({self.scheme_info.credentials})") from exc
-            except OSError as exc:
+            except Exception as exc:
+                if not isinstance(exc, OSError) and not _connection_error(exc):
+                    raise
                 _refused(exc, what, self.url(path), self.scheme_info)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
                 transient = _transient(str(exc))
@@ -220,11 +226,18 @@ class Store:
             pass
 
 
+def _connection_error(exc: Exception) -> bool:
+    """Whether an HTTP client's failure to reach its host (httpx's `TransportError`, which the
+    Hub's filesystem passes on as it is, no OSError) is what it is: retried, or refused, as an
+    SDK's OSError is."""
+    return any(kind.__name__ == "TransportError" for kind in type(exc).__mro__)
+
+
 def _missing(exc: OSError) -> str:
     return "no such object" if "bucket" not in str(exc).lower() else "the bucket does not exist"
 
 
-def _refused(exc: OSError, what: str, url: str, scheme: Scheme) -> None:
+def _refused(exc: Exception, what: str, url: str, scheme: Scheme) -> None:
     """Raise what no retry changes as a UsageError (exit 2): a missing bucket, denied access, a
     store host that does not resolve."""
     text = str(exc)
@@ -257,7 +270,7 @@ def _said(text: str) -> str:
     return _QUOTED.sub("", text)
 
 
-def _reason(exc: OSError) -> str:
+def _reason(exc: Exception) -> str:
     """An SDK's failure in a few words: a stalled request as such, others as the SDK says them."""
     if any(k in str(exc) for k in _STALLED):
         return f"the store did not answer for {schemes.STALL_SECONDS:g} s"
