@@ -368,6 +368,28 @@ def test_store_calls_retry_what_is_transient_and_name_the_url(monkeypatch):
     assert calls == [1]  # never retried
 
 
+def test_azure_without_credentials_is_access_denied_naming_the_url():
+    """Azure with no credential that gives a token: pyarrow raises an ArrowException, no OSError,
+    which passed `Store.call` by (exit code 1, `error: ArrowException: Unknown error: ...`, no URL);
+    it is access denied, exit 2, one line naming the URL and where credentials come from."""
+    import pyarrow.lib
+
+    from scorecli.errors import UsageError
+    from scorecli.io import stores
+
+    store = stores.Store("abfs", None, "abfs://c@acct.dfs.core.windows.net", base="c")
+    said = (
+        "Unknown error: Check for Hierarchical Namespace support on 'https://acct.blob.core.windows.net/c' failed: "
+        "N5Azure4Core11Credentials23AuthenticationExceptionE: Failed to get token from DefaultAzureCredential."
+    )
+
+    def no_token() -> None:
+        raise pyarrow.lib.ArrowException(said)
+
+    with pytest.raises(UsageError, match=r"^cannot read abfs://c@acct.dfs.core.windows.net/q.jsonl: access denied"):
+        store.call("cannot read", "c/q.jsonl", no_token)
+
+
 def test_a_prefix_holding_a_users_objects_further_down_is_refused_as_a_folder_is(s3, qwen3_seq_cls):
     """A user's object below `<out>.partial/` or below a dataset prefix (`sub/user.parquet`) was
     not seen (the listing kept objects only): the run wrote beside it, and a successful run removed

@@ -42,6 +42,7 @@ _DENIED = (
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "AuthorizationFailure",
+    "AuthenticationException",  # Azure: no credential gave a token
 )
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound", "not found. To create")
 # a host that does not resolve (AWS_ENDPOINT_URL=garbage, an offline machine) stays so: no use
@@ -122,7 +123,7 @@ class Store:
             except PermissionError as exc:
                 raise UsageError(f"{what} {self.url(path)}: access denied ({self.scheme_info.credentials})") from exc
             except Exception as exc:
-                if not isinstance(exc, OSError) and not _connection_error(exc):
+                if not isinstance(exc, OSError) and not _store_error(exc):
                     raise
                 _refused(exc, what, self.url(path), self.scheme_info)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
@@ -226,11 +227,12 @@ class Store:
             pass
 
 
-def _connection_error(exc: Exception) -> bool:
-    """Whether an HTTP client's failure to reach its host (httpx's `TransportError`, which the
-    Hub's filesystem passes on as it is, no OSError) is what it is: retried, or refused, as an
-    SDK's OSError is."""
-    return any(kind.__name__ == "TransportError" for kind in type(exc).__mro__)
+def _store_error(exc: Exception) -> bool:
+    """Whether a failure that is no OSError is the store's all the same, to be retried or refused
+    as an SDK's OSError is: an HTTP client's failure to reach its host (httpx's `TransportError`,
+    which the Hub's filesystem passes on as it is) or an SDK's status that pyarrow maps to no
+    OSError (`ArrowException`: Azure's credentials that give no token)."""
+    return any(kind.__name__ in ("TransportError", "ArrowException") for kind in type(exc).__mro__)
 
 
 def _missing(exc: OSError) -> str:
