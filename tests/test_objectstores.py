@@ -368,6 +368,33 @@ def test_store_calls_retry_what_is_transient_and_name_the_url(monkeypatch):
     assert calls == [1]  # never retried
 
 
+def test_an_s3_host_that_does_not_resolve_while_finding_the_region_says_so(monkeypatch):
+    """Offline, with no AWS_ENDPOINT_URL, pyarrow fails while it asks for the bucket's region, before
+    any object is read: that said `not a URL scorecli can open: When resolving region ...`, as if
+    the URL were wrong; it is the line of a store host that does not resolve."""
+    import dataclasses
+
+    from scorecli.errors import UsageError
+    from scorecli.io import schemes, stores
+
+    said = (
+        "When resolving region for bucket 'my-bucket': AWS Error NETWORK_CONNECTION during HeadBucket operation: "
+        "curlCode: 6, Could not resolve hostname; Details: Could not resolve host: my-bucket.s3.us-east-1"
+    )
+
+    def offline(url: str):
+        raise OSError(said)
+
+    monkeypatch.setitem(schemes.SCHEMES, "s3", dataclasses.replace(schemes.SCHEMES["s3"], filesystem=offline))
+    monkeypatch.setattr(stores, "_STORES", {})
+    with pytest.raises(UsageError) as raised:
+        stores.locate("s3://my-bucket/q.jsonl")
+    assert str(raised.value) == (
+        "cannot open s3://my-bucket/q.jsonl: the store's host my-bucket.s3.us-east-1 does not resolve "
+        "(check AWS_ENDPOINT_URL or the URL)"
+    )
+
+
 def test_azure_without_credentials_is_access_denied_naming_the_url():
     """Azure with no credential that gives a token: pyarrow raises an ArrowException, no OSError,
     which passed `Store.call` by (exit code 1, `error: ArrowException: Unknown error: ...`, no URL);

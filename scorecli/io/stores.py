@@ -361,6 +361,8 @@ def locate(url: str) -> tuple[Store, str]:
         except ScorecliError:
             raise
         except (ValueError, OSError, TypeError) as exc:
+            if isinstance(exc, OSError):  # the store asked already (S3: the bucket's region), and failed
+                _refused(exc, "cannot open", shown(url), make)
             raise UsageError(f"{shown(url)}: not a URL scorecli can open: {first_line(exc, 200)}") from exc
         prefix = f"{scheme}://{named.authority}"
         store = _STORES[(scheme, named.authority)] = Store(scheme, filesystem, prefix, base.strip("/"), named.options)
