@@ -97,6 +97,24 @@ def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
     assert not np.allclose(first, third)
 
 
+def test_cache_gets_the_modes_the_umask_gives(tmp_path):
+    """A cache folder shared by a group (umask 002): the export folder, its files and the kept
+    runtime verdict are group-writable and readable by all, as files made in place would be (they
+    were built under mkdtemp's 0700 and mkstemp's 0600, and renamed so: no one else could read them)."""
+    path = build_bert_cross_encoder(tmp_path / "m")
+    cache = tmp_path / "cache"
+    old = os.umask(0o002)
+    try:
+        _scores(path, "onnx", cache)
+        verdict = keep_verdict(str(path), str(cache), "onnx")
+    finally:
+        os.umask(old)
+    (export,) = (cache / "onnx").iterdir()
+    assert oct(export.stat().st_mode & 0o777) == oct(0o775)
+    assert {oct(f.stat().st_mode & 0o777) for f in export.iterdir()} == {oct(0o664)}
+    assert oct(os.stat(verdict).st_mode & 0o777) == oct(0o664)
+
+
 def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
     import scorecli.runtimes.onnx as ro
 

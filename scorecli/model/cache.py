@@ -1,6 +1,8 @@
 """Build a cached file or folder once, atomically: under a temporary name next to it, then
 renamed into place, so a killed run never leaves half of it where the next run looks, and two
-runs building it at once both end with one whole copy.
+runs building it at once both end with one whole copy. What is built gets the modes the
+process's umask gives (0644 and 0755 under umask 022, group-writable under 002), as any file
+made in place would: a cache folder shared by a group stays readable by all of it.
 
 Shared by the dequantized GGUF checkpoints (`gguf`), the ONNX exports (`runtime_onnx`) and
 their int8 copies (`runtime_int8`). Knows nothing about what is built or how it is keyed.
@@ -9,6 +11,7 @@ their int8 copies (`runtime_int8`). Knows nothing about what is built or how it 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -56,11 +59,7 @@ def build_once(target: str, build: Callable[[str], None], what: str, ready: str 
     folder = ready != target
     try:  # a read-only HOME (cron, containers) or cache: one line, not a traceback
         os.makedirs(parent, exist_ok=True)
-        if folder:
-            tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
-        else:
-            fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=os.path.splitext(target)[1], dir=parent)
-            os.close(fd)
+        tmp = _fresh(parent, "" if folder else os.path.splitext(target)[1], folder)
     except OSError as exc:
         raise UsageError(f"cannot cache {what} in {parent}: {exc.strerror or exc}") from exc
     try:
@@ -76,3 +75,18 @@ def build_once(target: str, build: Callable[[str], None], what: str, ready: str 
         elif os.path.exists(tmp):
             os.unlink(tmp)
     return True
+
+
+def _fresh(parent: str, suffix: str, folder: bool) -> str:
+    """A new empty file or folder under a name no other run uses, with the modes the umask gives
+    (mkstemp's 0600 and mkdtemp's 0700 would keep the cache from everyone else once renamed)."""
+    while True:
+        path = os.path.join(parent, f".building-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+        try:
+            if folder:
+                os.mkdir(path)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return path
+        except FileExistsError:
+            continue
