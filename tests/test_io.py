@@ -553,6 +553,28 @@ def test_resolve_output_refusals(tmp_path):
         sock.close()
 
 
+def test_an_output_name_too_long_for_what_is_written_beside_it_is_refused(tmp_path):
+    """A name the file system takes (250 bytes: `touch` makes it) failed with exit 1 after the model
+    loaded, at `NAME.partial/` or `.NAME.PID.tmp`, past the 255-byte limit; now it is refused up
+    front, counted in bytes (a non-ASCII name is longer than its characters), and the longest name
+    that fits is taken."""
+    from scorecli.io.output import BESIDE
+
+    fits = os.pathconf(tmp_path, "PC_NAME_MAX") - BESIDE
+    name = "x" * (fits - len(".jsonl")) + ".jsonl"
+    target = resolve_output(str(tmp_path / name))
+    assert target.kind == "file"
+    open(temp_path(target.path), "wb").close()  # the longest PID's temporary file fits
+    os.mkdir(target.path + ".partial")
+    with pytest.raises(UsageError, match=f"its name is {fits + 1} bytes.*at most {fits} bytes"):
+        resolve_output(str(tmp_path / ("é" + name[1:])))  # one more byte, not one more character
+    (tmp_path / "d").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "d" / "link.jsonl").symlink_to(tmp_path / "a" / ("y" + name))  # the name of what is written
+    with pytest.raises(UsageError, match="cannot write output .*link.jsonl: its name is"):
+        resolve_output(str(tmp_path / "d" / "link.jsonl"))
+
+
 @pytest.mark.e2e
 def test_stale_temps_of_dead_unlocked_runs_are_removed(tmp_path):
     import fcntl

@@ -36,6 +36,9 @@ STDOUT_PATHS = (STDOUT, "/dev/stdout")
 DESCRIPTORS = ("/dev/stderr", "/dev/fd/", "/proc/self/fd/")
 # longest suffix first: `.jsonl.gz` before `.gz`
 FORMATS = ((".jsonl.gz", "jsonl.gz"), (".parquet", "parquet"), (".jsonl", "jsonl"), (".json", "jsonl"))
+# the most bytes a name scorecli writes beside a file output adds to its name: `.NAME.PID.tmp`,
+# a PID of at most 7 digits (Linux's pid_max is 4194304); `NAME.partial` adds 8
+BESIDE = len("." + "." + "4194304" + ".tmp")
 SUPPORTED = "supported: .parquet (or no suffix), .jsonl, .json, .jsonl.gz, or - for JSON lines on stdout"
 
 
@@ -114,6 +117,8 @@ def resolve_output(
     if reason:
         raise UsageError(f"cannot write output {out}: {reason}")
     kind = "file" if not descriptor and (st is None or stat.S_ISREG(st.st_mode)) else "special"
+    if kind == "file" and (reason := _name_too_long(real)):
+        raise UsageError(f"cannot write output {out}: {reason}")
     return _checked(Target(out, fmt, kind, real), inputs, folders)
 
 
@@ -175,6 +180,24 @@ def _unwritable(real: str, st: os.stat_result | None) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"directory {parent} is not writable"
     return None
+
+
+def _name_too_long(real: str) -> str | None:
+    """Why the names scorecli writes beside the file `real`, made from its name (`NAME.partial/`,
+    `.NAME.PID.tmp`: `io.temp_files`), would pass the file system's limit on a name (255 bytes on
+    most), or None: a name that `touch` takes would fail only after the model loaded."""
+    head, base = os.path.split(real)
+    try:
+        limit = os.pathconf(head or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(base))
+    if size + BESIDE <= limit:
+        return None
+    return (
+        f"its name is {size} bytes, and what scorecli writes beside it (NAME.partial/, .NAME.PID.tmp) would "
+        f"pass this file system's limit of {limit} bytes per name: give a name of at most {limit - BESIDE} bytes"
+    )
 
 
 def _checked(target: Target, inputs, folders) -> Target:
