@@ -576,6 +576,41 @@ def test_an_output_name_too_long_for_what_is_written_beside_it_is_refused(tmp_pa
 
 
 @pytest.mark.e2e
+def test_paths_whose_names_are_not_utf8_are_read_and_written(tmp_path, bert_cross_encoder):
+    """A folder named in Latin-1 bytes (Python keeps them as surrogate escapes, which pyarrow cannot
+    encode): a Parquet input there stopped with exit 1 (UnicodeEncodeError), a file output failed
+    at the end reading back its parts (exit 1, its rows kept), and a score cache there was never
+    hit (a warning per segment); each now reads its files through Python. The paths are given
+    absolute: a relative one names no such bytes."""
+    import subprocess
+
+    from tests.test_cli import SCORECLI, _env
+
+    folder = os.fsdecode(bytes(tmp_path) + b"/caf\xe9")
+    os.mkdir(folder)
+    rows = pa.table({"query": ["a query", "q"], "items": [["one", "two"], ["three"]]})
+    with open(os.path.join(folder, "in.parquet"), "wb") as f:  # pyarrow cannot write it by name either
+        pq.write_table(rows, f)
+    for out, hits in (("o.jsonl", "0 hits, 3 misses"), ("o.parquet", "3 hits, 0 misses"), ("ds/", "3 hits")):
+        args = [
+            "score",
+            os.path.join(folder, "in.parquet"),
+            "--out",
+            out,
+            "--model",
+            bert_cross_encoder,
+            "--score-cache",
+            os.path.join(folder, "cache"),
+        ]
+        proc = subprocess.run(SCORECLI + args, cwd=folder, capture_output=True, env=_env(), timeout=180)
+        assert proc.returncode == 0 and f"score cache: {hits}" in proc.stderr.decode(), proc.stderr.decode()
+        assert "warning" not in proc.stderr.decode()
+    with open(os.path.join(folder, "o.jsonl"), "rb") as f:
+        assert [len(json.loads(line)["scores"]) for line in f] == [2, 1]
+    assert sorted(os.listdir(folder)) == ["cache", "ds", "in.parquet", "o.jsonl", "o.parquet"]
+
+
+@pytest.mark.e2e
 def test_stale_temps_of_dead_unlocked_runs_are_removed(tmp_path):
     import fcntl
     import subprocess

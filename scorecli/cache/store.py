@@ -29,7 +29,7 @@ from scorecli.cache.identity import Memo
 from scorecli.cache.segments import SUFFIX, Damaged, Entries, read_entries, read_metadata, to_ipc
 from scorecli.engine.job import SCORE_CACHE_MARKER
 from scorecli.errors import ScorecliError, UsageError, first_line
-from scorecli.io.folders import Folder, folder_at
+from scorecli.io.folders import Folder, folder_at, opened
 from scorecli.io.urls import is_url, local_path, scheme_of
 
 MARKER = SCORE_CACHE_MARKER
@@ -207,9 +207,13 @@ class CacheStore:
             return None
 
     def _body(self, folder: Folder, name: str):
-        """What `segments.read_entries` reads of a segment: a local file's path (memory-mapped), a
-        stored object's bytes (None: gone)."""
-        return folder.source(name) if not is_url(self.location) else folder.read(name)
+        """What `segments.read_entries` reads of a segment: a local file's path (memory-mapped) or,
+        where pyarrow cannot take its path (`io.sources.for_arrow`), its bytes; a stored object's
+        bytes (None: gone)."""
+        if is_url(self.location):
+            return folder.read(name)
+        with opened(folder.source(name)) as source:
+            return source if isinstance(source, str) else source.read()
 
     def infos(self, profile: str, verify: bool = False) -> list[SegmentInfo | tuple[str, str]]:
         """Each segment's metadata, or (name, why) for a damaged one; `verify`: each read whole and
@@ -225,7 +229,8 @@ class CacheStore:
                         continue
                     meta = read_entries(body, profile)[1]
                 else:
-                    meta = read_metadata(folder.source(name))
+                    with opened(folder.source(name)) as source:
+                        meta = read_metadata(source)
                 out.append(SegmentInfo(profile, name, folder.size(name) or 0, meta))
             except FileNotFoundError:
                 continue

@@ -22,13 +22,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, BinaryIO, Protocol
 
 import pyarrow.parquet as pq
 
 from scorecli.errors import UsageError
 from scorecli.io.folder_lock import Busy, hold, release
+from scorecli.io.sources import for_arrow
 from scorecli.io.stores import locate
 from scorecli.io.temp_files import fsync_dir
 from scorecli.io.urls import is_url
@@ -68,11 +70,23 @@ def folder_at(place: str) -> Folder:
 
 def read_schema(folder: Folder, name: str):
     """The Arrow schema (with metadata) of the Parquet file `name`."""
-    return pq.read_schema(folder.source(name))
+    with opened(folder.source(name)) as source:
+        return pq.read_schema(source)
 
 
 def read_table(folder: Folder, name: str):
-    return pq.read_table(folder.source(name))
+    with opened(folder.source(name)) as source:
+        return pq.read_table(source)
+
+
+@contextmanager
+def opened(source: str | BinaryIO) -> Iterator[str | BinaryIO]:
+    """A `Folder.source` while it is read: a path as it is, a file closed after."""
+    if isinstance(source, str):
+        yield source
+    else:
+        with source:
+            yield source
 
 
 class LocalFolder:
@@ -129,8 +143,9 @@ class LocalFolder:
         except OSError:
             return None
 
-    def source(self, name: str) -> str:
-        return self._path(name)
+    def source(self, name: str) -> str | BinaryIO:
+        """Its path, or the file opened where pyarrow cannot take the path (`io.sources.for_arrow`)."""
+        return for_arrow(self._path(name))
 
     def plain(self, name: str) -> bool:
         path = self._path(name)

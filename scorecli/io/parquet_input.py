@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scorecli.errors import InputError
 from scorecli.io.formats import RawRow, printable
-from scorecli.io.sources import source_for
+from scorecli.io.sources import for_arrow, source_for
 from scorecli.io.urls import is_url
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def parquet_file(path: str) -> pq.ParquetFile:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else path)
+        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else for_arrow(path))
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: cannot read Parquet: {printable(e)}") from e
 

@@ -271,6 +271,17 @@ def _nothing_at(store: Store, path: str) -> str:
 _LOCAL, _STORE = LocalSource(), StoreSource()
 
 
+def for_arrow(path: str) -> str | BinaryIO:
+    """A local file as pyarrow opens it: its path, or the file opened when its name is not UTF-8
+    (bytes another system wrote, which Python keeps as surrogate escapes and pyarrow, which takes
+    UTF-8 paths only, cannot encode: such a file is read through Python)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return open(path, "rb")
+    return path
+
+
 def source_for(spec: str) -> Source:
     """The Source that reads `spec` (a `file://` URL is a local path: see `localize`)."""
     return _STORE if is_url(spec) and scheme_of(spec) != "file" else _LOCAL
