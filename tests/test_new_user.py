@@ -329,13 +329,13 @@ def test_an_unreachable_hub_uses_the_cached_copy(tmp_path, qwen3_seq_cls):
 @pytest.mark.e2e
 def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     """On a terminal a `loading MODEL ...` status shows before the progress line; --quiet shows
-    nothing; a dumb terminal shows the summary alone."""
+    nothing; a dumb terminal shows the summary alone; an ASCII locale, ASCII."""
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
 
-    def on_a_terminal(*extra: str, term: str = "xterm") -> str:
+    def on_a_terminal(*extra: str, term: str = "xterm", **environ: str) -> str:
         leader, follower = pty.openpty()
         args = ["score", inp, "--out", str(tmp_path / "o.parquet"), "--model", qwen3_seq_cls, *extra]
-        env = {**_env(), "TERM": term}
+        env = {**_env(), "TERM": term, **environ}
         proc = subprocess.Popen([*SCORECLI, *args], stdout=subprocess.DEVNULL, stderr=follower, env=env)
         os.close(follower)
         chunks = []
@@ -356,6 +356,9 @@ def test_loading_status_then_summary_on_a_terminal(tmp_path, qwen3_seq_cls):
     assert on_a_terminal("--quiet").strip() == ""
     # TERM=dumb (Emacs' shell, some CI consoles): nothing is drawn live, and no blank line is left
     assert on_a_terminal(term="dumb").replace("\r", "").splitlines()[0].startswith("scored 1 row,")
+    # an ASCII locale (LANG=C, Python's UTF-8 coercion off): the spinner in ASCII, not `\u280b` escapes
+    ascii_shown = on_a_terminal(LC_ALL="C", LANG="C", PYTHONCOERCECLOCALE="0", PYTHONUTF8="0")
+    assert "loading " in ascii_shown and "\\u28" not in ascii_shown and "scored 1 row," in ascii_shown
 
 
 @pytest.mark.e2e

@@ -273,7 +273,10 @@ def loading(console: Console | None, name: str) -> Iterator[None]:
     if console is None or not live(console):
         yield
         return
-    with console.status(f"loading {name} ...", spinner="dots"):
+    # braille dots where the terminal takes UTF-8; an ASCII locale (PYTHONUTF8=0 under LANG=C) printed
+    # them as `\u280b`, a new escape each frame: a bar of plain characters there, as rich draws its own
+    spinner = "dots" if console.encoding.startswith("utf") else "line"
+    with console.status(f"loading {name} ...", spinner=spinner):
         yield
 
 
