@@ -138,6 +138,7 @@ def score(
     """Score every item of every input row against its query.
 
     Writes one output row per input row, in input order (README: Quickstart)."""
+    _check_working_folder()
     _check_engine(ctx, engine, num_workers, audit)
     if engine == "local":
         lazy_pandas.defer()  # pyarrow asks for pandas objects no input here holds: 0.3-0.5 s
@@ -305,6 +306,7 @@ def _check_cache_and_runtime(
     written, or an explicit ONNX runtime whose packages are missing, stop the run before the model
     loads (`--runtime auto` falls back instead). Before torch is imported: where the environment
     keeps no bytecode for it, it goes to the cache folder (`bytecode`)."""
+    _check_working_folder()
     from_env = _given(ctx, "cache_dir", "ENVIRONMENT")
     check_writable(cache_dir, f"$SCORECLI_CACHE_DIR={cache_dir}" if from_env else f"--cache-dir {cache_dir}")
     if (note := bytecode.cache_bytecode(cache_dir or default_cache_dir())) and not quiet:
@@ -313,6 +315,18 @@ def _check_cache_and_runtime(
         from scorecli.runtimes.onnx import check_packages
 
         check_packages(runtime)
+
+
+def _check_working_folder() -> None:
+    """UsageError when the current directory is gone (deleted after the shell entered it): torch's
+    MKL stops the process on import there ("Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so"),
+    and a relative path cannot be made absolute (FileNotFoundError, exit 1)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (deleted after the shell entered it): cd into one that does"
+        ) from None
 
 
 def _resolve_model(model: str | None, ctx: typer.Context | None = None, quiet: bool = False) -> tuple[str, str]:
@@ -433,6 +447,7 @@ def bench(
 
     MIS and single-item per attention backend; any kind of model (those that score pairs or
     compare embeddings run single-item)."""
+    _check_working_folder()  # before scorecli.bench imports torch
     from scorecli.bench import Workload, check_arguments, report, run_bench
 
     check_arguments(o.csv(attention), o.csv(modes) or (), peak_tflops, json_out, device)  # before the model loads

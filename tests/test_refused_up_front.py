@@ -488,6 +488,29 @@ def test_stdin_into_a_new_folder_writes_a_dataset(runs):
     assert pq.read_table(folder)["id"].to_pylist() == [1, 2, 3]
 
 
+@pytest.mark.parametrize("command", ["score", "inspect", "bench"])
+def test_a_deleted_current_directory_is_refused_in_one_line(tmp_path, bert_cross_encoder, command):
+    """Run from a directory deleted after the shell entered it, torch's MKL stopped the process
+    ("Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so", three times, though every path was
+    absolute) and a relative --out was a FileNotFoundError (exit 1); now one line says why."""
+    good = write(tmp_path / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 3)))
+    args = {
+        "score": ["score", good, "--out", str(tmp_path / "o.jsonl"), "--model", bert_cross_encoder],
+        "inspect": ["inspect", bert_cross_encoder],
+        "bench": ["bench", "--model", bert_cross_encoder, "--rows", "1", "--items", "1"],
+    }[command]
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    shell = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    proc = subprocess.run(
+        ["sh", "-c", shell, "sh", str(gone), *SCORECLI, *args], capture_output=True, env=_env(), timeout=120
+    )
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("error: the current directory no longer exists"), stderr
+    assert sorted(os.listdir(tmp_path)) == ["good.jsonl"]
+
+
 def test_a_folder_of_scorecli_parts_is_replaced_by_the_next_run(tmp_path, qwen3_seq_cls):
     """The dataset rule refuses others' files only: scorecli's own earlier output is replaced."""
     good = write(tmp_path / "good.jsonl", b"".join(GOOD_LINE % i for i in range(1, 5)))
