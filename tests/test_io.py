@@ -610,6 +610,31 @@ def test_paths_whose_names_are_not_utf8_are_read_and_written(tmp_path, bert_cros
     assert sorted(os.listdir(folder)) == ["cache", "ds", "in.parquet", "o.jsonl", "o.parquet"]
 
 
+def test_a_dataset_folder_that_cannot_be_listed_is_refused(tmp_path):
+    """A folder `--out DIR/` that may be written but not listed (mode 0333, a drop box) was a
+    PermissionError, exit 1; it is refused as an unwritable one is. Root reads any folder: as root
+    the check runs without the capabilities that let it (setpriv), as a user would meet it."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    folder.chmod(0o333)
+    check = "import sys; from scorecli.io.output import resolve_output; resolve_output(sys.argv[1])"
+    command = [sys.executable, "-c", check, f"{folder}/"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to drop the capabilities that let root read any folder")
+        drop = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *command]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    finally:
+        folder.chmod(0o755)
+    assert proc.returncode == 1 and "UsageError: cannot write output" in proc.stderr, proc.stderr
+    assert f"directory {folder} is not readable" in proc.stderr, proc.stderr
+
+
 @pytest.mark.e2e
 def test_stale_temps_of_dead_unlocked_runs_are_removed(tmp_path):
     import fcntl

@@ -132,6 +132,14 @@ def _dataset(out: str) -> Target:
         raise UsageError(f"cannot write output {out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write output {out}: directory {parent} is not writable")
+    if parent == real:  # a folder that may be written but not listed (mode 0333, a drop box)
+        try:
+            os.listdir(real)
+        except PermissionError:
+            raise UsageError(
+                f"cannot write output {out}: directory {real} is not readable (scorecli lists a folder before "
+                "it writes its parts there, so as to replace only its own)"
+            ) from None
     return Target(out, "parquet", "dataset", real)
 
 
