@@ -128,7 +128,7 @@ def score(
     cache_dir: o.CacheDir = None,
     quiet: Annotated[bool, opt("--quiet", "-q")] = False,
     resume: Annotated[bool, opt("--resume")] = False,
-    score_cache: Annotated[str | None, opt("--score-cache")] = None,
+    score_cache: Annotated[str | None, opt("--score-cache", callback=o.home)] = None,
     audit: Annotated[int, opt("--audit", min=0, max=o.MAX_INT)] = 0,
     audit_strict: Annotated[bool, opt("--audit-strict")] = False,
     engine: Annotated[str, opt("--engine")] = "local",

@@ -21,7 +21,8 @@ cache_app = typer.Typer(
     help="What a score cache (scorecli score --score-cache) holds, and pruning it.",
 )
 _Location = Annotated[
-    str, typer.Argument(metavar="LOCATION", show_default=False, rich_help_panel=o.LONG, help=o.LOCATION)
+    str,
+    typer.Argument(metavar="LOCATION", show_default=False, rich_help_panel=o.LONG, help=o.LOCATION, callback=o.home),
 ]
 
 

@@ -7,6 +7,7 @@ run does.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
@@ -205,6 +206,15 @@ def seconds(value: float | None) -> float | None:
     return value
 
 
+def home(value: str | None) -> str | None:
+    """A folder scorecli makes (`--cache-dir`, `$SCORECLI_CACHE_DIR`, `--score-cache`) whose `~` no
+    shell expanded (a systemd `Environment=`, a crontab's variable, a quoted flag) in your home
+    folder, as `--model` takes it, not a new folder named `~` in the current one. `~user` is left."""
+    if value is not None and (value == "~" or value.startswith("~/")):
+        return os.path.expanduser(value)
+    return value
+
+
 def opt(flag: str, *names: str, **kw: Any) -> Any:
     """typer's Option for `flag` (and its other `names`) as `FLAGS` declares it; `panel`, `metavar`
     and `help` in `kw` replace the table's for one command."""
@@ -214,7 +224,7 @@ def opt(flag: str, *names: str, **kw: Any) -> Any:
 
 
 Model = Annotated[str | None, opt("--model", "-m", envvar="SCORECLI_MODEL", show_envvar=True)]
-CacheDir = Annotated[str | None, opt("--cache-dir", envvar="SCORECLI_CACHE_DIR")]
+CacheDir = Annotated[str | None, opt("--cache-dir", envvar="SCORECLI_CACHE_DIR", callback=home)]
 Device = Annotated[str, opt("--device")]
 DType = Annotated[str, opt("--dtype")]
 BatchTokens = Annotated[int | None, opt("--max-batch-tokens", min=1, max=MAX_INT)]

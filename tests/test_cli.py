@@ -598,6 +598,29 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big_input, qwen3_seq_cls, signu
 
 
 @pytest.mark.e2e
+def test_a_tilde_no_shell_expanded_is_the_home_folder(tmp_path, bert_cross_encoder):
+    """`SCORECLI_CACHE_DIR=~/...` (a systemd Environment=, a crontab variable) and a quoted
+    `--score-cache '~/...'` made a folder named `~` in the current directory; they are the home
+    folder, as --model's `~` is, and so is `cache info`'s LOCATION."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    rows = write(work / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))
+    env = _env(HOME=str(home), SCORECLI_CACHE_DIR="~/models")
+    args = ["score", rows, "--out", "o.jsonl", "--model", bert_cross_encoder, "--runtime", "onnx", "-q"]
+    proc = subprocess.run(
+        [*SCORECLI, *args, "--score-cache", "~/scores"], cwd=work, env=env, capture_output=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert sorted(os.listdir(work)) == ["in.jsonl", "o.jsonl"]
+    assert os.listdir(home / "models" / "onnx") and (home / "scores" / "scorecli-score-cache.json").is_file()
+    info = subprocess.run(
+        [*SCORECLI, "cache", "info", "~/scores"], cwd=work, env=env, capture_output=True, timeout=TIMEOUT
+    )
+    assert info.returncode == 0 and "2 entries" in info.stdout.decode(), info.stderr.decode()
+
+
+@pytest.mark.e2e
 def test_inspect_reports_kind_and_label_tokens(qwen3_causal_lm):
     result = run_cli(Case(["inspect", qwen3_causal_lm, "--label-tokens", "yes,no,hello world"]))
     assert result.rc == 0, result.stderr
