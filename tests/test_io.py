@@ -685,15 +685,23 @@ def test_closed_fifo_raises_output_closed(tmp_path):
                 sink.write(pa.table({"id": list(range(1000))}))
 
 
-def test_replaced_file_keeps_its_mode_and_jsonl_gz(tmp_path):
+def test_replaced_file_keeps_its_mode_group_and_jsonl_gz(tmp_path):
+    """A file replaced keeps its mode and its group: one `chgrp`ed to a group that reads it (0640)
+    came back with the writer's own group, the 0640 shutting that group out."""
     out = tmp_path / "out.jsonl.gz"
     out.write_bytes(b"old")
     out.chmod(0o640)
+    groups = [12345] if os.geteuid() == 0 else os.getgroups()  # root may give any group, a user their own
+    other = next((g for g in groups if g != os.getegid()), None)
+    if other is not None:
+        os.chown(out, -1, other)
     with Sink(str(out), {}) as sink:
         sink.write(pa.table({"id": [1]}))
         sink.write(pa.table({"id": [2]}))
     assert gzip.decompress(out.read_bytes()) == b'{"id": 1}\n{"id": 2}\n'
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+    if other is not None:
+        assert os.stat(out).st_gid == other
 
 
 def test_late_and_null_columns_rewrite_the_file_once(tmp_path):

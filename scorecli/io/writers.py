@@ -211,7 +211,8 @@ class Sink:
             return
         self._file.flush()
         os.fsync(self._file.fileno())
-        if os.path.exists(self.target.path):  # a replaced file keeps its permissions
+        if os.path.exists(self.target.path):  # a replaced file keeps its permissions and group
+            _keep_group(self.target.path, self._file.fileno())  # first: a chown may clear set-id bits
             shutil.copymode(self.target.path, self._tmp)
         self._file.close()
         os.replace(self._tmp, self.target.path)
@@ -236,6 +237,18 @@ class Sink:
                 os.unlink(self._tmp)
             except FileNotFoundError:
                 pass
+
+
+def _keep_group(path: str, fd: int) -> None:
+    """Give the new file the group of the file it replaces (a file `chgrp`ed to a group that reads
+    it, in a folder that sets no group), where this user may: its mode was copied, and 0640 under
+    another group would shut the first one out. Elsewhere it keeps the group it was made with."""
+    gid = os.stat(path).st_gid
+    if os.fstat(fd).st_gid != gid:
+        try:
+            os.fchown(fd, -1, gid)
+        except OSError:  # not a member of that group
+            pass
 
 
 FileSink = Sink  # the `io.sinks.Sink` that writes a file, an object or a stream straight through
