@@ -704,6 +704,27 @@ def test_replaced_file_keeps_its_mode_group_and_jsonl_gz(tmp_path):
         assert os.stat(out).st_gid == other
 
 
+def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path):
+    """In a shared folder the temporary file's name is known (`.NAME.PID.tmp`): a symlink planted
+    there was opened and followed, writing the output over the file it pointed to, and the rename
+    then left `--out` a link to it. The link is now removed and the file made new; the same for a
+    part, or a score cache segment, in a folder others may write (`io.folders`)."""
+    from scorecli.io.folders import LocalFolder
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"keep me\n")
+    out = tmp_path / "out.jsonl"
+    os.symlink(victim, temp_path(str(out)))
+    with Sink(str(out), {}) as sink:
+        sink.write(pa.table({"id": [1]}))
+    assert victim.read_bytes() == b"keep me\n"
+    assert not out.is_symlink() and out.read_bytes() == b'{"id": 1}\n'
+    os.symlink(victim, tmp_path / f".part.{os.getpid()}.tmp")
+    LocalFolder(str(tmp_path)).write("part", lambda f: f.write(b"part"))
+    assert victim.read_bytes() == b"keep me\n" and (tmp_path / "part").read_bytes() == b"part"
+    assert not (tmp_path / "part").is_symlink()
+
+
 def test_late_and_null_columns_rewrite_the_file_once(tmp_path):
     out = tmp_path / "out.parquet"
     with Sink(str(out), {"model": "m"}) as sink:

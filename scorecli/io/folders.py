@@ -32,7 +32,7 @@ from scorecli.errors import UsageError
 from scorecli.io.folder_lock import Busy, hold, release
 from scorecli.io.sources import for_arrow
 from scorecli.io.stores import locate
-from scorecli.io.temp_files import fsync_dir
+from scorecli.io.temp_files import create, fsync_dir
 from scorecli.io.urls import is_url
 
 LEASE = "_scorecli_lease.json"
@@ -113,7 +113,7 @@ class LocalFolder:
     def write(self, name: str, fill: Callable[[BinaryIO], None]) -> int:
         tmp = self._path(f".{name}.{os.getpid()}.tmp")  # its own: two processes may write one name at once
         try:
-            with open(tmp, "wb") as f:
+            with create(tmp) as f:
                 fill(f)
                 f.flush()
                 os.fsync(f.fileno())

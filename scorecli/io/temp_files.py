@@ -9,12 +9,25 @@ from __future__ import annotations
 
 import os
 import re
+from typing import IO
 
 
 def temp_path(path: str) -> str:
     """The temporary file beside `path` that is renamed onto it at commit."""
     head, base = os.path.split(path)
     return os.path.join(head, f".{base}.{os.getpid()}.tmp")
+
+
+def create(path: str) -> IO[bytes]:
+    """The temporary file at `path`, made new (mode as the umask gives): whatever is there is removed
+    first (a file an earlier process of the same PID left, as in a container; a symlink planted in a
+    shared folder, which opening the name would follow, writing over the file it points to and
+    renaming the link onto the output), and the file is made with O_EXCL, which follows no link."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), "w+b")
 
 
 def clean_stale_temps(path: str) -> list[str]:

@@ -37,7 +37,7 @@ from scorecli.io.nanos import nanos_as_json
 from scorecli.io.output import Target, output_format, resolve_output
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.stores import locate
-from scorecli.io.temp_files import clean_stale_temps, fsync_dir, lock, temp_path
+from scorecli.io.temp_files import clean_stale_temps, create, fsync_dir, lock, temp_path
 from scorecli.io.urls import is_url
 
 __all__ = ["FileSink", "OutputClosed", "Sink", "output_format", "temp_path", "to_jsonl"]
@@ -98,7 +98,7 @@ class Sink:
         elif t.kind == "file":
             clean_stale_temps(t.path)
             self._tmp = temp_path(t.path)
-            self._file = open(self._tmp, "w+b")
+            self._file = create(self._tmp)
             lock(self._file.fileno())
         else:
             self._dest = sys.stdout.buffer if t.kind == "stdout" else _open_special(t)
