@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.test_cli import GOOD_LINE, Case, Result, run_cli, write
 
@@ -53,6 +54,11 @@ def _empty_vocab(src: str, dst: Path, tokenizer_class: str | None) -> str:
 def _models(tmp: Path, seq_cls: str, cross: str) -> dict[str, str]:
     big = lambda w: w["model.layers.1.mlp.down_proj.weight"].__setitem__((0, 0), 1e6)
     extra_head = lambda w: w.__setitem__("lm_head.weight", w["model.embed_tokens.weight"].clone())
+
+    def saved_buffers(w):  # what older saves (all-MiniLM-L6-v2's) hold beside the weights: the buffers
+        w["bert.embeddings.position_ids"] = torch.arange(512)[None]
+        w["bert.embeddings.token_type_ids"] = torch.zeros(1, 512, dtype=torch.long)
+
     return {
         "fewer_layers": _copy(
             seq_cls, tmp / "fewer_layers", {"num_hidden_layers": 1, "layer_types": ["full_attention"]}
@@ -65,6 +71,7 @@ def _models(tmp: Path, seq_cls: str, cross: str) -> dict[str, str]:
         "empty_wordpiece": _empty_vocab(cross, tmp / "empty_wordpiece", "BertTokenizer"),
         "float16_overflow": _weights(_copy(seq_cls, tmp / "float16_overflow"), big),
         "extra_head": _weights(_copy(seq_cls, tmp / "extra_head"), extra_head),
+        "saved_buffers": _weights(_copy(cross, tmp / "saved_buffers"), saved_buffers),
     }
 
 
@@ -88,6 +95,7 @@ REFUSED = {
 # name: (extra flags, the warning expected, or None for none)
 SCORED = {
     "extra_head": ([], None),  # an LM head beside the score head: not read by seq-cls
+    "saved_buffers": ([], None),  # buffers the model builds itself: no weights (refused under transformers 5.2)
     "embedding_of_seq_cls": (
         ["--kind", "embedding"],
         "--kind embedding leaves checkpoint weights unused (score.weight)",

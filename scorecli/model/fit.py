@@ -57,7 +57,7 @@ def check_report(model: Any, info: dict, name: str, kinds: Kinds, embedding: boo
             f"cannot load model {name}: its config does not fit its weights: {key} is {_shape(saved)} in the "
             f"checkpoint, {_shape(wanted)} by the config{more} (a config.json from another model?)"
         )
-    unused = sorted(info.get("unexpected_keys") or ())
+    unused = sorted(set(info.get("unexpected_keys") or ()) - _buffers(model))
     body = [k for k in unused if _in_body(model, k)]
     if body:
         raise UsageError(
@@ -71,6 +71,16 @@ def check_report(model: Any, info: dict, name: str, kinds: Kinds, embedding: boo
             UserWarning,
             stacklevel=4,
         )
+
+
+def _buffers(model: Any) -> set[str]:
+    """The model's buffers (`position_ids`, `token_type_ids`: tensors it builds, not weights), by
+    their names in the model and in its base model. Older saves wrote them to the checkpoint (the
+    real all-MiniLM-L6-v2 holds `embeddings.position_ids`): transformers 5.2 reports each as an
+    unexpected key, 5.24 still reports all but `position_ids`."""
+    names = {name for name, _ in model.named_buffers()}
+    prefix = getattr(model, "base_model_prefix", "")
+    return names | {name[len(prefix) + 1 :] for name in names if prefix and name.startswith(prefix + ".")}
 
 
 def _in_body(model: Any, key: str) -> bool:
