@@ -26,8 +26,10 @@ def shortest_floats(table: pa.Table) -> pa.Table:
     for k, field in enumerate(table.schema):
         if _narrow(field.type):
             wide = _wide(field.type)
-            shortest = field.name in SCORED  # else exact: every float16 and float32 value is a float64 value
-            column = pa.chunked_array([_widen(chunk, shortest) for chunk in table.column(k).chunks], wide)
+            if field.name in SCORED:
+                column = pa.chunked_array([_widen(chunk) for chunk in table.column(k).chunks], wide)
+            else:
+                column = table.column(k).cast(wide)  # every float16 and float32 value is a float64 value
             table = table.set_column(k, field.with_type(column.type), column)
     return table
 
@@ -46,13 +48,10 @@ def _wide(t: pa.DataType) -> pa.DataType:
     return pa.list_(_wide(t.value_type)) if pa.types.is_list(t) else t
 
 
-def _widen(array: pa.Array, shortest: bool) -> pa.Array:
+def _widen(array: pa.Array) -> pa.Array:
     t = array.type
     if pa.types.is_float32(t):  # Arrow prints a float32 with its shortest round-trip digits
-        return pc.cast(pc.cast(array, pa.string()), pa.float64()) if shortest else pc.cast(array, pa.float64())
-    if pa.types.is_float16(t) and not shortest:  # through numpy: pyarrow 15 has no float16 cast
-        mask = array.is_null().to_numpy(zero_copy_only=False)
-        return pa.array(array.to_numpy(zero_copy_only=False).astype(np.float64), mask=mask)
+        return pc.cast(pc.cast(array, pa.string()), pa.float64())
     if pa.types.is_float16(t):  # numpy prints a float16 with its shortest digits (Arrow with all of them)
         values = array.to_numpy(zero_copy_only=False)
         text = np.array(
@@ -66,4 +65,4 @@ def _widen(array: pa.Array, shortest: bool) -> pa.Array:
     first, last = offsets[0].as_py(), offsets[-1].as_py()
     offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
     cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
-    return cls.from_arrays(offsets, _widen(array.values.slice(first, last - first), shortest), mask=array.is_null())
+    return cls.from_arrays(offsets, _widen(array.values.slice(first, last - first)), mask=array.is_null())

@@ -107,8 +107,8 @@ def _null_nonfinite(arr: pa.Array) -> tuple[pa.Array, int]:
 
 
 def _null_nonfinite_half(arr: pa.Array) -> tuple[pa.Array, int]:
-    """`_null_nonfinite` of float16 values, through numpy: pyarrow 15 to 18 at least has no float16
-    kernel for is_finite, if_else or a cast to float32 (an input's float16 id column)."""
+    """`_null_nonfinite` of float16 values, through numpy: pyarrow 18 (and 15 to 17) has no float16
+    kernel for is_finite or if_else (an input's float16 id column)."""
     values = arr.to_numpy(zero_copy_only=False)
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     bad = valid & ~np.isfinite(values)
