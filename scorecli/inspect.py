@@ -151,7 +151,7 @@ def check(
         attention=attention,
     )
     loaded = load_model(cfg)
-    if KINDS[loaded.kind].label_tokens:
+    if KINDS[loaded.kind].label_tokens and loaded.sentence is None:  # a CrossEncoder folder names its own
         labels = {"label_tokens": label_tokens} if label_tokens else {"label_token_ids": any_label_ids(loaded)}
         cfg = dataclasses.replace(cfg, **labels)
     lines, ok, modes = [], True, ("single",)

@@ -27,7 +27,6 @@ from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
 from scorecli.core.ranking import Chunking, aggregate
 from scorecli.core.repeats import unique_seqs
 from scorecli.core.rows import Fields, Row, parse_row
-from scorecli.core.templates import load_template
 from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
 from scorecli.engine.prepared import Prepared
 from scorecli.engine.progress import tracked
@@ -35,7 +34,7 @@ from scorecli.errors import InputError, UsageError, error_line
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.parquet_input import table_rows
 from scorecli.io.readers import RawRow
-from scorecli.kinds import Family, Setup, make_family
+from scorecli.kinds import Family, Setup, family_class, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
@@ -91,7 +90,7 @@ class Scorer:
             self.loaded = model if isinstance(model, Loaded) else load_model(self.config)
         cfg, loaded = self.config, self.loaded
         mark("model loaded")
-        self.template = load_template(cfg.template, loaded.tokenizer)
+        self.template = family_class(loaded.kind).template(loaded.kind, cfg, loaded)
         self.support = support_of(loaded)  # decoders: refuses what no mode reproduces
         self.spec: RunSpec = resolve_spec(cfg, loaded, self.template, self.support)
         self.fields = Fields.of(cfg)

@@ -163,6 +163,81 @@ def test_sentence_transformers_6_cross_encoder_folder(bert_cross_encoder, tmp_pa
         Scorer(str(tmp_path / "ce"), kind="cross-encoder")
 
 
+# pairs whose documents start with a letter, a space, line breaks, punctuation (the prefix's split)
+DECODER_PAIRS_ROWS = [
+    {"query": "how do tides work", "items": ["the moon pulls the ocean", " a leading space", "\n\nspring tides", "x"]},
+    {"query": "Who?", "items": [".,; punctuation first", "nobody", " ".join(["the tide comes in"] * 30)]},
+]
+
+
+def test_sentence_transformers_6_decoder_cross_encoder_folders(qwen3_causal_lm, qwen3_seq_cls, tmp_path):
+    """A CrossEncoder folder sentence-transformers 6.2 saves around a decoder, as modern rerankers
+    ship (a causal LM and its LogitScore module, a pair rendered as 'query' and 'document' chat
+    messages after the default prompt's system message; or a sequence classifier so rendered):
+    the causal LM was refused ("needs label tokens") and the classifier scored its plain text
+    (-0.218 against predict's 0.248 on a tiny folder). Both now score exactly as
+    `CrossEncoder.predict` (activation identity; --activation sigmoid is predict's default), in
+    MIS and single-item mode, from the chat template or the text pair; what a folder says that
+    scorecli does not reproduce is refused in one line."""
+    import json
+
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder.modules import LogitScore, Transformer
+
+    from scorecli.cache.identity import settings_of
+
+    tok = AutoTokenizer.from_pretrained(qwen3_causal_lm)
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    lm = CrossEncoder(
+        modules=[Transformer(qwen3_causal_lm, transformer_task="text-generation"), LogitScore(yes, no)],
+        prompts={"rerank": "Judge whether the document answers the query."},
+        default_prompt_name="rerank",
+        device="cpu",
+    )
+    lm.max_seq_length = 64  # a long item is cut there, its template's closing tokens kept
+    lm.save(str(tmp_path / "lm"))
+    CrossEncoder(qwen3_seq_cls, device="cpu").save(str(tmp_path / "cls"))
+    pairs = [(r["query"], item) for r in DECODER_PAIRS_ROWS for item in r["items"]]
+
+    def check(folder, **options):
+        saved = CrossEncoder(str(folder), device="cpu")
+        for activation, fn in (("none", torch.nn.Identity()), ("sigmoid", None)):
+            expected = np.asarray(saved.predict(pairs, activation_fn=fn), dtype=np.float32).reshape(-1)
+            for mode in ("mis", "single"):
+                scorer = Scorer(str(folder), mode=mode, **({} if activation == "none" else {"activation": activation}))
+                assert scorer.spec.mis == (mode == "mis")
+                table = scorer.score_rows(_rows(DECODER_PAIRS_ROWS))
+                got = np.array([x for row in table["score"].to_pylist() for x in row], dtype=np.float32)
+                np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0, err_msg=f"{folder} {activation} {mode}")
+        return scorer
+
+    scorer = check(tmp_path / "lm")
+    assert scorer.spec.kind == "causal-lm" and scorer.spec.label_ids == (yes, no) and scorer.spec.logit_score
+    settings = settings_of(scorer, "model")  # the score cache's: the prompt and LogitScore change a score
+    assert "Judge whether the document" in settings["template"][0] and settings["logit_score"]
+    assert check(tmp_path / "cls").spec.kind == "seq-cls"
+    lines = "\n".join(describe(str(tmp_path / "lm"), None, False))
+    assert "LogitScore" in lines and f"logit['yes' ({yes})] - logit['no' ({no})]" in lines
+    assert "'query' and a 'document' message through the chat template" in lines
+    # no message mode: the text pair (prompt + query, document) as the tokenizer encodes it
+    config = tmp_path / "lm" / "sentence_bert_config.json"
+    bert = json.loads(config.read_text())
+    del bert["modality_config"]["message"]
+    config.write_text(json.dumps(bert))
+    check(tmp_path / "lm")
+    with pytest.raises(UsageError, match="LogitScore module names the tokens"):
+        Scorer(str(tmp_path / "lm"), label_tokens=("yes", "no"))
+    with pytest.raises(UsageError, match="renders its \\(query, document\\) pairs itself"):
+        Scorer(str(tmp_path / "lm"), template="qwen3-reranker")
+    modules = json.loads((tmp_path / "cls" / "modules.json").read_text())
+    modules.append({"idx": 1, "name": "1", "path": "1_Dense", "type": "sentence_transformers.base.modules.Dense"})
+    (tmp_path / "cls" / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(
+        UsageError, match="sequence classifier whose modules are Transformer .* this one has Transformer, Dense"
+    ):
+        Scorer(str(tmp_path / "cls"))
+
+
 def test_cross_encoder_sigmoid_and_truncation(minilm_cross_encoder):
     long_item = " ".join(["word"] * 400)
     rows = [{"query": "q", "items": [long_item, "short"]}]

@@ -96,6 +96,11 @@ class Template:
         return self.item.split("{item}", 1)[1]
 
 
+def has_placeholder(text: str) -> bool:
+    """Whether `text` holds a placeholder a template would substitute."""
+    return _PLACEHOLDER.search(text) is not None
+
+
 def check_template(name_or_path: str) -> None:
     """What can be told of a template before the model loads: an unknown name or a bad template
     file is a UsageError (a preset built from the model's tokenizer is checked with the model)."""

@@ -23,6 +23,7 @@ import numpy as np
 from scorecli.core.batching import Batch, plan_batches
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking, last_chunks
+from scorecli.core.templates import load_template
 
 if TYPE_CHECKING:
     import torch
@@ -123,7 +124,7 @@ class FamilyDefaults:
     """What most families share: one entry per scored item (or chunk), no shared prefix; and the
     hooks a kind's family answers for its kinds before a model loads (class methods, `kind` one of
     the kinds naming the family in `KINDS`): `detects` (detection), `read_folder` (modules after
-    the transformer), `resolve` (spec rules), `inspect_lines` and `scores_line` (`scorecli
+    the transformer), `template` (how rows become text), `resolve` (spec rules), `inspect_lines` and `scores_line` (`scorecli
     inspect`)."""
 
     @classmethod
@@ -136,6 +137,12 @@ class FamilyDefaults:
         """What the folder `path` applies after its transformer, with `transformer_dir`, `resolved`,
         `to` and `adapt_tokenizer` (`model.sentence.SentenceModules`); None: the folder is the model."""
         return None
+
+    @classmethod
+    def template(cls, kind: str, cfg, loaded) -> Any:
+        """The run's `core.templates.Template`: `--template`'s (a folder may say how it renders
+        its pairs itself)."""
+        return load_template(cfg.template, loaded.tokenizer)
 
     @classmethod
     def resolve(cls, kind: str, cfg, loaded, template, support) -> Any:

@@ -17,6 +17,7 @@ from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
+from scorecli.core.templates import Template
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
@@ -31,9 +32,12 @@ from scorecli.kinds.spec import (
     positive_index,
     refuse,
     refuse_apart_flags,
+    sequence_limit,
     template_room,
 )
 from scorecli.model.compat import backend_for, check_backend, state_forked, stateful_reason, text_config
+from scorecli.model.messages import pair_template
+from scorecli.model.sentence import DecoderCrossEncoder, read_decoder_cross_encoder, sentence_folder_type
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.compiled import compile_layers
 from scorecli.runtimes.forward import DecoderForward
@@ -55,19 +59,67 @@ class DecoderFamily(FamilyDefaults):
         return not checkpoint.encoder and bool(archs) and archs[0].endswith(_ARCHITECTURES[kind])
 
     @classmethod
+    def read_folder(cls, kind: str, path: str) -> DecoderCrossEncoder | None:
+        """None (the folder is the model), or a sentence-transformers 6 CrossEncoder folder around
+        the decoder (a causal LM and its LogitScore, or a sequence classifier): how its pairs are
+        rendered and scored (`read_decoder_cross_encoder`)."""
+        if sentence_folder_type(path) != "CrossEncoder":
+            return None
+        return read_decoder_cross_encoder(path, causal=KINDS[kind].label_tokens)
+
+    @classmethod
+    def template(cls, kind: str, cfg, loaded) -> Template:
+        """`--template`'s; a CrossEncoder folder's pairs as `CrossEncoder.predict` renders them
+        (`pair_template`: its chat template or text pairs, its default prompt)."""
+        folder = loaded.sentence
+        if folder is None:
+            return super().template(kind, cfg, loaded)
+        if cfg.template != "plain":
+            raise UsageError(
+                f"--template {cfg.template}: this sentence-transformers CrossEncoder folder renders its (query, "
+                "document) pairs itself, as CrossEncoder.predict does; leave --template out"
+            )
+        return pair_template(loaded.tokenizer, folder.message, loaded.config.model_type, folder.prompt, loaded.path)
+
+    @classmethod
     def resolve(cls, kind: str, cfg, loaded, template, support) -> RunSpec:
         mis = cfg.mode != "single" and support.packed
         if cfg.mode == "mis" and not support.packed:
             check_backend(support, cfg.attention, mis=True)
         refuse_apart_flags(kind, cfg, template)
         check_texts(cfg)
-        if KINDS[kind].label_tokens:
+        folder = loaded.sentence  # a CrossEncoder folder (`read_folder`), or None
+        logit_score = folder is not None and KINDS[kind].label_tokens
+        if logit_score:
+            label_ids, names = folder.label_ids, ("score",)
+            refuse(
+                [
+                    (
+                        cfg.label_tokens is not None or cfg.label_token_ids is not None,
+                        "--label-tokens/--label-token-ids: this CrossEncoder folder's LogitScore module names "
+                        "the tokens it scores",
+                    ),
+                    (
+                        cfg.activation == "softmax",
+                        "--activation softmax: this CrossEncoder folder gives one score (LogitScore's logit "
+                        "difference); --activation sigmoid is CrossEncoder.predict's default",
+                    ),
+                ]
+            )
+            activation = cfg.activation or "none"
+        elif KINDS[kind].label_tokens:
             label_ids, names = label_tokens(cfg, loaded.tokenizer, template)
             activation = cfg.activation or template.activation or "none"
         else:
             refuse([label_tokens_refused(kind, cfg)])
             label_ids, names = None, class_names(loaded.config)
             activation = cfg.activation or "none"
+        own = folder.max_seq_length if folder is not None else None
+        limit = (
+            max_seq_len(cfg.max_seq_len, loaded)
+            if cfg.max_seq_len or own is None
+            else min(own, sequence_limit(loaded.model, loaded.kind))
+        )
         return RunSpec(
             kind=kind,
             mis=mis,
@@ -77,22 +129,33 @@ class DecoderFamily(FamilyDefaults):
             positive_index=positive_index(cfg.positive_label, names, classes=label_ids is None),
             pooling=cfg.pooling or "last",
             max_seq_len=check_room(
-                max_seq_len(cfg.max_seq_len, loaded),
-                *template_room(loaded.tokenizer, template, cfg.instruction),
-                cfg.chunk_tokens,
+                limit, *template_room(loaded.tokenizer, template, cfg.instruction), cfg.chunk_tokens
             ),
             single_reason=support.reason,
+            logit_score=logit_score,
         )
 
     @classmethod
+    def scores_line(cls, kind: str, checkpoint: Checkpoint) -> str:
+        if checkpoint.folder_type == "CrossEncoder" and KINDS[kind].label_tokens:
+            return "the item's last token, then the folder's LogitScore (true token's logit less the false token's)"
+        return super().scores_line(kind, checkpoint)
+
+    @classmethod
     def inspect_lines(cls, kind: str, checkpoint: Checkpoint, skeleton, tokenizer) -> tuple[list[str], int | None, str]:
-        if KINDS[kind].label_tokens:
-            lines = [
-                "labels:         label tokens: --label-tokens, or a template's own (yes-no-chat, qwen3-reranker: yes,no)"
-            ]
+        folder = cls.read_folder(kind, checkpoint.path)
+        if folder is not None:
+            lines, own = cls._folder_lines(folder, checkpoint, tokenizer)
+        elif KINDS[kind].label_tokens:
+            lines, own = (
+                [
+                    "labels:         label tokens: --label-tokens, or a template's own (yes-no-chat, qwen3-reranker: yes,no)"
+                ],
+                None,
+            )
         else:
             names = class_names(checkpoint.config)
-            lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
+            lines, own = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)], None
         reason = stateful_reason(skeleton)
         # whether its attention goes through scorecli's backend takes a forward: `inspect --check` runs it
         if not reason:
@@ -106,7 +169,36 @@ class DecoderFamily(FamilyDefaults):
             )
         else:
             multi = f"no: single-item only ({reason})"
-        return lines, None, multi
+        return lines, own, multi
+
+    @staticmethod
+    def _folder_lines(folder: DecoderCrossEncoder, checkpoint: Checkpoint, tokenizer) -> tuple[list[str], int | None]:
+        """`inspect`'s lines of a CrossEncoder folder: its labels, how a pair becomes text, the
+        split into prefix and item, and its max_seq_length."""
+        folder = folder.resolved(folder.transformer_dir, checkpoint.config)
+        if folder.label_ids is not None:
+            tokens = tokenizer.convert_ids_to_tokens(list(folder.label_ids))
+            said = " - ".join(f"logit[{t!r} ({i})]" for t, i in zip(tokens, folder.label_ids))
+            lines = [f"labels:         1 (score = {said}; --activation sigmoid is CrossEncoder.predict's default)"]
+        else:
+            names = class_names(checkpoint.config)
+            lines = [f"labels:         {len(names)}", "label names:    " + ", ".join(names)]
+        prompt = f"the prompt {folder.prompt!r}" if folder.prompt else "no prompt"
+        text = (
+            f"the text pair (prompt + query, document); {prompt}"
+            if folder.message is None
+            else f"a 'query' and a 'document' message through the chat template ({folder.message.format} "
+            f"format); {prompt}{' as a system message' if folder.prompt else ''}"
+        )
+        template = pair_template(
+            tokenizer, folder.message, checkpoint.config.model_type, folder.prompt, checkpoint.path
+        )
+        lines += [
+            f"text:           {text} (a sentence-transformers CrossEncoder folder)",
+            f"prefix:         {template.prefix!r}",
+            f"item:           {template.item!r}",
+        ]
+        return lines, folder.max_seq_length
 
     def __init__(self, setup: Setup):
         cfg, loaded, spec, support = setup.config, setup.loaded, setup.spec, setup.support
@@ -152,7 +244,11 @@ class DecoderFamily(FamilyDefaults):
         model, spec = self.loaded.model, self.spec
         if KINDS[spec.kind].head == "label-tokens":
             return LabelTokenHead(
-                model.get_output_embeddings(), list(spec.label_ids), spec.activation, *lm_logit_transform(model)
+                model.get_output_embeddings(),
+                list(spec.label_ids),
+                spec.activation,
+                *lm_logit_transform(model),
+                difference=spec.logit_score,
             )
         score = getattr(model, "score", None) or getattr(model, "classifier", None)
         if not isinstance(score, torch.nn.Linear):

@@ -41,8 +41,12 @@ class LabelTokenHead:
         activation: str,
         softcap: float | None,
         multiplier: float = 1.0,
+        difference: bool = False,
     ):
-        """`multiplier` scales the logits before `softcap` caps them, as the model's own head does."""
+        """`multiplier` scales the logits before `softcap` caps them, as the model's own head does;
+        `difference`: one score, the first label's logit less the second's (the first's alone when
+        it is the only one), then the activation (sentence-transformers' LogitScore)."""
+        self.difference = difference
         self.lm_head = lm_head
         self.multiplier = multiplier
         ids = torch.tensor(label_ids, dtype=torch.long, device=lm_head.weight.device)
@@ -57,6 +61,8 @@ class LabelTokenHead:
         """pooled [N, H] -> scores [N, C] float32."""
         h = pooled.float()
         label_logits = self._cap(F.linear(h, self.label_weight, self.label_bias))  # [N, C]
+        if self.difference:
+            return activate(logit_score(label_logits), self.activation)
         if self.activation != "none":
             return activate(label_logits, self.activation)
         return torch.exp(label_logits - self._logsumexp(h)[:, None])
@@ -78,6 +84,13 @@ class LabelTokenHead:
         if self.softcap:
             return torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+
+def logit_score(label_logits: torch.Tensor) -> torch.Tensor:
+    """[N, 1 or 2] label logits -> [N, 1]: the first less the second, or the first alone."""
+    if label_logits.shape[-1] == 1:
+        return label_logits
+    return label_logits[..., :1] - label_logits[..., 1:2]
 
 
 def lm_logit_transform(model: torch.nn.Module) -> tuple[float | None, float]:

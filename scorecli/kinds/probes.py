@@ -15,7 +15,7 @@ from scorecli.attention import ATTN_NAME, set_implementation
 from scorecli.checks.selfcheck import PROBE_ITEMS, PROBE_QUERY, PROBE_ROWS, PROBE_TEXT, SelfCheckError, relative_error
 from scorecli.core.rows import Row
 from scorecli.io.readers import RawRow
-from scorecli.kinds.heads import activate
+from scorecli.kinds.heads import activate, logit_score
 from scorecli.model.sentence import similarity
 from scorecli.runtimes import all_paused
 from scorecli.runtimes.route import each_runtime
@@ -218,6 +218,8 @@ def _reference(scorer, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         return activate(out.logits[0], spec.activation).double().cpu().numpy(), hidden
     logits = out.logits[0, -1].float()  # [vocab]
     labels = torch.tensor(spec.label_ids, device=logits.device)
+    if spec.logit_score:  # the folder's LogitScore on the model's own logits
+        return activate(logit_score(logits[labels]), spec.activation).double().cpu().numpy(), hidden
     if spec.activation == "none":
         return torch.exp(torch.log_softmax(logits, dim=-1))[labels].double().cpu().numpy(), hidden
     return activate(logits[labels], spec.activation).double().cpu().numpy(), hidden

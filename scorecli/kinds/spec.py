@@ -41,6 +41,9 @@ class RunSpec:
     max_seq_len: int
     single_reason: str = ""  # why a decoder runs single-item only (`compat.Support`); "" otherwise
     similarity: str = ""  # kinds that compare a query with items: how (cosine, dot, maxsim, ...)
+    # causal-lm: the one score is the first label token's logit less the second's (or the first's
+    # logit alone), sentence-transformers' LogitScore, before the activation
+    logit_score: bool = False
 
 
 def resolve_spec(cfg: ScoreConfig, loaded: Loaded, template: Template, support: Support | None = None) -> RunSpec:

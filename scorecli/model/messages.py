@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from scorecli.core.encode import tokenize
+from scorecli.core.encode import leading_special_ids, tokenize
+from scorecli.core.templates import Template, has_placeholder
 from scorecli.errors import UsageError, first_line
 
 FORMATS = ("flat", "structured")
@@ -28,6 +29,16 @@ _SIZES = frozenset({"padding", "truncation", "max_length", "return_tensors"})
 _KNOWN_FORMATS = {"apertus": "flat", "deepseek_v3": "flat", "gpt_oss": "flat", "seed_oss": "flat"}
 _STRUCTURED = ("content[0]", ".type", "'type'", '"type"', "item.type", "message.content[")
 _FILLERS = ("0", "1 2 3 4")  # two contents that tokenize differently: what follows both is the tail
+# (query, document) pairs a folder's pair template is checked on against the one-call tokenization:
+# documents that start with a letter, a space, a line break, punctuation, a digit; an empty query
+PAIR_PROBES = (
+    ("what is a cat", "the cat sat on the mat"),
+    ("Who?", " a leading space"),
+    ("q", "\n\na line break"),
+    ("x y", ".,; punctuation!"),
+    ("", "42 is a number"),
+)
+_SENTINELS = {"query": "SCORECLIQUERYSENTINEL", "item": "SCORECLIITEMSENTINEL"}
 
 
 @dataclass(frozen=True)
@@ -41,18 +52,19 @@ class MessageMode:
     restore_suffix: bool = True
 
 
-def read_mode(entry: dict, chat_kwargs: dict, where: str) -> MessageMode:
+def read_mode(entry: dict, chat_kwargs: dict, where: str, output: str = "last_hidden_state") -> MessageMode:
     """The message mode a folder's `modality_config["message"]` entry and its
-    `processing_kwargs["chat_template"]` declare.
+    `processing_kwargs["chat_template"]` declare (`output`: what its forward must give, the last
+    hidden states of an embedding model or a cross-encoder's logits).
 
     Raises:
-        UsageError: what scorecli does not reproduce, named: another output than the last hidden
-            states, an unknown format, chat template arguments that size the tokenization.
+        UsageError: what scorecli does not reproduce, named: another output than `output`, an
+            unknown format, chat template arguments that size the tokenization.
     """
-    if entry.get("method", "forward") != "forward" or entry.get("method_output_name") != "last_hidden_state":
+    if entry.get("method", "forward") != "forward" or entry.get("method_output_name") != output:
         raise UsageError(
             f"cannot load model {where}: its message input runs {entry.get('method')} -> "
-            f"{entry.get('method_output_name')}; scorecli embeds the last hidden states of forward"
+            f"{entry.get('method_output_name')}; scorecli reads the {output.replace('_', ' ')} of forward"
         )
     fmt = entry.get("format", "auto")
     if fmt not in (*FORMATS, "auto"):
@@ -153,3 +165,82 @@ def _infer_format(template, model_type: str) -> str:
     if not isinstance(template, str):
         return "structured"
     return "structured" if any(pattern in template for pattern in _STRUCTURED) else "flat"
+
+
+def pair_template(tokenizer, mode: MessageMode | None, model_type: str, prompt: str, where: str) -> Template:
+    """The template a decoder CrossEncoder folder's (query, document) pairs are rendered with, as
+    sentence-transformers 6's `CrossEncoder.predict` renders them: with a message mode, a query
+    message and a document message (roles "query" and "document", after a system message holding
+    the prompt, when there is one) through the chat template, tokenized without special tokens;
+    else the text pair (prompt + query, document) as the tokenizer encodes it.
+
+    The prefix is the rendered text before the document, less the whitespace it ends with (which
+    starts the item instead: a pre-token never runs from non-space into space), and a textual BOS
+    the tokenizer adds itself. The split is checked on `PAIR_PROBES`: the prefix's ids, then the
+    item's, must be the pair's own.
+
+    Raises:
+        UsageError: the chat template fails, drops or rewrites the query or the document, or
+            renders them in another order; the split gives other ids than the pair's.
+    """
+    lead = leading_special_ids(tokenizer)
+    if mode is None:
+        if has_placeholder(prompt):
+            raise UsageError(f"cannot load model {where}: its prompt {prompt!r} holds a template placeholder")
+        template = Template("folder", prompt + "{query}", "{item}")
+
+        def reference(query: str, document: str) -> list[int]:
+            return list(tokenizer(prompt + query, document)["input_ids"])
+
+    else:
+        chat = ChatTexts(tokenizer, mode, model_type)
+
+        def render(query: str, document: str) -> str:
+            messages = [chat._message("query", query), chat._message("document", document)]
+            return chat._render(([chat._message("system", prompt)] if prompt else []) + messages)
+
+        def reference(query: str, document: str) -> list[int]:
+            return list(tokenizer(render(query, document), add_special_tokens=False)["input_ids"])
+
+        template = _split(render, tokenizer, lead, where)
+    for query, document in PAIR_PROBES:
+        ours = lead + [
+            i
+            for text in (template.render_prefix(query, None), template.render_item(document))
+            for i in tokenizer(text, add_special_tokens=False)["input_ids"]
+        ]
+        if ours != reference(query, document):
+            raise UsageError(
+                f"cannot load model {where}: its (query, document) pair does not tokenize as the text before "
+                f"the document, then the document's (probe document {document!r}); scorecli cannot split it"
+            )
+    return template
+
+
+def _split(render, tokenizer, lead: list[int], where: str) -> Template:
+    """The chat template's render of a pair as a `Template` (`pair_template`)."""
+    query, item = _SENTINELS["query"], _SENTINELS["item"]
+    try:
+        text, *padded = (render(q, d) for q, d in ((query, item), (query, f" {item} "), (f" {query} ", item)))
+    except Exception as exc:
+        raise UsageError(
+            f"cannot load model {where}: its chat template failed on a (query, document) pair: {first_line(exc)}"
+        ) from exc
+    kept = isinstance(text, str) and all(isinstance(x, str) for x in padded)
+    if not kept or text.count(query) != 1 or text.count(item) != 1 or text.find(query) > text.find(item):
+        raise UsageError(
+            f"cannot load model {where}: its chat template does not render a pair's query, then its document, once each"
+        )
+    if f" {item} " not in padded[0] or f" {query} " not in padded[1] or has_placeholder(text):
+        raise UsageError(
+            f"cannot load model {where}: its chat template does not keep a pair's query and document verbatim "
+            "(it trims or rewrites them)"
+        )
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and lead == [getattr(tokenizer, "bos_token_id", None)] and text.startswith(bos):
+        text = text[len(bos) :]  # the tokenizer puts it there itself
+    cut = text.index(item)
+    prefix = text[:cut].rstrip()
+    return Template(
+        "folder", prefix.replace(query, "{query}"), text[len(prefix) : cut] + "{item}" + text[cut + len(item) :]
+    )
