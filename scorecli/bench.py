@@ -140,7 +140,8 @@ def run_bench(
     vocab = loaded.model.get_input_embeddings().num_embeddings
     kind = KINDS[loaded.kind]
     rows = text_rows(work, loaded.tokenizer) if kind.pairs else synthetic_rows(work, vocab)
-    if kind.label_tokens and not (cfg.label_tokens or cfg.label_token_ids):
+    # a CrossEncoder folder names its own (its LogitScore)
+    if kind.label_tokens and loaded.sentence is None and not (cfg.label_tokens or cfg.label_token_ids):
         cfg = replace(cfg, label_token_ids=any_label_ids(loaded))
     peak = peak_tflops or device_peak_tflops(loaded.device)
     params = non_embedding_params(loaded.model)

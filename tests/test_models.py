@@ -184,7 +184,9 @@ def test_sentence_transformers_6_decoder_cross_encoder_folders(qwen3_causal_lm, 
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder.modules import LogitScore, Transformer
 
+    from scorecli.bench import Workload, run_bench
     from scorecli.cache.identity import settings_of
+    from scorecli.config import ScoreConfig
 
     tok = AutoTokenizer.from_pretrained(qwen3_causal_lm)
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
@@ -225,6 +227,11 @@ def test_sentence_transformers_6_decoder_cross_encoder_folders(qwen3_causal_lm, 
     del bert["modality_config"]["message"]
     config.write_text(json.dumps(bert))
     check(tmp_path / "lm")
+    # `scorecli bench` times it with its own label tokens (it asked for any two, which were refused)
+    bench = run_bench(
+        ScoreConfig(model=str(tmp_path / "lm"), device="cpu"), Workload(1, 2, 4, 4), ["auto"], ["mis"], 1, None
+    )
+    assert [r.mode for r in bench] == ["mis"]
     with pytest.raises(UsageError, match="LogitScore module names the tokens"):
         Scorer(str(tmp_path / "lm"), label_tokens=("yes", "no"))
     with pytest.raises(UsageError, match="renders its \\(query, document\\) pairs itself"):
