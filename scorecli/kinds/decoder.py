@@ -36,8 +36,9 @@ from scorecli.kinds.spec import (
     template_room,
 )
 from scorecli.model.compat import backend_for, check_backend, state_forked, stateful_reason, text_config
+from scorecli.model.cross_encoders import DecoderCrossEncoder, read_decoder_cross_encoder
 from scorecli.model.messages import pair_template
-from scorecli.model.sentence import DecoderCrossEncoder, read_decoder_cross_encoder, sentence_folder_type
+from scorecli.model.sentence import sentence_folder_type
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.compiled import compile_layers
 from scorecli.runtimes.forward import DecoderForward

@@ -30,7 +30,8 @@ from scorecli.kinds.spec import (
     refuse,
     refuse_apart_flags,
 )
-from scorecli.model.sentence import check_cross_encoder, sentence_folder_type
+from scorecli.model.cross_encoders import check_cross_encoder
+from scorecli.model.sentence import sentence_folder_type
 from scorecli.runtimes import auto
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.fast_encoder import supports

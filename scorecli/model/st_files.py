@@ -34,3 +34,46 @@ def json_file(path: str, name: str, missing_ok: bool = False) -> dict | list:
 def json_if(path: str) -> dict:
     """The JSON object in file `path`, {} when there is no such file."""
     return json_file(path, path, missing_ok=True)  # type: ignore[return-value]
+
+
+# tokenizer arguments a folder's processing_kwargs may set without changing the token ids
+SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
+
+
+def module_entries(path: str) -> tuple[list[dict], list[str]]:
+    """(`modules.json`'s entries in their order, each module's class name: `Transformer`, ...)."""
+    entries = sorted(json_file(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))  # type: ignore[arg-type, union-attr]
+    return entries, [str(e.get("type", "")).rsplit(".", 1)[-1] for e in entries]
+
+
+def changed_kwargs(processing: dict, keeps: frozenset[tuple[str, str]] = frozenset()) -> str | None:
+    """The first `bucket.key` of a Transformer's `processing_kwargs` that changes the token ids
+    (its `chat_template` bucket renders messages, read apart; `keeps`: pairs known to change none),
+    or None."""
+    changed = sorted(
+        f"{bucket}.{key}"
+        for bucket, kwargs in processing.items()
+        if bucket != "chat_template"
+        for key in (kwargs or {})
+        if key not in SAME_IDS and (bucket, key) not in keeps
+    )
+    return changed[0] if changed else None
+
+
+def check_no_processor(folder: str, name: str) -> None:
+    """UsageError when the transformer in `folder` renders chat messages with a multimodal
+    processor (its own config file), not through its tokenizer's chat template."""
+    for file in ("processor_config.json", "preprocessor_config.json"):
+        if os.path.isfile(os.path.join(folder, file)):
+            raise UsageError(
+                f"cannot load model {name}: it renders chat messages with a multimodal processor "
+                f"({file}); scorecli renders text through a tokenizer's chat template"
+            )
+
+
+def default_prompt(path: str) -> tuple[str | None, str]:
+    """(the name `config_sentence_transformers.json` gives its default prompt, or None; that
+    prompt's text, "" when none)."""
+    st = json_if(os.path.join(path, "config_sentence_transformers.json"))
+    name = st.get("default_prompt_name")
+    return name, str((st.get("prompts") or {}).get(name) or "") if name else ""

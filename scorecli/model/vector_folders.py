@@ -25,10 +25,7 @@ from scorecli.model.sentence import (
     read_dense,
     router_routes,
 )
-from scorecli.model.st_files import MODULES_FILE, json_file
-
-# tokenizer arguments a folder's processing_kwargs may set without changing the token ids
-_SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
+from scorecli.model.st_files import MODULES_FILE, SAME_IDS, json_file
 
 
 @dataclass(frozen=True)
@@ -156,7 +153,7 @@ def _transformer(path: str, where: str, task: str, output: str) -> dict:
             f"{bert.get('transformer_task')!r}; scorecli reads text as {task!r} ({output})"
         )
     for bucket, kwargs in (bert.get("processing_kwargs") or {}).items():
-        changed = sorted(k for k in (kwargs or {}) if k not in _SAME_IDS)
+        changed = sorted(k for k in (kwargs or {}) if k not in SAME_IDS)
         if changed:
             raise UsageError(f"cannot load model {path}: its processing_kwargs set {bucket}.{changed[0]}")
     return bert
