@@ -395,6 +395,23 @@ def test_an_s3_host_that_does_not_resolve_while_finding_the_region_says_so(monke
     )
 
 
+def test_a_gcs_host_that_does_not_resolve_fails_at_once(monkeypatch):
+    """Offline (or a GCS endpoint that does not resolve), Google's client retried its host to the
+    deadline and past it, getting a token: about 100 s before the one line. The host is resolved
+    first, and the line comes at once (`.invalid` never resolves, RFC 2606)."""
+    import time
+
+    from scorecli.errors import UsageError
+    from scorecli.io import stores
+
+    monkeypatch.setattr(stores, "_STORES", {})
+    url = "gs://my-bucket/q.jsonl?endpoint_override=gcs.invalid:4443&scheme=http&retry_limit_seconds=20"
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="the store's host gcs.invalid does not resolve"):
+        stores.locate(url)[0].info("my-bucket/q.jsonl")
+    assert time.monotonic() - started < 10
+
+
 def test_azure_without_credentials_is_access_denied_naming_the_url():
     """Azure with no credential that gives a token: pyarrow raises an ArrowException, no OSError,
     which passed `Store.call` by (exit code 1, `error: ArrowException: Unknown error: ...`, no URL);

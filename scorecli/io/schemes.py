@@ -13,9 +13,11 @@ request and operation keeps. Knows nothing about rows, tables or jobs.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from scorecli.errors import UsageError
 from scorecli.io.urls import scheme_of, shown
@@ -45,10 +47,20 @@ def _arrow(url: str) -> tuple[Any, str]:
 
 
 def _gcs(url: str) -> tuple[Any, str]:
-    """pyarrow's GCS filesystem, retrying within the deadline above (unless the URL says otherwise)."""
+    """pyarrow's GCS filesystem, retrying within the deadline above (unless the URL says otherwise).
+    Its host is resolved first: Google's client retries a host that does not resolve (an offline
+    machine) to the deadline and past it, getting a token, about 100 s, where S3's and the Hub's fail
+    at once; an OSError in curl's words (`io.stores` refuses it as a host that does not resolve)."""
     if "retry_limit_seconds=" not in url:
         url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
-    return _arrow(url)
+    filesystem, path = _arrow(url)
+    endpoint = filesystem.__reduce__()[1][0].get("endpoint_override") or "storage.googleapis.com"
+    host = urlsplit("//" + endpoint.split("://")[-1]).hostname or endpoint
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        raise OSError(f"Could not resolve host: {host} ({exc.strerror})") from exc
+    return filesystem, path
 
 
 def _huggingface(url: str) -> tuple[Any, str]:
