@@ -273,6 +273,16 @@ def test_yes_no_chat_without_chat_template(gpt2_tok):
 
 
 # Llama 3's and Gemma's chat templates write a message as `message['content'] | trim`
+def test_yes_no_chat_gives_a_template_asking_for_today_a_fixed_day():
+    """A chat template that puts today's date in the prompt (Llama 3.1's `strftime_now`) made the
+    prompt, and every score, depend on the day: a job resumed after midnight mixed two prompts in
+    one output, and the score cache served one day's scores for another day's prompt. It is given
+    one fixed day, Llama 3.1's own default."""
+    dated = "{{ 'Today Date: ' + strftime_now('%d %b %Y') + ', ' + strftime_now('%-m/%-d 100%%') + '\\n' }}" + CHATML
+    template = load_template("yes-no-chat", _bpe(chat_template=dated))
+    assert template.prefix.startswith("Today Date: 26 Jul 2024, 7/26 100%\n")
+
+
 TRIM_CHATML = CHATML.replace("message['content']", "(message['content'] | trim)")
 # texts that look like markup: the tokenizer's special tokens, a way out of the user turn, the
 # template's own placeholders and sentinels, Jinja (data, never evaluated), the label words

@@ -18,6 +18,7 @@ also makes `tok(render_item(x))` end with `tok(item_suffix)`.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import tomllib
@@ -41,6 +42,36 @@ _FILE_KEYS = ("name", "prefix", "item", "label_tokens", "activation", "instructi
 # whitespace after a message's text, one kind at a time, to see whether a chat template keeps it
 # (Llama 3's and Gemma's write `message['content'] | trim`: Python's str.strip)
 _TRAILING = (" ", "\t", "\n", "\u3000", "\n\n")
+# the day a chat template that asks for today's date (`strftime_now`: Llama 3.1 and later, Granite)
+# is given: Llama 3.1's own default where no clock is offered, so that a pair's prompt, and score,
+# do not change with the day it is scored (a job resumed after midnight, the score cache's nights)
+FIXED_DAY = datetime.datetime(2024, 7, 26)
+
+
+def _fixed_day_template(tokenizer) -> str | None:
+    """The tokenizer's chat template with `strftime_now` shadowed by a macro that writes
+    `FIXED_DAY` in any format (each directive replaced by its value, as `strftime` would), where
+    the template asks for today's date; None where it does not. (transformers renders template
+    variables as plain data: a function passed to `apply_chat_template` arrives as text.)"""
+    try:
+        source = tokenizer.get_chat_template()
+    except (ValueError, TypeError):
+        return None
+    if "strftime_now" not in source:
+        return None
+    marker = "\x00"  # keeps a literal '%%' from being read as a directive's start
+    steps = "".join(
+        f" | replace('%{c}', {FIXED_DAY.strftime('%' + c)!r})"
+        for c in "aAbBcdHIjmMpSUwWxXyYZzGuV"
+        if FIXED_DAY.strftime("%" + c) != "%" + c
+    ) + "".join(  # glibc's unpadded numbers: '%-d' is '26', '%-m' '7'
+        f" | replace('%-{c}', {FIXED_DAY.strftime('%' + c).lstrip('0') or '0'!r})" for c in "dmHIMSjy"
+    )
+    macro = (
+        "{%- macro strftime_now(fmt) -%}{{ fmt | replace('%%', '" + marker + "')" + steps + " | replace('"
+        + marker + "', '%') }}{%- endmacro -%}"
+    )
+    return macro + source
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
@@ -148,7 +179,8 @@ def _yes_no_chat(tokenizer) -> Template:
     too (`strips_item_end`); one that rewrites the message's end otherwise is refused.
     BOS rule: if the rendered text starts with the tokenizer's `bos_token` string and the
     tokenizer itself adds that BOS id as a special token, the textual BOS is dropped from
-    the prefix, so P (tokenized with special tokens) holds the BOS once.
+    the prefix, so P (tokenized with special tokens) holds the BOS once. A template that asks for
+    today's date gets `FIXED_DAY`.
     """
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise UsageError(
@@ -157,10 +189,14 @@ def _yes_no_chat(tokenizer) -> Template:
         )
     sentinels = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
     content = _PLACEHOLDER.sub(lambda m: sentinels[m.group(1)], YES_NO_MESSAGE)
+    dated = _fixed_day_template(tokenizer)
     try:
         text, *probed = (
             tokenizer.apply_chat_template(
-                [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+                [{"role": "user", "content": message}],
+                tokenize=False,
+                add_generation_prompt=True,
+                **({"chat_template": dated} if dated else {}),
             )
             for message in (content, *(content + space for space in _TRAILING))
         )
