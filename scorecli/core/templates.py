@@ -67,11 +67,9 @@ def _fixed_day_template(tokenizer) -> str | None:
     ) + "".join(  # glibc's unpadded numbers: '%-d' is '26', '%-m' '7'
         f" | replace('%-{c}', {FIXED_DAY.strftime('%' + c).lstrip('0') or '0'!r})" for c in "dmHIMSjy"
     )
-    macro = (
-        "{%- macro strftime_now(fmt) -%}{{ fmt | replace('%%', '" + marker + "')" + steps + " | replace('"
-        + marker + "', '%') }}{%- endmacro -%}"
-    )
-    return macro + source
+    body = f"fmt | replace('%%', '{marker}'){steps} | replace('{marker}', '%')"
+    return "{%- macro strftime_now(fmt) -%}{{ " + body + " }}{%- endmacro -%}" + source
+
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
