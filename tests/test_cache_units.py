@@ -182,7 +182,7 @@ def test_a_template_that_strips_the_item_end_is_other_settings():
 
     template = Template("yes-no-chat", "P {query}:", " {item}<|im_end|>\n")
     spec = SimpleNamespace(kind="causal-lm", label_ids=(1, 2), label_names=("yes", "no"), activation="softmax")
-    spec = SimpleNamespace(**vars(spec), similarity=None, max_seq_len=512, positive_index=0)
+    spec = SimpleNamespace(**vars(spec), similarity=None, max_seq_len=512, positive_index=0, logit_score=False)
     scorer = SimpleNamespace(
         config=ScoreConfig(model="m"),
         spec=spec,

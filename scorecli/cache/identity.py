@@ -164,8 +164,6 @@ def settings_of(scorer, identity: str) -> dict[str, Any]:
         "instruction": cfg.instruction,
         "prompts": [cfg.query_prompt, cfg.item_prompt],
         "label_ids": list(spec.label_ids) if spec.label_ids is not None else None,
-        # a CrossEncoder folder's LogitScore: one logit difference, not the label tokens' probabilities
-        "logit_score": spec.logit_score,
         "labels": len(spec.label_names),
         "activation": spec.activation,
         "similarity": spec.similarity,
@@ -178,4 +176,8 @@ def settings_of(scorer, identity: str) -> dict[str, Any]:
         "chunking": None
         if chunking is None
         else [chunking.size, chunking.overlap, chunking.aggregate, spec.positive_index],
-    }
+    } | (
+        # a CrossEncoder folder's LogitScore: one logit difference, not the label tokens' probabilities
+        # (only where it is one: the settings of every other run are what they were)
+        {"logit_score": True} if spec.logit_score else {}
+    )
