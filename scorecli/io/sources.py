@@ -98,8 +98,13 @@ class LocalSource:
         if os.path.exists(spec):
             return [spec]
         if GLOB_CHARS & set(spec):
-            # `**`: any depth of folders, as a shell's globstar; none hidden (`hidden`: Spark's `_temporary/`)
-            matches = sorted(m for m in glob.glob(spec, recursive=True) if _local_globbed(m, spec))
+            # `**`: any depth of folders, as a shell's globstar; none hidden (glob keeps out only a
+            # leading dot; `hidden`, Spark's `_temporary/` too): the names after the first wildcard
+            # matched again as store globs match them
+            parts = spec.split(os.sep)
+            first = _first_wildcard(parts)
+            listed = glob.glob(spec, recursive=True)
+            matches = sorted(m for m in listed if _names_match(m.split(os.sep)[first:], parts[first:]))
             if not matches:
                 raise UsageError(f"input not found: {spec}")
             found = [m for m in matches if os.path.isfile(m) and keep(m)]
@@ -129,7 +134,7 @@ class LocalSource:
         if is_url(path):
             return False
         parts = os.path.abspath(pattern).split(os.sep)
-        first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
+        first = _first_wildcard(parts)
         head, tail = os.path.realpath(os.sep.join(parts[:first]) or os.sep), parts[first:]
         written = os.path.abspath(path)
         resolved = os.path.join(os.path.realpath(os.path.dirname(written)), os.path.basename(written))
@@ -224,12 +229,9 @@ def _base(path: str) -> str:
     return os.path.basename(path.rstrip("/"))
 
 
-def _local_globbed(match: str, pattern: str) -> bool:
-    """Whether `glob.glob(pattern)` listing `match` lists a name the pattern names by a wildcard
-    only and `hidden` keeps out (glob itself keeps out only a leading dot)."""
-    parts = pattern.split(os.sep)
-    first = next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
-    return _names_match(match.split(os.sep)[first:], parts[first:])
+def _first_wildcard(parts: list[str]) -> int:
+    """The index of a glob's first path component holding a wildcard."""
+    return next(i for i, part in enumerate(parts) if GLOB_CHARS & set(part))
 
 
 def _globbed(path: str, pattern: str) -> bool:
