@@ -71,6 +71,8 @@ def _fixed_day_template(tokenizer) -> str | None:
     return "{%- macro strftime_now(fmt) -%}{{ " + body + " }}{%- endmacro -%}" + source
 
 
+# texts rendered through a chat template in place of each placeholder, found again in its output
+SENTINELS = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 QWEN3_PREFIX = (
@@ -185,8 +187,7 @@ def _yes_no_chat(tokenizer) -> Template:
             "template yes-no-chat needs a tokenizer with a chat template; this tokenizer has "
             "none (use --template qwen3-reranker, plain, or a .toml/.json template file)"
         )
-    sentinels = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
-    content = _PLACEHOLDER.sub(lambda m: sentinels[m.group(1)], YES_NO_MESSAGE)
+    content = _PLACEHOLDER.sub(lambda m: SENTINELS[m.group(1)], YES_NO_MESSAGE)
     dated = _fixed_day_template(tokenizer)
     try:
         text, *probed = (
@@ -207,18 +208,18 @@ def _yes_no_chat(tokenizer) -> Template:
     if (
         _PLACEHOLDER.search(text)
         or start < 0
-        or any(text.count(s) != 1 for s in sentinels.values())
+        or any(text.count(s) != 1 for s in SENTINELS.values())
         or not (strips or all(content + space in x for space, x in zip(_TRAILING, probed)))
     ):
         raise UsageError(
             "template yes-no-chat: the tokenizer's chat template does not keep the message "
             "text verbatim; write a .toml/.json template instead"
         )
-    cut = start + content.index(" " + sentinels["item"])
+    cut = start + content.index(" " + SENTINELS["item"])
     bos = getattr(tokenizer, "bos_token", None)
     if bos and text.startswith(bos) and _adds_bos(tokenizer):
         text, cut = text[len(bos) :], cut - len(bos)
-    back = {s: "{" + k + "}" for k, s in sentinels.items()}
+    back = {s: "{" + k + "}" for k, s in SENTINELS.items()}
     pattern = re.compile("|".join(back))
     prefix = pattern.sub(lambda m: back[m.group(0)], text[:cut])
     item = pattern.sub(lambda m: back[m.group(0)], text[cut:])

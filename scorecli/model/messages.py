@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from scorecli.core.encode import leading_special_ids, tokenize
-from scorecli.core.templates import Template, has_placeholder
+from scorecli.core.templates import SENTINELS, Template, has_placeholder
 from scorecli.errors import UsageError, first_line
 
 FORMATS = ("flat", "structured")
@@ -38,7 +38,6 @@ PAIR_PROBES = (
     ("x y", ".,; punctuation!"),
     ("", "42 is a number"),
 )
-_SENTINELS = {"query": "SCORECLIQUERYSENTINEL", "item": "SCORECLIITEMSENTINEL"}
 
 
 @dataclass(frozen=True)
@@ -219,7 +218,7 @@ def pair_template(tokenizer, mode: MessageMode | None, model_type: str, prompt: 
 
 def _split(render, tokenizer, lead: list[int], where: str) -> Template:
     """The chat template's render of a pair as a `Template` (`pair_template`)."""
-    query, item = _SENTINELS["query"], _SENTINELS["item"]
+    query, item = SENTINELS["query"], SENTINELS["item"]
     try:
         text, *padded = (render(q, d) for q, d in ((query, item), (query, f" {item} "), (f" {query} ", item)))
     except Exception as exc:
