@@ -172,7 +172,11 @@ FLAGS: dict[str, tuple[str, str | None, str]] = {
         "MODEL",
         f"Model folder, .gguf file, Hub id, or a bundled model's short name: {MODELS}.",
     ),
-    "--cache-dir": (MODEL, "DIR", "Cache for dequantized GGUF models and ONNX exports (default ~/.cache/scorecli)."),
+    "--cache-dir": (
+        MODEL,
+        "DIR",
+        "Cache for dequantized GGUF models and ONNX exports (default $XDG_CACHE_HOME/scorecli, else ~/.cache/scorecli).",
+    ),
     "--rows": (BENCH, "N", "Synthetic rows."),
     "--items": (BENCH, "N", "Items per row."),
     "--query-tokens": (BENCH, "N", "Tokens per query (prefix)."),

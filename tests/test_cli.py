@@ -38,7 +38,7 @@ TIMEOUT = 180
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "SCORECLI_MODEL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("SCORECLI_MODEL", "XDG_CACHE_HOME")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
@@ -619,6 +619,26 @@ def test_a_tilde_no_shell_expanded_is_the_home_folder(tmp_path, bert_cross_encod
         [*SCORECLI, "cache", "info", "~/scores"], cwd=work, env=env, capture_output=True, timeout=TIMEOUT
     )
     assert info.returncode == 0 and "2 entries" in info.stdout.decode(), info.stderr.decode()
+
+
+def test_the_default_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
+    """With no --cache-dir, the cache is `$XDG_CACHE_HOME/scorecli` where that variable is an
+    absolute path, as pip, torch and huggingface_hub read it; an empty or relative one is ignored
+    (the XDG rule), and `~/.cache/scorecli` is the default."""
+    from scorecli.model.gguf import default_cache_dir
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert default_cache_dir() == str(home / ".cache" / "scorecli")
+    for value, want in [
+        (str(tmp_path / "xdg"), tmp_path / "xdg" / "scorecli"),
+        ("~/caches", home / "caches" / "scorecli"),
+        ("", home / ".cache" / "scorecli"),
+        ("relative/caches", home / ".cache" / "scorecli"),
+    ]:
+        monkeypatch.setenv("XDG_CACHE_HOME", value)
+        assert default_cache_dir() == str(want), value
 
 
 @pytest.mark.e2e

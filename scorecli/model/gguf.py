@@ -18,7 +18,11 @@ from scorecli.model.cache import build_once
 
 
 def default_cache_dir() -> str:
-    return os.path.join(os.path.expanduser("~"), ".cache", "scorecli")
+    """`$XDG_CACHE_HOME/scorecli` where that is an absolute path (the XDG base directory rule,
+    which pip, torch and huggingface_hub follow: a relative or empty value is ignored), else
+    `~/.cache/scorecli`. `--cache-dir` / `$SCORECLI_CACHE_DIR` override it."""
+    xdg = os.path.expanduser(os.environ.get("XDG_CACHE_HOME", ""))
+    return os.path.join(xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache"), "scorecli")
 
 
 def cache_path(folder: str, gguf_file: str, cache_dir: str | None) -> str:
