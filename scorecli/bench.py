@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scorecli.attention.backends import choose
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
-from scorecli.engine.progress import live, loading
+from scorecli.engine.progress import loading, quiet_unless_live
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
@@ -205,7 +205,7 @@ def bench_progress(console: Console | None) -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    return Progress(*columns, console=console or Console(quiet=True), disable=not live(console), transient=True)
+    return quiet_unless_live(columns, console)
 
 
 def time_scorer(

@@ -80,3 +80,30 @@ def test_eta_counts_tokens_not_rows():
     at = eta.at(0.25)  # 175 tokens in 4 s; 8 rows of 200 tokens and 225 tokens left
     assert at is not None and at - eta.started == pytest.approx(4.0 + (8 * 200 + 225) / (175 / 4), rel=1e-3)
     assert Eta(None).at(1.0) is None
+
+
+def test_no_progress_line_leaves_a_blank_line_where_stderr_is_not_a_terminal(monkeypatch):
+    """Under cron, in CI or in a pipe the progress line is off; rich before 14.3 (pyproject allows
+    13.8) printed an empty line when such a Progress stopped, a blank line before every run's
+    error or summary. Its Progress.stop is put back here, and nothing may reach the console."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from scorecli.bench import bench_progress
+    from scorecli.engine.progress import Tracker
+
+    def stop_before_14_3(self) -> None:
+        self.live.stop()
+        if not self.console.is_interactive and not self.console.is_jupyter:
+            self.console.print()
+
+    monkeypatch.setattr(Progress, "stop", stop_before_14_3)
+    log = io.StringIO()
+    console = Console(file=log, force_terminal=False)
+    with Tracker(console, 10) as tracker:
+        tracker.progress.advance(tracker.task, 3)
+    with bench_progress(console):
+        pass
+    assert log.getvalue() == ""

@@ -199,7 +199,16 @@ def progress_bar(console: Console | None, total: int | None) -> Progress:
     ]
     if total:
         columns.append(EtaColumn())
-    return Progress(*columns, console=console or Console(quiet=True), disable=not live(console), transient=True)
+    return quiet_unless_live(columns, console)
+
+
+def quiet_unless_live(columns, console: Console | None) -> Progress:
+    """A transient Progress of `columns` on `console` where that can redraw a line in place, else a
+    disabled one on a quiet console: rich before 14.3 printed an empty line when a disabled
+    Progress stopped on a console that is not a terminal, a blank line before the error or summary
+    of every run under cron."""
+    shown = live(console)
+    return Progress(*columns, console=console if shown else Console(quiet=True), disable=not shown, transient=True)
 
 
 def live(console: Console | None) -> bool:
