@@ -6,6 +6,7 @@ no traceback, nothing at --out. The runs start together (two at a time) in one f
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -44,6 +45,11 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
         # the bare BERT of all-MiniLM-L6-v2: without modules.json it is no embedding model (docs/models.md: Which models, embedding models)
         "minilm_plain": _copy(m["minilm_base"], tmp / "minilm_plain", ("modules.json",)),
     }
+    # a SentencePiece model as the only tokenizer (older Llama-family folders), read without the package
+    spm = Path(_copy(m["seq_cls"], tmp / "spm", tokenizer_files))
+    (spm / "tokenizer.model").write_bytes(b"\n\x0e\n\x05<unk>\x15\x00\x00\x00\x00\x18\x02" * 8)
+    (spm / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer"}))
+    out["spm"] = str(spm)
     corrupt = Path(_copy(m["seq_cls"], tmp / "corrupt"))
     data = (corrupt / "model.safetensors").read_bytes()
     (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
@@ -97,6 +103,7 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("base_model_without_head", m["minilm_plain"], [], ["classifier.bias", "randomly initialised"])
     add("no_tokenizer_files", m["notok"], [], ["model " + m["notok"], "tokenizer", "nothing"])
     add("no_tokenizer_files_cross_encoder", m["notok_ce"], [], ["tokenizer", "unknown tokens"])
+    add("sentencepiece_not_installed", m["spm"], [], ["tokenizer.model", "SentencePiece", "pip install sentencepiece"])
     add("cross_encoder_no_room", m["cross"], ["--max-seq-len", "3"], ["--max-seq-len 3", "no room", "special tokens"])
     add(
         "template_no_room",
@@ -253,6 +260,7 @@ BAD_NAMES = [
     "base_model_without_head",
     "no_tokenizer_files",
     "no_tokenizer_files_cross_encoder",
+    "sentencepiece_not_installed",
     "cross_encoder_no_room",
     "template_no_room",
     "decoder_query_no_room",
@@ -276,6 +284,8 @@ BAD_NAMES = [
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_bad_model_or_row_exits_2_with_one_line(runs, name):
+    if name == "sentencepiece_not_installed" and importlib.util.find_spec("sentencepiece") is not None:
+        pytest.skip("the case is a run without the sentencepiece package")
     bad, result = runs.bad[name], runs.results[f"bad:{name}"]
     assert result.rc == 2, result.stderr
     assert "Traceback" not in result.stderr and result.stdout == b""

@@ -5,7 +5,11 @@ wrong with its files. Knows nothing about weights, kinds or rows.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
@@ -20,10 +24,19 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
     from transformers import AutoTokenizer
 
     name = cfg.model
+    spm = _unreadable_sentencepiece(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        # without the package, transformers says so in a paragraph, then fails on tiktoken: one line below
+        with _quiet_transformers() if spm else nullcontext():
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except Exception as exc:  # the folder's files: `tokenizers` raises a bare Exception for a bad vocabulary
-        raise UsageError(f"cannot load the tokenizer of {path}: {_tokenizer_files(path) or first_line(exc)}") from exc
+        problem = _tokenizer_files(path) or (
+            f"it has no tokenizer.json, and its {spm} is a SentencePiece model, which needs the sentencepiece "
+            "package (pip install sentencepiece)"
+            if spm
+            else first_line(exc)
+        )
+        raise UsageError(f"cannot load the tokenizer of {path}: {problem}") from exc
     # scorecli checks sequence lengths itself: no "longer than the maximum" warning from transformers
     # (not even for the probe below, which a tokenizer with a small maximum would warn about)
     tokenizer.model_max_length = int(1e30)
@@ -53,3 +66,37 @@ def _tokenizer_files(path: str) -> str | None:
         n for n in _VOCABULARIES if os.path.isfile(os.path.join(path, n)) and not os.path.getsize(os.path.join(path, n))
     ]
     return f"it has no tokenizer.json and its {empty[0]} is empty" if empty else None
+
+
+_SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+# a tiktoken file (Llama 3's original tokenizer.model) is text: a base64 token and its rank per line
+_TIKTOKEN_LINE = re.compile(rb"[A-Za-z0-9+/=]+ [0-9]+\r?\n")
+
+
+def _unreadable_sentencepiece(path: str) -> str | None:
+    """The name of the SentencePiece model file that is a folder's only tokenizer when the
+    sentencepiece package, which transformers needs to read it, is not installed (else None)."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "tokenizer.json")):
+        return None
+    for name in _SENTENCEPIECE_FILES:
+        file = os.path.join(path, name)
+        if os.path.isfile(file) and os.path.getsize(file):
+            with open(file, "rb") as f:
+                if _TIKTOKEN_LINE.match(f.readline(256)):
+                    return None
+            return name if importlib.util.find_spec("sentencepiece") is None else None
+    return None
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' log below errors off while the block runs (as `load.quiet_transformers`,
+    which imports this module)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
