@@ -72,6 +72,37 @@ def _broken_models(tmp: Path, m: dict[str, str]) -> dict[str, str]:
         )
         (folder / "config.json").write_text(json.dumps(config))
         out[name] = str(folder)
+    out.update(_weight_file_models(tmp, m["seq_cls"]))
+    return out
+
+
+def _weight_file_models(tmp: Path, seq_cls: str) -> dict[str, str]:
+    """Copies of the decoder classifier whose weight files are not what they should be: a shard its
+    index names is gone, no weights at all, no config.json, a pickle holding more than tensors, and
+    quantized weights whose package is not installed (the config's `quantization_config`)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(Path(seq_cls) / "model.safetensors")
+    sharded = Path(_copy(seq_cls, tmp / "missing_shard", ("model.safetensors",)))
+    names = sorted(weights)
+    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": []}
+    save_file({k: weights[k] for k in halves["model-00001-of-00002.safetensors"]}, sharded / next(iter(halves)))
+    index = {
+        n: "model-00001-of-00002.safetensors" if n in names[: len(names) // 2] else "model-00002-of-00002.safetensors"
+        for n in names
+    }
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
+    out = {"missing_shard": str(sharded), "no_weights": _copy(seq_cls, tmp / "no_weights", ("model.safetensors",))}
+    out["no_config"] = _copy(seq_cls, tmp / "no_config", ("config.json",))
+    unsafe = Path(_copy(seq_cls, tmp / "unsafe_pickle", ("model.safetensors",)))
+    torch.save({**weights, "extra": Path("not a tensor")}, unsafe / "pytorch_model.bin")
+    out["unsafe_pickle"] = str(unsafe)
+    quantized = Path(_copy(seq_cls, tmp / "quantized"))
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}
+    (quantized / "config.json").write_text(json.dumps(config))
+    out["quantized"] = str(quantized)
     return out
 
 
@@ -158,6 +189,12 @@ def bad_cases(tmp: Path, m: dict[str, str]) -> dict[str, Bad]:
     add("corrupt_safetensors", m["corrupt"], [], [m["corrupt"] + "/model.safetensors", "corrupt safetensors"])
     add("nan_weights", m["nan"], [], ["model.layers.1.mlp.down_proj.weight", "NaN"])
     add("custom_code", m["automap_custom"], [], ["MyRankerForSequenceClassification", "--trust-remote-code"])
+    # weight files: a shard gone, none at all, no config.json, a pickle of more than tensors, quantized weights
+    add("missing_shard", m["missing_shard"], [], ["index.json names model-00002-of-00002.safetensors", "not in the"])
+    add("no_weight_files", m["no_weights"], [], ["no weight files in the folder"])
+    add("no_config_json", m["no_config"], [], ["no config.json"])
+    add("unsafe_pickle", m["unsafe_pickle"], ["--allow-pickle"], ["pytorch_model.bin", "objects other than tensors"])
+    add("quantized_without_its_package", m["quantized"], [], ["quantized (gptq)", "unquantized checkpoint"])
     add(
         "instruction_flag_surrogate",
         m["causal"],
@@ -276,6 +313,11 @@ BAD_NAMES = [
     "corrupt_safetensors",
     "nan_weights",
     "custom_code",
+    "missing_shard",
+    "no_weight_files",
+    "no_config_json",
+    "unsafe_pickle",
+    "quantized_without_its_package",
     "instruction_flag_surrogate",
     "template_file_surrogate",
 ]

@@ -8,6 +8,7 @@ code without `trust_remote_code`, and no pickled weights without `allow_pickle`.
 from __future__ import annotations
 
 import os
+import pickle
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
-from scorecli.model import lean_imports
+from scorecli.model import lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate
@@ -231,6 +232,11 @@ def _load_config(path: str, cfg: ScoreConfig):
             raise UsageError(
                 f"cannot load model {cfg.model}: no such model folder, and not found on the Hub ({msg})"
             ) from exc
+        if not os.path.isfile(os.path.join(path, "config.json")):  # transformers: "Should have a `model_type` key"
+            raise UsageError(
+                f"cannot load model {cfg.model}: the folder has no config.json (not a Hugging Face model folder, "
+                "or an incomplete download)"
+            ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
     except Exception as exc:  # what the config's own checks raise (huggingface_hub's StrictDataclassError)
         raise UsageError(f"cannot load model {cfg.model}: its config is invalid: {innermost_line(exc)}") from exc
@@ -280,39 +286,35 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
             model, info = auto.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
         msg = first_line(exc)
+        if missing := weight_files.missing_weights(path, exc, cfg.allow_pickle):
+            raise UsageError(f"cannot load model {cfg.model}: {missing}") from exc
         if "safetensors" in msg.lower() and not cfg.allow_pickle and "deserializ" not in msg.lower():
-            raise UsageError(
+            raise UsageError(  # a Hub id: which files it holds is not known here
                 f"cannot load model {cfg.model}: no safetensors weights; pickled .bin weights can run code, "
                 "pass --allow-pickle if you trust them"
             ) from exc
         raise UsageError(f"cannot load model {cfg.model}: {msg}") from exc
+    except ImportError as exc:  # a quantized checkpoint whose quantization package is not installed here
+        if (method := weight_files.quantization(hf_config)) is None:
+            raise
+        raise UsageError(
+            f"cannot load model {cfg.model}: its weights are quantized ({method}), which needs what is not "
+            f"installed here: {first_line(exc)}; use the unquantized checkpoint"
+        ) from exc
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met more than tensors
+        raise UsageError(f"cannot load model {cfg.model}: {weight_files.unsafe_pickle(path)}") from exc
     except AssertionError as exc:  # a module of the config's shape cannot be built (nn.Embedding's padding_idx)
         raise UsageError(f"cannot load model {cfg.model}: {config_problem(hf_config) or first_line(exc)}") from exc
     except Exception as exc:  # safetensors' own error for a corrupt file
         if type(exc).__name__ != "SafetensorError":
             raise
         raise UsageError(
-            f"cannot load model {cfg.model}: {corrupt_safetensors(path) or path}: "
+            f"cannot load model {cfg.model}: {weight_files.corrupt_safetensors(path) or path}: "
             f"corrupt safetensors file ({first_line(exc)})"
         ) from exc
     detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
     check_report(model, info, cfg.model, Kinds(kind, cfg.kind, detected), KINDS[kind].sentence_modules)
     return model
-
-
-def corrupt_safetensors(path: str) -> str | None:
-    """The first safetensors file in folder `path` whose header cannot be read, if any."""
-    from safetensors import safe_open
-
-    if not os.path.isdir(path):
-        return None
-    for name in sorted(f for f in os.listdir(path) if f.endswith(".safetensors")):
-        try:
-            with safe_open(os.path.join(path, name), "pt"):
-                pass
-        except Exception:  # noqa: BLE001 - any failure to open names the file
-            return os.path.join(path, name)
-    return None
 
 
 def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> None:
