@@ -465,6 +465,26 @@ def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cro
     assert pairs[2].error.startswith("f:3: field 'query': the tokenizer failed")
 
 
+def test_a_tokenizer_of_its_own_code_is_said_when_it_does_not_run(tmp_path, qwen3_seq_cls):
+    """A tokenizer_config.json whose auto_map names the tokenizer's own code: without
+    --trust-remote-code transformers passes it over without a word and builds its built-in tokenizer
+    from the files, which may split text otherwise than the model's own usage: one warning says so."""
+    import warnings
+
+    from scorecli.config import ScoreConfig
+    from scorecli.model.tokenizer import load_tokenizer
+
+    folder = Path(_copy(qwen3_seq_cls, tmp_path / "own_tokenizer"))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="MyTokenizer", auto_map={"AutoTokenizer": ["tokenization_my.MyTokenizer", None]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"MyTokenizer, auto_map in tokenizer_config.json.*--trust-remote-code"):
+        load_tokenizer(str(folder), ScoreConfig(model=str(folder)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_tokenizer(qwen3_seq_cls, ScoreConfig(model=qwen3_seq_cls))  # a plain folder: no word
+
+
 def test_a_name_that_can_only_be_a_local_path_is_never_looked_up(tmp_path, monkeypatch):
     from scorecli.errors import UsageError
     from scorecli.model.load import locate

@@ -6,8 +6,10 @@ wrong with its files. Knows nothing about weights, kinds or rows.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -24,6 +26,14 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
     from transformers import AutoTokenizer
 
     name = cfg.model
+    if not cfg.trust_remote_code and (own := _own_tokenizer_code(path)):
+        warnings.warn(
+            f"model {name}: its tokenizer is its own code ({own}, auto_map in tokenizer_config.json), which runs "
+            "only with --trust-remote-code: tokenizing with transformers' built-in tokenizer from its files, "
+            "which may split text otherwise",
+            UserWarning,
+            stacklevel=2,
+        )
     spm = _unreadable_sentencepiece(path)
     try:
         # without the package, transformers says so in a paragraph, then fails on tiktoken: one line below
@@ -51,6 +61,20 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
             "(are its tokenizer files, e.g. tokenizer.json, missing?)"
         )
     return tokenizer
+
+
+def _own_tokenizer_code(path: str) -> str | None:
+    """The class a local folder's tokenizer_config.json names as its own code (`auto_map`'s
+    AutoTokenizer entry), which transformers passes over without a word unless remote code is
+    trusted, if any."""
+    try:
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            auto_map = json.load(f).get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    entry = auto_map.get("AutoTokenizer") if isinstance(auto_map, dict) else None
+    classes = [c for c in (entry if isinstance(entry, list) else [entry]) if isinstance(c, str)]
+    return classes[0].rsplit(".", 1)[-1] if classes else None
 
 
 # the files a tokenizer is built from when there is no tokenizer.json
