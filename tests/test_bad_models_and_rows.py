@@ -465,6 +465,21 @@ def test_a_text_the_tokenizer_rejects_fails_its_row_only(qwen3_seq_cls, bert_cro
     assert pairs[2].error.startswith("f:3: field 'query': the tokenizer failed")
 
 
+def test_a_weight_file_linked_to_nothing_is_named(tmp_path, qwen3_seq_cls):
+    """A Hugging Face cache's snapshot whose blob was removed: model.safetensors is a link to nothing.
+    One line names the link, not "no safetensors weights; pass --allow-pickle" (there is no pickle)."""
+    from scorecli.config import ScoreConfig
+    from scorecli.errors import UsageError
+    from scorecli.model.load import load_model
+
+    folder = Path(_copy(qwen3_seq_cls, tmp_path / "snapshot", ("model.safetensors",)))
+    (folder / "model.safetensors").symlink_to(tmp_path / "blobs" / "gone")
+    with pytest.raises(
+        UsageError, match=r"its weight file model\.safetensors is a link to .*gone, which does not exist"
+    ):
+        load_model(ScoreConfig(model=str(folder)))
+
+
 def test_a_tokenizer_of_its_own_code_is_said_when_it_does_not_run(tmp_path, qwen3_seq_cls):
     """A tokenizer_config.json whose auto_map names the tokenizer's own code: without
     --trust-remote-code transformers passes it over without a word and builds its built-in tokenizer

@@ -31,6 +31,10 @@ def missing_weights(path: str, exc: BaseException, allow_pickle: bool) -> str | 
         if gone:
             more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
             return f"{index} names {gone[0]}{more}, which is not in the folder (an incomplete download or copy?)"
+    broken = sorted(n for n in names if n.endswith((".safetensors", *_PICKLES)) and not _exists(path, n))
+    if broken:  # a link whose target is gone (a Hugging Face cache's snapshot after its blob was removed)
+        link = os.path.join(path, broken[0])
+        return f"its weight file {broken[0]} is a link to {os.readlink(link)}, which does not exist"
     if any(n.endswith(".safetensors") for n in names):
         return None
     pickles = sorted(n for n in names if n.endswith(_PICKLES))
@@ -52,6 +56,11 @@ def _missing_shards(path: str, index: str) -> list[str]:
     except (OSError, ValueError, AttributeError):
         return []
     return sorted({f for f in weight_map.values() if not os.path.isfile(os.path.join(path, str(f)))})
+
+
+def _exists(path: str, name: str) -> bool:
+    """Whether `name` in folder `path` is there to read (False: a link to nothing)."""
+    return os.path.exists(os.path.join(path, name))
 
 
 def unsafe_pickle(path: str) -> str:
