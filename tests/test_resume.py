@@ -505,6 +505,49 @@ def test_sigkill_during_the_final_merge_then_resume(tmp_path, job_input, qwen3_s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]  # the stale temporary file is gone
 
 
+NO_MODEL = """import sys
+import scorecli.scorer as scorer
+def refuse(*args, **kwargs):
+    sys.exit("the model was loaded")
+scorer.Scorer.__init__ = refuse
+from scorecli.cli import main
+sys.argv[0] = "scorecli"
+main()
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("said", [True, False], ids=["job-file-says-so", "input-counted"])
+def test_resume_with_every_row_kept_loads_no_model(tmp_path, job_input, qwen3_seq_cls, uninterrupted, said):
+    """A job killed after its last part (here in the final merge) resumes to the uninterrupted
+    output, metadata and summary without loading the model: its parts hold every row. The job file
+    says so; a folder whose job file does not (an earlier version's) is found whole by counting the
+    input's rows."""
+    import sys
+
+    out = tmp_path / "scores.parquet"
+    folder = Path(str(out) + ".partial")
+    args = score_args(job_input, qwen3_seq_cls, out, "--score-cache", str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", KILL_IN_MERGE, *args], capture_output=True, env=_env(), timeout=180)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    if not said:
+        job = json.loads((folder / "_scorecli_job.json").read_text())
+        del job["settings"]["input_rows"]
+        (folder / "_scorecli_job.json").write_text(json.dumps(job))
+    result = subprocess.run(
+        [sys.executable, "-c", NO_MODEL, *args, "--resume"], capture_output=True, env=_env(), timeout=180
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert f"resumed after {ROWS:,} rows; scored 0 rows" in stderr
+    assert f"score cache: 0 hits, {3 * ROWS} misses (the output's, its {ROWS} kept rows included)" in stderr
+    got = pq.read_table(out)
+    assert got.equals(uninterrupted)
+    want = dict(uninterrupted.schema.metadata) | {b"score_cache_hits": b"0", b"score_cache_misses": b"72"}
+    assert dict(got.schema.metadata) == want
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "scores.parquet"]
+
+
 @pytest.mark.e2e
 def test_embedding_job_resumes_to_the_uninterrupted_output(tmp_path, job_input):
     """An embedding model's job (docs/models.md: Which models, embedding models) killed after its first part continues with --resume

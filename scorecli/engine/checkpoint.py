@@ -27,11 +27,14 @@ from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ResumeRefused, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
 from scorecli.io.parts import FingerprintMismatch, Part, PartStore, open_store
+from scorecli.io.readers import count_rows
 from scorecli.io.schema import conform, merge_schema, null_nonfinite, with_metadata
 from scorecli.io.urls import is_url
 from scorecli.io.writers import FileSink
 from scorecli.runtimes import RUNTIMES, installed
 from scorecli.runtimes.route import Route
+
+INPUT_ROWS = "input_rows"  # the job file's count of the input's rows, once the last window is kept (`ended`)
 
 # benchmarks/bench_checkpoint.py turns parts off to measure what they cost
 PARTS = True
@@ -89,6 +92,7 @@ class Checkpoint:
         self.rows_done = store.rows_done
         self.nulled: dict[str, int] = {}
         self.written = False  # the output is complete and in place
+        self.paths: list[str] = []  # the job's inputs (`all_kept`)
 
     @classmethod
     def open(
@@ -152,7 +156,9 @@ class Checkpoint:
                 "scores equal an uninterrupted run's (which rows share a batch moves float32 scores in their "
                 "last bits)"
             )
-        return cls(target, store, note, shown.rstrip("/") + "/", replacing, warn)
+        checkpoint = cls(target, store, note, shown.rstrip("/") + "/", replacing, warn)
+        checkpoint.paths = paths
+        return checkpoint
 
     @contextmanager
     def keeping(self) -> Iterator[None]:
@@ -252,6 +258,27 @@ class Checkpoint:
             return self.schedule(cfg)
         settings["part_rows"] = rows
         return Schedule(rows)
+
+    def ended(self) -> None:
+        """The job's last window is kept: the job file says how many rows the input holds, so that
+        a `--resume` after a failure from here on (in the final merge, a full disk) knows every row
+        is kept without reading the input (`all_kept`)."""
+        if self.store.parts and self.store.settings.get(INPUT_ROWS) != self.store.rows_done:
+            self.store.settings[INPUT_ROWS] = self.store.rows_done
+            self.store.save_settings()
+
+    def all_kept(self, cfg: ScoreConfig) -> bool:
+        """Whether the kept parts of this resumed job hold every row of its input (its fingerprint
+        says the input is as it was): the job file says so (`ended`), or the input's rows counted
+        where that is cheap (local files, ungrouped: Parquet's metadata, JSON lines' lines)."""
+        if not self.store.resumed or not self.rows_done:
+            return False
+        if self.store.settings.get(INPUT_ROWS) == self.rows_done:
+            return True
+        if cfg.group_by is not None or not self.paths or any(p == "-" or is_url(p) for p in self.paths):
+            return False
+        total = count_rows(self.paths)
+        return total is not None and total <= self.rows_done
 
     def same_runtime(self, cfg: ScoreConfig) -> ScoreConfig:
         """`cfg` for the rest of a resumed job: `--runtime auto` runs what scored the kept rows.

@@ -21,11 +21,12 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from scorecli.cache.reuse import Figures
 from scorecli.checks.drift import stderr_line
 from scorecli.config import ScoreConfig
 from scorecli.core.metrics import DEFAULT_K, Ranking
 from scorecli.engine.checkpoint import Checkpoint, Interrupted
-from scorecli.engine.progress import Counts, Tracker, note, summary
+from scorecli.engine.progress import Counts, Tracker, cache_said, note, summary
 from scorecli.engine.windows import Schedule
 from scorecli.errors import ScorecliError
 from scorecli.io.columns import add_ranking
@@ -109,7 +110,9 @@ def run_job(
         if checkpoint is not None:  # a resumed job goes on as it began: its runtime, its windows
             cfg = checkpoint.same_runtime(cfg)
         blocks = partial(checkpoint.blocks, cfg) if checkpoint else Schedule
-        with engine.start(cfg, blocks) as scoring:
+        # every input row kept by an earlier run: the output is made from the parts, no model loads
+        kept = checkpoint is not None and not cfg.audit and checkpoint.all_kept(cfg)
+        with nullcontext(_Kept(cfg, checkpoint)) if kept else engine.start(cfg, blocks) as scoring:
             if checkpoint is not None:  # before a row is scored, where the engine knows it already
                 checkpoint.same_choices(scoring.metadata)
             total = scoring.total()
@@ -124,6 +127,34 @@ def run_job(
             note(console, line)
     if closing.failure is not None:
         raise ScorecliError(closing.failure)
+
+
+class _Kept:
+    """The `Scoring` of a resumed job whose parts hold every input row (`Checkpoint.all_kept`):
+    no window to score, so no engine starts and no model loads; the output is the parts, with the
+    metadata, summary and score cache counts the engine would have closed with."""
+
+    label = "scoring"
+
+    def __init__(self, cfg: ScoreConfig, checkpoint: Checkpoint):
+        self.cfg, self.checkpoint = cfg, checkpoint
+        self.metadata: dict[str, str] | None = checkpoint.metadata()
+        self.mode_note = self.metadata.get("mode_reason", "")
+
+    def total(self) -> int:
+        return 0
+
+    def windows(self, work, begin=None) -> Iterator[Window]:
+        return iter(())
+
+    def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
+        return None, self.metadata or {}
+
+    def closing(self) -> Closing:
+        if not self.cfg.score_cache:
+            return Closing()
+        figures = Figures.of(self.metadata or {})
+        return Closing(figures.metadata(), cache_said(figures.hits, figures.misses, self.checkpoint.rows_done))
 
 
 def _kept_ranking(cfg: ScoreConfig, checkpoint: Checkpoint | None) -> Ranking:
@@ -172,6 +203,8 @@ def _drive(
                 add_ranking(ranking, window.table, labels_field)
                 sink.write(window.table)
             tracker.rows(window.rows)
+        if checkpoint is not None:
+            checkpoint.ended()  # a --resume from here on finds every row kept
         if sink is None:
             table, metadata = scoring.empty()
             sink = opened(metadata)
