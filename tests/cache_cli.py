@@ -14,6 +14,8 @@ HOOK is one of:
   pandas' (pyarrow would import it);
 - `full-after:N`: the cache's segment files after the first N fail to be written, as on a full
   disk (ENOSPC);
+- `read-only:DIR`: every file written under DIR fails as in a folder the run may not write (EACCES:
+  a team's cache shared read-only, for a test run as root, where chmod does not bite);
 - `rendered`: chat templates render with a system turn first, as another transformers (or jinja)
   may render the same template: the same flags and model resolve to another `yes-no-chat` template;
   `rendered:upgraded`: and the libraries' versions are others (that transformers is installed);
@@ -52,6 +54,9 @@ def patch(hook: str) -> None:
         return
     if name == "full-after":
         _full_after(int(arg))
+        return
+    if name == "read-only":
+        _read_only(os.path.abspath(arg))
         return
     if name == "rendered":
         from transformers import PreTrainedTokenizerBase
@@ -117,6 +122,30 @@ def _full_after(n: int) -> None:
         return write(self, name, fill)
 
     folders.LocalFolder.write = full  # type: ignore[method-assign]
+
+
+def _read_only(root: str) -> None:
+    """Files written (and folders made) under `root` fail with EACCES, as `io.folders` meets a
+    folder without write permission."""
+    from scorecli.io import folders
+
+    write, make = folders.LocalFolder.write, folders.LocalFolder.make
+
+    def under(folder) -> bool:
+        return os.path.abspath(folder.where).startswith(root)
+
+    def denied(self, *args):
+        if under(self):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return write(self, *args)
+
+    def made(self):
+        if under(self) and not os.path.isdir(self.where):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return make(self)
+
+    folders.LocalFolder.write = denied  # type: ignore[method-assign]
+    folders.LocalFolder.make = made  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

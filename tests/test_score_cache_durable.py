@@ -119,6 +119,39 @@ def test_a_full_cache_disk_at_the_merge_is_a_warning(tmp_path, qwen3_seq_cls):
     assert_same(pq.read_table(out), pq.read_table(run_uncached(tmp_path, inp, qwen3_seq_cls)))
 
 
+@pytest.mark.parametrize("how", ["denied", "chmod"])
+def test_a_read_only_cache_serves_hits_and_scores_the_rest(tmp_path, qwen3_seq_cls, how):
+    """A team's cache shared read-only: its hits are served, the new pairs scored, the output
+    written whole (exit 0), and one warning says the new scores were not added; the cache is as it
+    was. `denied`: writes under the cache fail with EACCES (a hook: chmod does not bite as root)."""
+    if how == "chmod" and os.geteuid() == 0:
+        pytest.skip("root writes into a folder whatever its mode")
+    first, second = write(tmp_path / "first.jsonl", jsonl(FIRST)), write(tmp_path / "second.jsonl", jsonl(SECOND))
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    assert run_cli(Case(score(first, qwen3_seq_cls, tmp_path / "a.parquet", "--score-cache", str(cache)))).rc == 0
+    before = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+    args = score(second, qwen3_seq_cls, out, "--score-cache", str(cache))
+    if how == "chmod":
+        for path in [cache, *cache.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            result = run_cli(Case(args))
+        finally:
+            for path in [cache, *cache.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+    else:
+        result = hooked(f"read-only:{cache}", args)
+    assert result.rc == 0, result.stderr
+    warnings = [line for line in result.lines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert f"score cache {cache}: not writable (Permission denied)" in warnings[0], warnings
+    hits, misses = counts(out)
+    assert hits + misses == items_of(SECOND) and hits > 0 and misses > 0
+    assert "were not added to it" in warnings[0] and f"score cache: {hits:,} hits, {misses:,} misses" in result.stderr
+    assert_same(pq.read_table(out), pq.read_table(run_uncached(tmp_path, second, qwen3_seq_cls)))
+    assert {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()} == before
+
+
 def run_uncached(tmp_path: Path, inp: str, model: str) -> Path:
     out = tmp_path / "uncached.parquet"
     result = run_cli(Case(score(inp, model, out)))

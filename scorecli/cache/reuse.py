@@ -21,6 +21,7 @@ the cache, progress or the command line.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -355,7 +356,9 @@ class Reusing:
         entries = self._entries(keys, values, chunks)
         self.index.add(entries)
         if self.cache is not None:
-            self.own.append(self.cache.write(self.profile, entries, self.model_info))
+            name = self.cache.add(self.profile, entries, self.model_info)  # None: a read-only cache
+            if name is not None:
+                self.own.append(name)
 
     def _entries(self, keys: np.ndarray, values: np.ndarray, chunks: np.ndarray | None) -> Entries:
         """Entries of pairs (keys [m, 2]) with their scores (the first labels of values [m, labels
@@ -419,6 +422,14 @@ class Reusing:
     def close(self) -> None:
         """After the last window: this run's segments become one, and a cache whose segments
         piled up is compacted."""
+        if self.cache is not None and self.cache.read_only is not None and self.cache.not_added:
+            warnings.warn(
+                f"score cache {self.cache.shown}: not writable ({self.cache.read_only}): hits were served from it, "
+                f"and this run's {self.cache.not_added:,} newly scored pairs were not added to it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self.cache.not_added = 0
         if self.cache is None or not self.own:
             return
         self.cache.tidy(self.profile, self.own, self.model_info)

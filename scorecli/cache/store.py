@@ -16,6 +16,7 @@ deleted passes over it (its pairs are in the merged one). Knows nothing about ro
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -38,6 +39,8 @@ FORMAT_VERSION = 1
 MAX_SEGMENTS = 8  # a settings' segments before the smaller ones are merged
 KEEP_LARGEST = 3  # the largest segments a merge leaves alone (size-tiered: big ones are rewritten rarely)
 STALE_TEMP_SECONDS = 3600  # a temporary file this old is a killed writer's
+# what a write into a folder the run may only read fails with (a team's cache shared read-only)
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _join(base: str, *names: str) -> str:
@@ -95,6 +98,10 @@ class CacheStore:
         self.root = folder_at(self.location)
         self._open(create)
         self.memo = _FolderMemo(self._folder("models"))
+        # why this run cannot write into the cache (a read-only folder), once a write said so: it
+        # is read, not added to (`not_added`: the entries a run could not add, for its warning)
+        self.read_only: str | None = None
+        self.not_added = 0
 
     def _folder(self, *names: str) -> Folder:
         return folder_at(_join(self.location, *names))
@@ -149,15 +156,23 @@ class CacheStore:
             return None
 
     def save_request(self, digest: str, record: dict) -> None:
+        """Record what request `digest` resolved to (not where the cache is read-only: `read_only`)."""
+        if self.read_only is not None:
+            return
         folder = self._folder("requests")
-        with self._writing():
-            folder.make()
-            folder.write(f"{digest}.json", lambda f: f.write(json.dumps(record, sort_keys=True).encode()))
+        try:
+            with self._writing():
+                folder.make()
+                folder.write(f"{digest}.json", lambda f: f.write(json.dumps(record, sort_keys=True).encode()))
+        except ScorecliError as exc:
+            if not self._denied(exc):
+                raise
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
         """A write into the cache, whose failure (a full disk, a read-only folder) says that it
-        is the cache that could not be written, not the output (exit 1)."""
+        is the cache that could not be written, not the output (exit 1; a run's own writes pass
+        over a folder it may only read: `add`, `save_request`)."""
         try:
             yield
         except OSError as exc:
@@ -248,6 +263,27 @@ class CacheStore:
             folder.write(name, lambda f: f.write(data))
         return name
 
+    def add(self, profile: str, entries: Entries, model: dict[str, str]) -> str | None:
+        """A run's new `entries` as a segment (`write`); None where the cache is read-only for
+        this run (`read_only`): they are counted in `not_added` instead."""
+        if self.read_only is None:
+            try:
+                return self.write(profile, entries, model)
+            except ScorecliError as exc:
+                if not self._denied(exc):
+                    raise
+        self.not_added += len(entries.sorted_unique())
+        return None
+
+    def _denied(self, exc: ScorecliError) -> bool:
+        """Whether a failed write (`_writing`'s error) was refused because this run may not write
+        into the cache (permissions, a read-only file system); if so, `read_only` says why."""
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in _READ_ONLY:
+            self.read_only = cause.strerror or str(cause)
+            return True
+        return False
+
     def delete(self, profile: str, name: str) -> None:
         try:
             self._folder("segments", profile).delete(name)
@@ -281,6 +317,8 @@ class CacheStore:
         """After a run: its segments `own` merged into one, and the settings' segments compacted
         when they pile up. Housekeeping only (every entry is durable already): where it cannot be
         done (a full disk, a read-only folder), one warning, and the run still succeeds."""
+        if self.read_only is not None:  # this run added nothing; `Reusing.close` says so
+            return
         try:
             if len(own) > 1:
                 self.merge(profile, own, model)
