@@ -38,6 +38,7 @@ from scorecli.kinds import Family, Setup, family_class, make_family
 from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
+from scorecli.model.hub import path_text
 from scorecli.model.load import Loaded, load_model, quiet_transformers
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
@@ -363,7 +364,7 @@ class Scorer:
         route = getattr(getattr(self.family, "forward", None), "route", None)  # `auto` ran two runtimes by length
         return {
             "scorecli_version": __version__,
-            "model": str(self.loaded.path),
+            "model": path_text(str(self.loaded.path)),
             "kind": spec.kind,
             "architecture": self.loaded.architecture,
             "template": self.template.name,

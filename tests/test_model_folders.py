@@ -141,3 +141,22 @@ def test_weights_a_kind_does_not_read_by_design_are_scored(runs, name):
     assert len(warnings) == (1 if warning else 0), result.stderr
     assert warning is None or warning in warnings[0]
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_folder_named_in_another_encoding_is_scored(tmp_path, qwen3_seq_cls):
+    """A model folder whose name is not valid UTF-8 (a Latin-1 `modèle`, bytes as Python holds
+    them: surrogates) is read as any folder: safetensors and tokenizers, which take only UTF-8
+    paths, called its weights "corrupt". The scores are the same folder's under a UTF-8 name, and
+    the metadata names it with the odd bytes escaped."""
+    import pyarrow.parquet as pq
+
+    inp = write(tmp_path / "rows.jsonl", GOOD_LINE % 0 + GOOD_LINE % 1)
+    odd = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"mod\xe8le"))
+    shutil.copytree(qwen3_seq_cls, odd)
+    runs = {}
+    for name, model in (("odd", odd), ("plain", qwen3_seq_cls)):
+        result = run_cli(Case(["score", inp, "--model", model, "--out", str(tmp_path / f"{name}.parquet"), "--quiet"]))
+        assert result.rc == 0, result.stderr
+        runs[name] = pq.read_table(tmp_path / f"{name}.parquet")
+    assert runs["odd"]["score"].equals(runs["plain"]["score"])
+    assert runs["odd"].schema.metadata[b"model"] == os.fsencode(str(tmp_path)) + b"/mod\\xe8le"

@@ -42,6 +42,7 @@ from scorecli.errors import InputError, notice
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.readers import RawRow
 from scorecli.io.schema import with_metadata
+from scorecli.model.hub import path_text
 from scorecli.runtimes import auto_device
 from scorecli.version import __version__
 
@@ -206,7 +207,7 @@ class Reusing:
 
     @property
     def model_info(self) -> dict[str, str]:
-        return {"identity": self.identity or "", "name": str(self.config.model)}
+        return {"identity": self.identity or "", "name": path_text(str(self.config.model))}
 
     # ---- windows ----------------------------------------------------------------------
 
@@ -405,7 +406,7 @@ class Reusing:
         if self.scorer is not None:
             return self.scorer.metadata
         meta = dict((self.record or {}).get("metadata") or {})
-        return meta | {"model": str(self.config.model), "self_check": FROM_CACHE}
+        return meta | {"model": path_text(str(self.config.model)), "self_check": FROM_CACHE}
 
     def closing_metadata(self) -> dict[str, str]:
         """Keys known once every window is scored: the cache's counts."""

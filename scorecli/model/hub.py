@@ -10,9 +10,12 @@ anything loads: when it does not answer, the process uses the local Hugging Face
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import shutil
+import tempfile
 import threading
 from urllib.parse import urlparse
 
@@ -43,6 +46,28 @@ def locate(name: str) -> tuple[str, str | None]:
     if not _HUB_ID.fullmatch(name) or name.endswith(_WEIGHT_SUFFIXES) or ("/" in name and os.path.isdir(head)):
         raise UsageError(f"cannot load model {name}: no such model folder")
     return name, None
+
+
+def utf8_folder(folder: str) -> str:
+    """`folder` as a path the Rust readers take (safetensors, tokenizers: valid UTF-8 only, which
+    otherwise call a good file "corrupt"): itself when it is valid UTF-8; else a link to it, named
+    in UTF-8, in a temporary folder removed when the process ends."""
+    try:
+        folder.encode("utf-8")
+        return folder
+    except UnicodeEncodeError:  # bytes of another encoding, held as surrogates (os.fsdecode)
+        pass
+    where = tempfile.mkdtemp(prefix="scorecli-model-")
+    atexit.register(shutil.rmtree, where, True)
+    link = os.path.join(where, "model")
+    os.symlink(os.path.abspath(folder), link)
+    return link
+
+
+def path_text(path: str) -> str:
+    """`path` as text that UTF-8 holds (output metadata): a name's bytes that are not UTF-8 written
+    as `\\xff` escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def is_hub_id(name: str) -> bool:

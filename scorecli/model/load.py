@@ -25,7 +25,7 @@ from scorecli.kinds import KINDS, Checkpoint, detect, family_class
 from scorecli.model import lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
-from scorecli.model.hub import locate
+from scorecli.model.hub import locate, utf8_folder
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 from scorecli.model.tokenizer import load_tokenizer
 from scorecli.runtimes import auto_device
@@ -162,6 +162,7 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     path, gguf_file = locate(cfg.model)
     if gguf_file:
         path = materialize(path, gguf_file, cfg.cache_dir)
+    path = utf8_folder(path) if os.path.isdir(path) else path  # a folder not named in UTF-8: through a link
     checkpoint = read_checkpoint(path, cfg)
     hf_config = checkpoint.config
     kind = cfg.kind or detect(checkpoint)
