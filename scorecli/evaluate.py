@@ -18,7 +18,7 @@ from scorecli.errors import InputError, UsageError
 from scorecli.io.formats import RawRow
 from scorecli.io.groups import Grouping, grouped_rows
 from scorecli.io.json_values import json_default
-from scorecli.io.readers import iter_rows, resolve_inputs
+from scorecli.io.readers import iter_rows, resolve_inputs, schema_of
 
 
 def evaluate(
@@ -45,7 +45,9 @@ def evaluate(
             if out.data is not None and out.data.get(labels_field) is not None:
                 _add(ranking, out, out.data[labels_field], out.where, labels_field)
     else:
-        given = grouped_rows(resolve_inputs(labels), grouping)
+        label_paths, score_paths = resolve_inputs(labels), resolve_inputs(scores)
+        given = grouped_rows(label_paths, grouping)
+        nanos = (_nanos_type(score_paths, id_field), _nanos_type(label_paths, id_field))
         for n, (out, row) in enumerate(zip_longest(outputs, given), start=1):
             if out is None or row is None:
                 longer, shorter = ("the scores", "the labels' input") if row is None else ("--labels", "the scores")
@@ -56,7 +58,7 @@ def evaluate(
             if _skipped(out):  # its input row, held in place, may be the malformed line it was
                 continue
             _check(row)
-            _same_id(out, row, id_field)
+            _same_id(out, row, id_field, nanos)
             _same_items(out, row, items_field)
             if row.data.get(labels_field) is not None:
                 _add(ranking, out, row.data[labels_field], row.where, labels_field)
@@ -80,13 +82,40 @@ def _skipped(out: RawRow) -> bool:
     return out.data is not None and out.data.get("error") is not None
 
 
-def _same_id(out: RawRow, row: RawRow, id_field: str) -> None:
+def _nanos_type(paths: list[str], id_field: str):
+    """The id column's type where a Parquet input holds it in nanoseconds (a timestamp, time or
+    duration, whose values that are not whole microseconds are read as their integers:
+    `io.nanos`), else None."""
+    for path in paths:
+        schema = schema_of(path)  # None for a format that fixes no types (JSON lines): no pyarrow
+        if schema is not None and id_field in schema.names:
+            from scorecli.io.nanos import of_nanos  # pyarrow, loaded by schema_of already
+
+            if of_nanos(schema.field(id_field).type):
+                return schema.field(id_field).type
+    return None
+
+
+def _id_of(value, nanos):
+    """An id as its value: integer nanoseconds (`nanos`: their type) as the JSON lines output of
+    the same column writes them (ISO text with nine digits), so that a Parquet file's id and a
+    JSON lines file's of the same row are one."""
+    if nanos is None or not isinstance(value, int) or isinstance(value, bool):
+        return value
+    from scorecli.io.nanos import nanos_json  # pyarrow, loaded by schema_of already
+
+    return nanos_json(value, nanos)
+
+
+def _same_id(out: RawRow, row: RawRow, id_field: str, nanos: tuple = (None, None)) -> None:
+    """The output row's id and its input row's are one (`nanos`: each side's id type, where it is
+    of nanoseconds)."""
     assert out.data is not None and row.data is not None
-    if id_field in out.data and id_field in row.data and not _same_value(out.data[id_field], row.data[id_field]):
-        raise UsageError(
-            f"{out.where}: id {out.data[id_field]!r:.40} but {row.where}: id {row.data[id_field]!r:.40}; "
-            + _ROW_FOR_ROW
-        )
+    if id_field not in out.data or id_field not in row.data:
+        return
+    ours, theirs = _id_of(out.data[id_field], nanos[0]), _id_of(row.data[id_field], nanos[1])
+    if not _same_value(ours, theirs):
+        raise UsageError(f"{out.where}: id {ours!r:.40} but {row.where}: id {theirs!r:.40}; " + _ROW_FOR_ROW)
 
 
 def _same_value(a, b) -> bool:

@@ -196,6 +196,39 @@ def test_eval_labels_takes_a_json_lines_output_of_a_parquet_inputs_ids(tmp_path)
         evaluate([str(scores)], [labels], "labels", "id", None, None)
 
 
+@pytest.mark.parametrize("unit", [pa.timestamp("ns"), pa.timestamp("ns", "Europe/Paris"), pa.time64("ns")])
+def test_eval_ids_of_nanoseconds_agree_whichever_format_holds_them(tmp_path, unit):
+    """Ids of nanoseconds that are not whole microseconds (pandas' `timestamp[ns]`) are read from
+    Parquet as their integers and written to JSON lines as ISO text with nine digits: `eval
+    --labels` refused a JSON lines file against a Parquet file of the same ids, either way round
+    (exit 2, "SCORES must be the output of the --labels input"). The same rows agree in every pair
+    of formats; an id a nanosecond off is still refused."""
+    ns = [1_700_000_000_123_456_789, 1_700_000_001_000_000_001]
+    ids = pa.array([n % 86_400_000_000_000 for n in ns] if pa.types.is_time(unit) else ns, pa.int64()).cast(unit)
+    rows = {"query": ["a", "b"], "items": [["x", "y"]] * 2, "labels": [[1, 0], [0, 1]]}
+    table = pa.table({"id": ids, **rows})
+    scored = pa.table({"id": ids, "score": [[0.9, 0.1], [0.2, 0.8]]})
+    files = {"in.parquet": table, "in.jsonl": table, "out.parquet": scored, "out.jsonl": scored}
+    for name, t in files.items():
+        if name.endswith(".parquet"):
+            pq.write_table(t, tmp_path / name)
+        else:
+            write(tmp_path / name, to_jsonl(t).encode())
+    assert json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])["id"].count(".") == 1  # ISO text
+    for out in ("out.parquet", "out.jsonl"):
+        for given in ("in.parquet", "in.jsonl"):
+            ranking = evaluate([str(tmp_path / out)], [str(tmp_path / given)], "labels", "id", None, None)
+            assert ranking.rows == 2, (out, given)
+    off = pa.table({"id": pa.array([ns[0] + 1, ns[1]], pa.int64()).cast(unit), **rows})
+    if pa.types.is_time(unit):
+        off = off.set_column(
+            0, "id", pa.array([ns[0] % 86_400_000_000_000 + 1, ns[1] % 86_400_000_000_000], pa.int64()).cast(unit)
+        )
+    pq.write_table(off, tmp_path / "off.parquet")
+    with pytest.raises(UsageError, match=r"out.jsonl:1: id '.*789.*' but .*off.parquet: row 1: id '.*790.*'"):
+        evaluate([str(tmp_path / "out.jsonl")], [str(tmp_path / "off.parquet")], "labels", "id", None, None)
+
+
 @pytest.mark.e2e
 def test_eval_refuses_the_inputs_field_flags_without_labels(tmp_path):
     """--group-by, --query-field, --items-field and --id-field name fields of the input SCORES was

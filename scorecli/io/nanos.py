@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 _NS = 1000  # nanoseconds in a microsecond
 
 
-def _of_nanos(t: pa.DataType) -> bool:
+def of_nanos(t: pa.DataType) -> bool:
     """Whether `t` is a timestamp, time or duration in nanoseconds."""
     temporal = pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t)
     return temporal and t.unit == "ns"
@@ -31,7 +31,7 @@ def _of_nanos(t: pa.DataType) -> bool:
 
 def _sub_micro(column: pa.Array | pa.ChunkedArray) -> bool:
     """Whether `column` is of nanoseconds and some value in it is not a whole microsecond."""
-    if not _of_nanos(column.type) or column.null_count == len(column):
+    if not of_nanos(column.type) or column.null_count == len(column):
         return False
     values = column.cast(pa.int64()).fill_null(0).to_numpy()
     return bool(np.any(values % _NS))
@@ -66,7 +66,7 @@ def _nested_ints(t: pa.DataType) -> pa.DataType:
 
 
 def _inner(t: pa.DataType) -> pa.DataType:
-    return pa.int64() if _of_nanos(t) else _nested_ints(t)
+    return pa.int64() if of_nanos(t) else _nested_ints(t)
 
 
 def nanos_as_json(table: pa.Table) -> pa.Table:
@@ -83,6 +83,12 @@ def nanos_as_json(table: pa.Table) -> pa.Table:
             values = pa.array([None if v is None else _iso(v, field.type) for v in column.cast(pa.int64()).to_pylist()])
         table = table.set_column(k, field.with_type(values.type), values)
     return table
+
+
+def nanos_json(ns: int, t: pa.DataType) -> str | float:
+    """One value of nanoseconds of type `t`, read as its integer (`exact_nanos`), as JSON lines
+    write it (`nanos_as_json`): ISO text, a duration's float seconds."""
+    return ns / 1e9 if pa.types.is_duration(t) else _iso(ns, t)
 
 
 def _iso(ns: int, t: pa.DataType) -> str:
