@@ -50,18 +50,28 @@ def locate(name: str) -> tuple[str, str | None]:
 
 def utf8_folder(folder: str) -> str:
     """`folder` as a path the Rust readers take (safetensors, tokenizers: valid UTF-8 only, which
-    otherwise call a good file "corrupt"): itself when it is valid UTF-8; else a link to it, named
-    in UTF-8, in a temporary folder removed when the process ends."""
+    otherwise call a good file "corrupt"): itself when it is valid UTF-8; else the folder held open
+    and named through `/proc/self/fd` (for this process), or where there is no /proc a link to it
+    named in UTF-8 in a temporary folder removed when the process ends."""
     try:
         folder.encode("utf-8")
         return folder
     except UnicodeEncodeError:  # bytes of another encoding, held as surrogates (os.fsdecode)
         pass
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    alias = f"/proc/self/fd/{fd}"
+    if os.path.isdir(alias):
+        _HELD.append(fd)  # open as long as the process may read the model
+        return alias
+    os.close(fd)
     where = tempfile.mkdtemp(prefix="scorecli-model-")
     atexit.register(shutil.rmtree, where, True)
     link = os.path.join(where, "model")
     os.symlink(os.path.abspath(folder), link)
     return link
+
+
+_HELD: list[int] = []  # the folders `utf8_folder` names by descriptor
 
 
 def path_text(path: str) -> str:
