@@ -1,6 +1,7 @@
 """Every flag's choices come from the table that declares them (STYLE habit 17): no attention
-backend, kind, URL scheme or runtime is named in `cli.py` or `options.py`, `--help` lists what the
-tables hold, and each `score` flag named as a `ScoreConfig` field is passed to it by name."""
+backend, kind, URL scheme or runtime is named in the command line's modules (`cli*.py`) or
+`options.py`, `--help` lists what the tables hold, and each `score` flag named as a `ScoreConfig`
+field is passed to it by name."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from scorecli import cli
+from scorecli import cli, cli_score
 from scorecli.attention.backends import BACKENDS
 from scorecli.config import ScoreConfig
 from scorecli.io.readers import FORMATS
@@ -49,7 +50,7 @@ def _names() -> dict[str, str]:
 def test_cli_and_options_name_no_backend_kind_scheme_or_runtime():
     wrong = [
         f"{module}:{line}: {name}"
-        for module in ("cli.py", "options.py")
+        for module in (*sorted(path.name for path in ROOT.glob("cli*.py")), "options.py")
         for line, text in _strings(ROOT / module)
         for name, pattern in _names().items()
         if re.search(pattern, text)
@@ -77,9 +78,9 @@ def test_each_score_flag_named_as_a_config_field_is_passed_to_it():
     leaves out would be silently ignored."""
     call = next(
         node
-        for node in ast.walk(ast.parse(inspect.getsource(cli.score)))
+        for node in ast.walk(ast.parse(inspect.getsource(cli_score.score)))
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ScoreConfig"
     )
     given = {keyword.arg for keyword in call.keywords}
-    flags = set(inspect.signature(cli.score).parameters)
+    flags = set(inspect.signature(cli_score.score).parameters)
     assert flags & {field.name for field in dataclasses.fields(ScoreConfig)} <= given

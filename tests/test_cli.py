@@ -696,7 +696,7 @@ def test_inspect_refuses_what_a_run_refuses_before_any_line(qwen3_seq_cls_3label
 def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
     the template `--model smollm2-judge` gets; any other model gets `plain`."""
-    from scorecli.cli import _resolve_model
+    from scorecli.cli_checks import model_and_template as _resolve_model
     from scorecli.errors import UsageError
     from scorecli.model.default_model import bundled_path
 

