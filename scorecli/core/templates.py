@@ -73,6 +73,7 @@ def _fixed_day_template(tokenizer) -> str | None:
 
 # texts rendered through a chat template in place of each placeholder, found again in its output
 SENTINELS = {k: f"SCORECLI{k.upper()}SENTINEL" for k in ("query", "item", "instruction")}
+
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 QWEN3_PREFIX = (
@@ -130,6 +131,32 @@ class Template:
 def has_placeholder(text: str) -> bool:
     """Whether `text` holds a placeholder a template would substitute."""
     return _PLACEHOLDER.search(text) is not None
+
+
+def split_rendered(text: str, bos: str | None = None, keys: tuple[str, ...] = tuple(SENTINELS)) -> tuple[str, str]:
+    """A chat template's render with `SENTINELS` in place of the placeholders `keys`, as a
+    template's prefix and item texts (`yes-no-chat`; a decoder CrossEncoder folder's pairs,
+    `model.messages`). The cut is before the item's sentinel, less the whitespace before it, which
+    starts the item instead (a pre-token never runs from non-space into space: the boundary rule).
+
+    Args:
+        text: the render, which holds the item's sentinel once, after the others.
+        bos: the tokenizer's textual BOS where the tokenizer adds that BOS itself: dropped from the
+            start of `text`, so a prefix tokenized with special tokens holds it once.
+        keys: the placeholders rendered as their sentinels; each is written back.
+    Returns:
+        (prefix, item), each sentinel back to its placeholder.
+    """
+    if bos and text.startswith(bos):
+        text = text[len(bos) :]
+    placeholders = {SENTINELS[k]: "{" + k + "}" for k in keys}
+    pattern = re.compile("|".join(placeholders))
+
+    def back(part: str) -> str:
+        return pattern.sub(lambda m: placeholders[m.group(0)], part)
+
+    prefix = text[: text.index(SENTINELS["item"])].rstrip()
+    return back(prefix), back(text[len(prefix) :])
 
 
 def check_template(name_or_path: str) -> None:
@@ -215,14 +242,8 @@ def _yes_no_chat(tokenizer) -> Template:
             "template yes-no-chat: the tokenizer's chat template does not keep the message "
             "text verbatim; write a .toml/.json template instead"
         )
-    cut = start + content.index(" " + SENTINELS["item"])
     bos = getattr(tokenizer, "bos_token", None)
-    if bos and text.startswith(bos) and _adds_bos(tokenizer):
-        text, cut = text[len(bos) :], cut - len(bos)
-    back = {s: "{" + k + "}" for k, s in SENTINELS.items()}
-    pattern = re.compile("|".join(back))
-    prefix = pattern.sub(lambda m: back[m.group(0)], text[:cut])
-    item = pattern.sub(lambda m: back[m.group(0)], text[cut:])
+    prefix, item = split_rendered(text, bos if bos and text.startswith(bos) and _adds_bos(tokenizer) else None)
     return Template("yes-no-chat", prefix, item, ("yes", "no"), "softmax", DEFAULT_INSTRUCTION, strips)
 
 

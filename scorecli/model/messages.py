@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from scorecli.core.encode import leading_special_ids, tokenize
-from scorecli.core.templates import SENTINELS, Template, has_placeholder
+from scorecli.core.templates import SENTINELS, Template, has_placeholder, split_rendered
 from scorecli.errors import UsageError, first_line
 
 FORMATS = ("flat", "structured")
@@ -110,7 +110,7 @@ class ChatTexts:
         rendered, failed = [], {}
         for t, (prompt, text) in enumerate(zip(prompts, texts)):
             try:
-                rendered.append(self._render(self._conversation(prompt, text)))
+                rendered.append(self.render(prompt, ("user", text)))
             except Exception as exc:  # noqa: BLE001 - a template raises what it likes (raise_exception)
                 rendered.append("")
                 failed[t] = f"{names[t]}: the chat template failed: {first_line(exc)}"
@@ -132,7 +132,7 @@ class ChatTexts:
             tail: list[int] = []
             try:
                 first, second = (
-                    self.tokenizer(self._render(self._conversation(prompt, f)), add_special_tokens=False)["input_ids"]
+                    self.tokenizer(self.render(prompt, ("user", f)), add_special_tokens=False)["input_ids"]
                     for f in _FILLERS
                 )
                 count = next(
@@ -146,11 +146,11 @@ class ChatTexts:
             self._tails[prompt] = tail
         return self._tails[prompt]
 
-    def _render(self, conversation: list[dict]) -> str:
+    def render(self, prompt: str, *messages: tuple[str, str]) -> str:
+        """The chat template's text of a conversation: a system message holding `prompt` (when
+        there is one), then one message per (role, text) of `messages`, in the folder's format."""
+        conversation = ([self._message("system", prompt)] if prompt else []) + [self._message(*m) for m in messages]
         return self.tokenizer.apply_chat_template(conversation, tokenize=False, **self.kwargs)
-
-    def _conversation(self, prompt: str, text: str) -> list[dict]:
-        return ([self._message("system", prompt)] if prompt else []) + [self._message("user", text)]
 
     def _message(self, role: str, text: str) -> dict:
         return {"role": role, "content": text if self.format == "flat" else [{"type": "text", "text": text}]}
@@ -195,8 +195,7 @@ def pair_template(tokenizer, mode: MessageMode | None, model_type: str, prompt: 
         chat = ChatTexts(tokenizer, mode, model_type)
 
         def render(query: str, document: str) -> str:
-            messages = [chat._message("query", query), chat._message("document", document)]
-            return chat._render(([chat._message("system", prompt)] if prompt else []) + messages)
+            return chat.render(prompt, ("query", query), ("document", document))
 
         def reference(query: str, document: str) -> list[int]:
             return list(tokenizer(render(query, document), add_special_tokens=False)["input_ids"])
@@ -235,11 +234,6 @@ def _split(render, tokenizer, lead: list[int], where: str) -> Template:
             f"cannot load model {where}: its chat template does not keep a pair's query and document verbatim "
             "(it trims or rewrites them)"
         )
-    bos = getattr(tokenizer, "bos_token", None)
-    if bos and lead == [getattr(tokenizer, "bos_token_id", None)] and text.startswith(bos):
-        text = text[len(bos) :]  # the tokenizer puts it there itself
-    cut = text.index(item)
-    prefix = text[:cut].rstrip()
-    return Template(
-        "folder", prefix.replace(query, "{query}"), text[len(prefix) : cut] + "{item}" + text[cut + len(item) :]
-    )
+    adds_bos = lead == [getattr(tokenizer, "bos_token_id", None)]  # the tokenizer puts it there itself
+    prefix, rest = split_rendered(text, getattr(tokenizer, "bos_token", None) if adds_bos else None, ("query", "item"))
+    return Template("folder", prefix, rest)
