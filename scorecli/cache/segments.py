@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,23 +134,35 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return col.chunk(0).to_numpy(zero_copy_only=False) if col.num_chunks else np.zeros(0)
 
 
+@contextmanager
+def _unreadable_is_damaged() -> Iterator[None]:
+    """A segment Arrow cannot open or read raises Damaged; one that is gone (FileNotFoundError: merged
+    away by another run) raises as it is."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise Damaged(f"cannot be read ({str(exc).splitlines()[0][:120]})") from exc
+
+
+def _metadata(schema: pa.Schema) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+
+
 def read_entries(source, profile: str, with_added: bool = False) -> tuple[Entries, dict[str, str]]:
     """The entries of the segment at `source` (a path, memory-mapped, or bytes) and its metadata.
 
     Raises:
         Damaged: it cannot be opened, is of another format or profile, or fails its checksum.
     """
-    try:
+    with _unreadable_is_damaged():
         if isinstance(source, bytes | bytearray | memoryview):
             reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(source)))
         else:
             reader = pa.ipc.open_file(pa.memory_map(source, "r"))
         table = reader.read_all()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise Damaged(f"cannot be read ({str(exc).splitlines()[0][:120]})") from exc
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    meta = _metadata(table.schema)
     if meta.get("format") != SEGMENT_FORMAT or meta.get("version") != str(SEGMENT_VERSION):
         raise Damaged("not a segment of this format")
     if meta.get("profile") != profile:
@@ -180,13 +194,9 @@ def _scores(table: pa.Table, labels: int) -> np.ndarray:
 
 def read_metadata(source) -> dict[str, str]:
     """A segment's metadata only (its footer; nothing else is read). Raises Damaged."""
-    try:
+    with _unreadable_is_damaged():
         schema = pa.ipc.open_file(source if not isinstance(source, str) else pa.memory_map(source, "r")).schema
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise Damaged(f"cannot be read ({str(exc).splitlines()[0][:120]})") from exc
-    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+    meta = _metadata(schema)
     if meta.get("format") != SEGMENT_FORMAT:
         raise Damaged("not a segment of this format")
     return meta
