@@ -65,6 +65,31 @@ def test_parquet_rows_and_where(tmp_path):
     assert rows[0].data["items"] == ["a"]
 
 
+def test_parquet_with_no_rows_past_skip_reads_no_row_group(tmp_path, monkeypatch):
+    """A Parquet file of no rows (a zero-row output fed back in, tests/test_refused_up_front.py), or
+    one whose rows a resumed run has all kept, has no row group to read: pyarrow 18 (which
+    pyproject allows) read row group -1 for the empty list and the run stopped, exit 2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scorecli.io.parquet_input import ParquetInput
+
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def as_pyarrow_18(self, *args, row_groups=None, **kw):
+        if row_groups is not None and not row_groups:
+            raise OSError("The file only has 1 row groups, requested metadata for row group: -1")
+        return iter_batches(self, *args, row_groups=row_groups, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", as_pyarrow_18)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"id": pa.array([], pa.int64()), "items": pa.array([], pa.list_(pa.string()))}), empty)
+    assert list(ParquetInput().rows(str(empty))) == []
+    full = write_parquet(tmp_path / "full.parquet", [{"id": i, "items": ["a"]} for i in range(5)])
+    assert list(ParquetInput().rows(full, skip=5)) == []
+    assert [r.data["id"] for r in ParquetInput().rows(full, skip=3)] == [3, 4]
+
+
 def test_corrupt_parquet_raises_input_error(tmp_path):
     p = tmp_path / "bad.parquet"
     p.write_bytes(b"not a parquet file at all")

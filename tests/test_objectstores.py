@@ -395,6 +395,35 @@ def test_an_s3_host_that_does_not_resolve_while_finding_the_region_says_so(monke
     )
 
 
+def test_an_s3_endpoint_that_does_not_resolve_is_named_from_the_store_when_curl_does_not():
+    """pyarrow before 19 (pyproject allows 18) says only "Couldn't resolve host name", which was
+    taken for a transient failure: six attempts, then exit 1 without the host. It is the line of a
+    host that does not resolve, at once, the host named from the store's endpoint."""
+    from pyarrow import fs
+
+    from scorecli.errors import UsageError
+    from scorecli.io import stores
+
+    said = (
+        "When getting information for key 'rows.jsonl' in bucket 'inputs': AWS Error NETWORK_CONNECTION during "
+        "HeadObject operation: curlCode: 6, Couldn't resolve host name"
+    )
+    calls = []
+
+    def offline():
+        calls.append(1)
+        raise OSError(said)
+
+    store = stores.Store("s3", fs.S3FileSystem(endpoint_override="garbage", region="us-east-1"), "s3://")
+    with pytest.raises(UsageError) as raised:
+        store.call("cannot read", "inputs/rows.jsonl", offline)
+    assert str(raised.value) == (
+        "cannot read s3://inputs/rows.jsonl: the store's host garbage does not resolve "
+        "(check AWS_ENDPOINT_URL or the URL)"
+    )
+    assert calls == [1]  # never retried
+
+
 def test_a_gcs_host_that_does_not_resolve_fails_at_once(monkeypatch):
     """Offline (or a GCS endpoint that does not resolve), Google's client retried its host to the
     deadline and past it, getting a token: about 100 s before the one line. The host is resolved

@@ -104,6 +104,8 @@ class ParquetInput:
                 else:
                     groups.append(g)
             skip -= row
+            if not groups:  # no rows past `skip` (pyarrow 18 reads row group -1 for an empty list)
+                return
             batches = pf.iter_batches(batch_size=_BATCH, row_groups=groups)
             total = pf.metadata.num_rows
             while True:

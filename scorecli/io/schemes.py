@@ -54,13 +54,22 @@ def _gcs(url: str) -> tuple[Any, str]:
     if "retry_limit_seconds=" not in url:
         url += ("&" if "?" in url else "?") + f"retry_limit_seconds={DEADLINE:g}"
     filesystem, path = _arrow(url)
-    endpoint = filesystem.__reduce__()[1][0].get("endpoint_override") or "storage.googleapis.com"
-    host = urlsplit("//" + endpoint.split("://")[-1]).hostname or endpoint
+    host = endpoint_host(filesystem) or "storage.googleapis.com"
     try:
         socket.getaddrinfo(host, None)
     except socket.gaierror as exc:
         raise OSError(f"Could not resolve host: {host} ({exc.strerror})") from exc
     return filesystem, path
+
+
+def endpoint_host(filesystem: Any) -> str | None:
+    """The host a pyarrow S3 or GCS filesystem was set to reach (`endpoint_override`: from
+    AWS_ENDPOINT_URL or the URL's options, as pickling gives it back), if one was set."""
+    try:
+        endpoint = filesystem.__reduce__()[1][0].get("endpoint_override")
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    return (urlsplit("//" + endpoint.split("://")[-1]).hostname or endpoint) if endpoint else None
 
 
 def _huggingface(url: str) -> tuple[Any, str]:

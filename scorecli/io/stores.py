@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from scorecli.errors import ScorecliError, UsageError, first_line
 from scorecli.io import schemes  # its deadlines read when used (tests/store_cli.py shortens them)
-from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, listed
+from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, endpoint_host, listed
 from scorecli.io.urls import parse, scheme_of, shown
 from scorecli.process import uninterrupted
 
@@ -48,7 +48,7 @@ _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "Contai
 # a host that does not resolve (AWS_ENDPOINT_URL=garbage, an offline machine) stays so: no use
 # retrying it for a minute (curl's words in pyarrow's SDKs; getaddrinfo's in an HTTP client's, the Hub's)
 _NO_HOST = re.compile(
-    r"Could not resolve host(?:name)?|Name or service not known|nodename nor servname provided"
+    r"Could not resolve host(?:name)?|Couldn't resolve host|Name or service not known|nodename nor servname provided"
     r"|Temporary failure in name resolution|getaddrinfo failed"
 )
 _HOST = re.compile(r"Could not resolve host: ([^\s;,]+)")
@@ -125,7 +125,7 @@ class Store:
             except Exception as exc:
                 if not isinstance(exc, OSError) and not _store_error(exc):
                     raise
-                _refused(exc, what, self.url(path), self.scheme_info)
+                _refused(exc, what, self.url(path), self.scheme_info, self.fs)
                 delay = BACKOFF * 2**attempt * (1 + 0.25 * (time.monotonic() % 1))
                 transient = _transient(str(exc))
                 if attempt + 1 == RETRIES or not transient or time.monotonic() - first + delay > schemes.DEADLINE:
@@ -239,9 +239,10 @@ def _missing(exc: OSError) -> str:
     return "no such object" if "bucket" not in str(exc).lower() else "the bucket does not exist"
 
 
-def _refused(exc: Exception, what: str, url: str, scheme: Scheme) -> None:
+def _refused(exc: Exception, what: str, url: str, scheme: Scheme, filesystem: Any = None) -> None:
     """Raise what no retry changes as a UsageError (exit 2): a missing bucket, denied access, a
-    store host that does not resolve."""
+    store host that does not resolve (named from curl's words, else from `filesystem`'s endpoint:
+    pyarrow before 19's SDK says only "Couldn't resolve host name")."""
     text = str(exc)
     said = _said(text)
     if any(k in said for k in _NO_BUCKET):
@@ -250,7 +251,8 @@ def _refused(exc: Exception, what: str, url: str, scheme: Scheme) -> None:
         raise UsageError(f"{what} {url}: access denied ({scheme.credentials})") from exc
     if _NO_HOST.search(text):
         host = _HOST.search(text)
-        named = f" {host.group(1)}" if host else ""
+        name = host.group(1) if host else endpoint_host(filesystem)
+        named = f" {name}" if name else ""
         raise UsageError(f"{what} {url}: the store's host{named} does not resolve (check {scheme.endpoint})") from exc
 
 
