@@ -355,3 +355,32 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
         assert got.select(["id", "scores"]).equals(whole[first].select(["id", "scores"]))
         assert got.schema.metadata[b"runtime"] == whole[first].schema.metadata[b"runtime"]
         assert got.schema.metadata[b"runtime_reason"] == whole[first].schema.metadata[b"runtime_reason"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a folder read as /proc/self/fd/N needs /proc")
+def test_the_export_is_keyed_by_the_real_folder_not_its_proc_alias(tmp_path):
+    """A model folder not named in UTF-8 is read as /proc/self/fd/N (model/hub.utf8_folder): the
+    same name for any such folder, run after run. Keyed by that name, size and mtime, two such
+    folders of the same shapes (fine-tunes of one model) saved with one mtime shared one export,
+    and one scored with the other's weights; the key is the real files', the stem the real name."""
+    from scorecli.runtimes.onnx import cache_path
+
+    folders = []
+    for name in (b"tuned-a\xe8", b"tuned-b\xe8"):
+        folder = os.path.join(os.fsencode(str(tmp_path)), name)
+        os.mkdir(folder)
+        for file, data in ((b"config.json", b"{}"), (b"model.safetensors", b"w" * 64)):
+            with open(os.path.join(folder, file), "wb") as f:
+                f.write(data)
+            os.utime(os.path.join(folder, file), ns=(10**18, 10**18))
+        folders.append(folder)
+    paths = []
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            paths.append(cache_path(f"/proc/self/fd/{fd}", str(tmp_path / "cache")))
+        finally:
+            os.close(fd)  # the next folder opens at the same number, as the next run would
+    assert paths[0] != paths[1]
+    assert os.path.basename(paths[0]).startswith("tuned-a\ufffd-pairs-")
+    paths[0].encode("utf-8")  # a name onnxruntime can open

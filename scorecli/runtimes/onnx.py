@@ -107,15 +107,18 @@ def default_cache_dir() -> str:
 def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
     folder per weights' identity."""
-    parts = [f"{os.path.abspath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
+    # each file by its real path (a folder not named in UTF-8 is read as /proc/self/fd/N, the same
+    # name for any such folder), size and mtime
+    parts = [f"{os.path.realpath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
     parts += [
         f"scorecli {__version__}",
         f"torch {torch.__version__}",
         f"opset {OPSET}",
         f"graph {GRAPH_VERSION} {what}",
     ]
-    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-    stem = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
+    key = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    stem = os.path.basename(os.path.normpath(os.path.realpath(folder))) or "model"
+    stem = stem.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # onnxruntime opens UTF-8 paths only
     return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{stem}-{what}-{key}")
 
 
