@@ -141,6 +141,7 @@ class Checkpoint:
             "window_rows": cfg.window_rows,
             "window_seconds": cfg.window_seconds,
             "part_rows": cfg.window_rows if cfg.window_seconds is None else None,
+            INPUT_ROWS: None,  # until the last window is kept (`ended`)
         }
         store, replacing = open_store(folder, job, "parquet", resume, dataset, settings)
         note = None
@@ -269,12 +270,14 @@ class Checkpoint:
 
     def all_kept(self, cfg: ScoreConfig) -> bool:
         """Whether the kept parts of this resumed job hold every row of its input (its fingerprint
-        says the input is as it was): the job file says so (`ended`), or the input's rows counted
-        where that is cheap (local files, ungrouped: Parquet's metadata, JSON lines' lines)."""
+        says the input is as it was): the job file says so (`ended`); a job file of an earlier
+        version, which has no such record, has the input's rows counted where that is cheap (local
+        files, ungrouped: Parquet's metadata, JSON lines' lines). A job of this version stopped
+        part-way is not counted here: its engine counts the input once, for the progress line."""
         if not self.store.resumed or not self.rows_done:
             return False
-        if self.store.settings.get(INPUT_ROWS) == self.rows_done:
-            return True
+        if INPUT_ROWS in self.store.settings:  # a job file of this version: set once the last window is kept
+            return self.store.settings[INPUT_ROWS] == self.rows_done
         if cfg.group_by is not None or not self.paths or any(p == "-" or is_url(p) for p in self.paths):
             return False
         total = count_rows(self.paths)

@@ -162,7 +162,7 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     path, gguf_file = locate(cfg.model)
     if gguf_file:
         path = materialize(path, gguf_file, cfg.cache_dir)
-    path = utf8_folder(path) if os.path.isdir(path) else path  # a folder not named in UTF-8: through a link
+    path = utf8_folder(path) if os.path.isdir(path) else path  # a folder not named in UTF-8: by descriptor
     checkpoint = read_checkpoint(path, cfg)
     hf_config = checkpoint.config
     kind = cfg.kind or detect(checkpoint)
