@@ -111,6 +111,9 @@ class Scorer:
         mark("scorer built")
         self.self_check_note = start_up_check(self)  # recorded in the metadata
         mark("self-checked")
+        if loaded.memory is not None and "torch" not in self.runtime.split("+"):
+            # what this run read of the torch model: the next run of it need not build it (`model.remembered`)
+            loaded.memory.save()
 
     @property
     def hidden_pooling(self) -> str | None:

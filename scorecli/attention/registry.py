@@ -58,7 +58,10 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     return backend.attend(module, query, key, value, scaling, kwargs.get("softcap"), kwargs.get("s_aux")), None
 
 
-_DISPATCH = torch.compiler.disable(_dispatch)
+# `_dispatch` disabled for the compiler, which compiled layers call (`_entry`); made by `register`:
+# `torch.compiler.disable` imports torch's compiler (~1 s on a 2-core CPU), which a run of a model
+# that runs its own attention (an encoder) never needs
+_DISPATCH = None
 
 # attention modules a compiled layer reaches (`traced_through`), by number: the custom operator
 # below is handed the number as a 0-dim CPU tensor (a graph input, so one graph serves every
@@ -96,6 +99,7 @@ def _entry(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
     module_key = getattr(module, _KEY, None)
     plain = attention_mask is None and all(kwargs.get(n) is None for n in (*UNSUPPORTED, "scorecli_backend", "s_aux"))
     if module_key is None or not plain:  # compiled around: the backend runs between two graphs
+        assert _DISPATCH is not None  # `register` made it before transformers could call this
         return _DISPATCH(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
     softcap = kwargs.get("softcap")  # numbers fixed per layer: the operator's arguments are constants
     scaling, softcap = (None if x is None else float(x) for x in (scaling, softcap))
@@ -133,6 +137,9 @@ def register() -> None:
     between two graphs where the operator cannot take the call (`_entry`)."""
     from transformers import AttentionInterface
 
+    global _DISPATCH
+    if _DISPATCH is None:
+        _DISPATCH = torch.compiler.disable(_dispatch)
     AttentionInterface.register(ATTN_NAME, _entry)
 
 

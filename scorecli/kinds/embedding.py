@@ -27,9 +27,9 @@ from scorecli.kinds.spec import (
     RunSpec,
     label_tokens_refused,
     max_seq_len,
+    model_limit,
     one_label,
     refuse,
-    sequence_limit,
 )
 from scorecli.kinds.texts import EncodedTexts, TextEncoder, cut_limit
 from scorecli.model.compat import backend_for
@@ -142,9 +142,7 @@ class EmbeddingFamily(FamilyDefaults):
             )
         own = loaded.sentence.max_seq_length
         limit = (
-            max_seq_len(cfg.max_seq_len, loaded)
-            if cfg.max_seq_len or own is None
-            else min(own, sequence_limit(loaded.model, loaded.kind))
+            max_seq_len(cfg.max_seq_len, loaded) if cfg.max_seq_len or own is None else min(own, model_limit(loaded))
         )
         return RunSpec(kind=kind, pooling="embedding", max_seq_len=limit, similarity=similarity, **one_label(cfg))
 
@@ -179,7 +177,7 @@ class EmbeddingFamily(FamilyDefaults):
         cfg, loaded, spec = setup.config, setup.loaded, setup.spec
         self.loaded, self.spec, self.modules = loaded, spec, loaded.sentence
         self.pooling = spec.pooling if cfg.pooled_hidden_states else None  # "embedding": the item embeddings
-        vocab = loaded.model.get_input_embeddings().num_embeddings
+        vocab = loaded.fact("vocab", lambda model: model.get_input_embeddings().num_embeddings)
         own = (("the model's max_seq_length", self.modules.max_seq_length),)
         limit = cut_limit(spec.max_seq_len, own, flag=cfg.max_seq_len is not None)
         self.encoder = TextEncoder(
@@ -199,7 +197,7 @@ class EmbeddingFamily(FamilyDefaults):
         fast = (
             backend is None
             and attention_backends.capabilities(cfg.attention).fused_encoder
-            and fast_encoder.supports(loaded.model)
+            and loaded.fact("fused_encoder", fast_encoder.supports)
         )
         self.runtime, self.runtime_reason, self.forward = open_runtime(
             setup,

@@ -99,7 +99,7 @@ class PairFamily(FamilyDefaults):
         self.loaded, self.spec = loaded, setup.spec
         self.pooling = self.spec.pooling if cfg.pooled_hidden_states else None  # hidden states read
         self.encoder = PairEncoder(loaded.tokenizer, self.spec.max_seq_len, cfg.truncate)
-        fast = capabilities(cfg.attention).fused_encoder and supports(loaded.model)
+        fast = capabilities(cfg.attention).fused_encoder and loaded.fact("fused_encoder", supports)
         why_not = (
             None if self.pooling in (None, "cls") else f"it reads the [CLS] row only, not --pooling {self.pooling}"
         )
@@ -155,7 +155,7 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
     runtime, reason = runtime_onnx.choose(cfg, loaded, fast, why_not)
     streams = auto.run_streams(CPU_STREAMS)
     threads = auto.stream_threads(CPU_STREAMS)
-    folder = loaded.model.name_or_path
+    folder = loaded.folder
 
     def call(forward, batch):
         return forward(batch, None) if what == "pairs" else forward(batch)

@@ -130,22 +130,33 @@ def _embedding_references(scorer, texts: list[np.ndarray], skips: list[int]) -> 
     """[texts, D] float32 CPU: each text alone through the model's own forward (a decoder under
     transformers' eager attention), pooled, then the model's Dense and Normalize modules."""
     loaded = scorer.loaded
-    model, modules, decoder = loaded.model, loaded.sentence, not loaded.is_encoder
+    modules, decoder = loaded.sentence, not loaded.is_encoder
     if decoder:
-        set_implementation(model, "eager")
+        set_implementation(loaded.model, "eager")
     try:
         with all_paused(scorer.family.speedups):  # its own norms, not fused ones
             out = []
             for ids, skip in zip(texts, skips):
-                x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=loaded.device)[None]
-                kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
-                hidden = model(input_ids=x, **kwargs).last_hidden_state[0].float()
+                hidden = torch.from_numpy(_own_hidden(loaded, np.asarray(ids, dtype=np.int64))).to(loaded.device)
                 pooled = torch.cat([_pool_one(hidden, min(skip, len(ids)), mode) for mode in modules.pooling])
                 out.append(modules.after_pooling(pooled[None])[0].cpu())
             return torch.stack(out)
     finally:
         if decoder:
-            set_implementation(model, ATTN_NAME)
+            set_implementation(loaded.model, ATTN_NAME)
+
+
+def _own_hidden(loaded, ids: np.ndarray) -> np.ndarray:
+    """[L, H] float32: the last hidden states of one text's token ids alone through the model's own
+    forward (remembered for its weights where the model may not be built: `Loaded.own_output`)."""
+    decoder = not loaded.is_encoder
+
+    def compute(model) -> np.ndarray:
+        x = torch.as_tensor(ids, device=loaded.device)[None]
+        kwargs = {"use_cache": False} if decoder else {"attention_mask": torch.ones_like(x)}
+        return model(input_ids=x, **kwargs).last_hidden_state[0].float().cpu().numpy()
+
+    return loaded.own_output("last_hidden_state", {"input_ids": ids}, compute)
 
 
 def _pool_one(hidden: torch.Tensor, skip: int, mode: str) -> torch.Tensor:
@@ -180,10 +191,18 @@ def _finite(scorer, theirs: np.ndarray) -> None:
 def _pair_reference(scorer, item: str) -> np.ndarray:
     """A cross-encoder's own scores [labels] for (probe query, item): the loaded model's forward
     (scorecli's fused encoder runs in a view of it)."""
-    tok, spec = scorer.loaded.tokenizer, scorer.spec
-    enc = tok(PROBE_QUERY, item, truncation="only_second", max_length=spec.max_seq_len, return_tensors="pt")
-    out = scorer.loaded.model(**enc.to(scorer.loaded.device))
-    return activate(out.logits[0], spec.activation).double().cpu().numpy()
+    loaded, spec = scorer.loaded, scorer.spec
+    enc = loaded.tokenizer(
+        PROBE_QUERY, item, truncation="only_second", max_length=spec.max_seq_len, return_tensors="np"
+    )
+    inputs = {name: np.asarray(value) for name, value in enc.items()}
+
+    def compute(model) -> np.ndarray:  # its logits [labels]
+        feeds = {name: torch.from_numpy(value).to(loaded.device) for name, value in inputs.items()}
+        return model(**feeds).logits[0].float().cpu().numpy()
+
+    logits = loaded.own_output("logits", inputs, compute)  # remembered where the model may not be built
+    return activate(torch.from_numpy(logits), spec.activation).double().numpy()
 
 
 def _takes(model: torch.nn.Module, name: str) -> bool:

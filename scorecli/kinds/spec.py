@@ -165,11 +165,11 @@ def one_label(cfg: ScoreConfig) -> dict:
 
 def max_seq_len(requested: int | None, loaded: Loaded) -> int:
     """The longest sequence asked for (None: the model's limit); UsageError past the limit."""
-    limit = sequence_limit(loaded.model, loaded.kind)
+    limit = model_limit(loaded)
     if requested is None:
         return limit
     if requested > limit:
-        switch = _rope_switch(loaded.model.config)
+        switch = _rope_switch(loaded.config)
         why = (
             f" (LongRoPE: past {switch} tokens transformers switches the rotary frequencies of a whole forward "
             "call by its longest sequence, so one long item would change the scores of the others)"
@@ -178,6 +178,11 @@ def max_seq_len(requested: int | None, loaded: Loaded) -> int:
         )
         raise UsageError(f"--max-seq-len {requested} exceeds the model's limit of {limit} tokens{why}")
     return requested
+
+
+def model_limit(loaded: Loaded) -> int:
+    """`sequence_limit` of a loaded model (remembered where the model may not be built)."""
+    return loaded.fact("sequence_limit", lambda model: sequence_limit(model, loaded.kind))
 
 
 def sequence_limit(model, kind: str) -> int:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from scorecli.attention import ATTN_NAME, register, set_implementation
@@ -22,10 +24,11 @@ from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
-from scorecli.model import lean_imports, weight_files
+from scorecli.model import gguf, lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import locate, utf8_folder
+from scorecli.model.remembered import Memory, inputs_key, record_path
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 from scorecli.model.tokenizer import load_tokenizer
 from scorecli.runtimes import auto_device
@@ -59,17 +62,52 @@ def scorecli_attends(kind: str, config) -> bool:
     return KINDS[kind].scorecli_attention and config.model_type not in ENCODER_TYPES
 
 
+class Deferred:
+    """A torch model built on its first use, once, whichever thread asks first: a run whose
+    answers from it are remembered (`model.remembered`) may never need it."""
+
+    def __init__(self, build: Callable[[], torch.nn.Module]):
+        self._build: Callable[[], torch.nn.Module] | None = build
+        self._model: torch.nn.Module | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._model is not None
+
+    def get(self) -> torch.nn.Module:
+        with self._lock:
+            if self._model is None:
+                assert self._build is not None
+                self._model, self._build = self._build(), None
+            return self._model
+
+
 @dataclass(frozen=True)
 class Loaded:
-    """A loaded model with its tokenizer, the resolved kind, device and dtype."""
+    """A loaded model with its tokenizer, the resolved kind, device and dtype.
 
-    model: torch.nn.Module
+    `source` is the torch model, or a `Deferred` one where what a run needs of it may be
+    remembered (`memory`; `fact`, `own_output`): `model` builds it when something asks."""
+
+    source: torch.nn.Module | Deferred
     tokenizer: object
     kind: str
     path: str
     device: torch.device
     dtype: torch.dtype
     sentence: Any = None  # the modules its folder applies after the transformer (the family's `read_folder`)
+    hf_config: Any = None  # the transformer's config as its folder says (what `config` is until the model is built)
+    memory: Memory | None = None  # what this model answered before, and what this run learns of it
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.source.get() if isinstance(self.source, Deferred) else self.source
+
+    @property
+    def built(self) -> bool:
+        """Whether the torch model exists in this process (it may be deferred, and never built)."""
+        return not isinstance(self.source, Deferred) or self.source.built
 
     @property
     def is_encoder(self) -> bool:
@@ -78,12 +116,39 @@ class Loaded:
 
     @property
     def config(self):
-        return self.model.config
+        return self.model.config if self.built or self.hf_config is None else self.hf_config
 
     @property
     def architecture(self) -> str:
-        archs = getattr(self.config, "architectures", None) or [type(self.model).__name__]
+        archs = getattr(self.config, "architectures", None) or [self.fact("class", lambda m: type(m).__name__)]
         return archs[0]
+
+    @property
+    def folder(self) -> str:
+        """The folder the transformer's weights were read from (transformers' `name_or_path`)."""
+        return self.model.name_or_path if self.built else self.hf_config.name_or_path
+
+    def fact(self, name: str, compute: Callable[[torch.nn.Module], Any]) -> Any:
+        """What `compute` reads from the model (a JSON value), remembered where the model is not built."""
+        if not self.built and self.memory is not None and (known := self.memory.fact(name)) is not None:
+            return known
+        value = compute(self.model)
+        if self.memory is not None:
+            self.memory.learn_fact(name, value)
+        return value
+
+    def own_output(
+        self, what: str, inputs: dict[str, np.ndarray], compute: Callable[[torch.nn.Module], np.ndarray]
+    ) -> np.ndarray:
+        """`compute`'s output (`what`: which output of the forward) of the model's own forward on
+        `inputs` (the arrays it is computed from), remembered for these weights as loaded."""
+        key = inputs_key(what, inputs)
+        if self.memory is not None and (known := self.memory.output(key)) is not None:
+            return known
+        value = compute(self.model)
+        if self.memory is not None:
+            self.memory.learn_output(key, value)
+        return value
 
 
 def resolve_device(name: str) -> torch.device:
@@ -116,7 +181,6 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     a head), one whose weights hold NaN or infinity, a corrupt safetensors file, a tokenizer
     that cannot encode text (no tokenizer files), and custom code without `trust_remote_code`.
     """
-    lean_imports.import_model_code()  # before a kernel package's import starts beside it
     path, hf_config, kind = open_checkpoint(cfg)
     declared = KINDS[kind]
     sentence = family_class(kind).read_folder(kind, path)  # the modules after the transformer, if any
@@ -129,6 +193,7 @@ def load_model(cfg: ScoreConfig) -> Loaded:
     if device.type == "cuda" and dtype == torch.float32:
         ieee_convolutions()
     if scorecli_attends(kind, hf_config):  # a kernel package imports while the weights load
+        lean_imports.import_model_code()  # before that import starts beside it
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     elif cfg.attention != "auto" and capabilities(cfg.attention).model_attention is None:
         article = "an" if kind[:1] in "aeiou" else "a"
@@ -136,24 +201,56 @@ def load_model(cfg: ScoreConfig) -> Loaded:
             f"--attention {cfg.attention}: {article} {kind} model ({hf_config.model_type}) runs its own attention, "
             "not scorecli's backends; use --attention auto, sdpa or eager"
         )
-    model = _load_weights(path, kind, hf_config, dtype, cfg, common)
+
+    def build() -> torch.nn.Module:  # the weights read into the model class, on the device, checked
+        lean_imports.import_model_code()
+        model = _load_weights(path, kind, hf_config, dtype, cfg, common)
+        mark("weights read")
+        if scorecli_attends(kind, hf_config):
+            register()
+            set_implementation(model, ATTN_NAME)
+        elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
+            model.set_attn_implementation(own)
+        if declared.float32_head and dtype != torch.float32:
+            float32_heads(model)
+        model.to(device).eval()
+        mark("on the device")  # a GPU's context made and the weights copied
+        saved = str(getattr(hf_config, "dtype", None)).removeprefix(
+            "torch."
+        )  # the checkpoint's own, as its config says
+        check_finite(model, cfg.model, narrowed=dtype == torch.float16 and saved != "float16")
+        return model
+
+    memory = _memory(path, kind, hf_config, device, dtype, cfg)
+    source: torch.nn.Module | Deferred = Deferred(build) if memory is not None and memory.recorded else build()
     tokenizer = load_tokenizer(path, cfg)
-    mark("weights read")
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
         sentence.adapt_tokenizer(tokenizer)
-    if scorecli_attends(kind, hf_config):
-        register()
-        set_implementation(model, ATTN_NAME)
-    elif own := capabilities(cfg.attention).model_attention:  # an encoder's own attention, by that name
-        model.set_attn_implementation(own)
-    if declared.float32_head and dtype != torch.float32:
-        float32_heads(model)
-    model.to(device).eval()
-    mark("on the device")  # a GPU's context made and the weights copied
-    saved = str(getattr(hf_config, "dtype", None)).removeprefix("torch.")  # the checkpoint's own, as its config says
-    check_finite(model, cfg.model, narrowed=dtype == torch.float16 and saved != "float16")
-    return Loaded(model, tokenizer, kind, cfg.model, device, dtype, sentence)
+    return Loaded(source, tokenizer, kind, cfg.model, device, dtype, sentence, hf_config, memory)
+
+
+def _memory(
+    path: str, kind: str, hf_config, device: torch.device, dtype: torch.dtype, cfg: ScoreConfig
+) -> Memory | None:
+    """What this model as loaded answered before (`model.remembered`), for a run that may not need
+    to build it: a CPU float32 encoder in a local folder, whose kind was detected (`--kind` may
+    warn at load of weights it leaves unused), that may run ONNX Runtime; else None."""
+    if not (
+        cfg.kind is None
+        and cfg.runtime != "torch"
+        and device.type == "cpu"
+        and dtype == torch.float32
+        and hf_config.model_type in ENCODER_TYPES
+        and os.path.isdir(path)
+    ):
+        return None
+    load = {"kind": kind, "device": str(device), "dtype": str(dtype), "attention": cfg.attention}
+    load["trust_remote_code"] = str(cfg.trust_remote_code)
+    try:
+        return Memory(record_path(path, cfg.cache_dir or gguf.default_cache_dir(), load))
+    except OSError:  # a folder that cannot be listed: the load says what is wrong
+        return None
 
 
 def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:

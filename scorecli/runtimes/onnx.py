@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from scorecli.core.batching import Batch
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line, runtime_gone
 from scorecli.model import gguf
 from scorecli.model.cache import build_once
+from scorecli.model.remembered import folder_stem, weight_stamps
 from scorecli.runtimes import RUNTIMES
 from scorecli.runtimes.fast_encoder import FastEncoder
 from scorecli.runtimes.forward import Pooled, with_encoder
@@ -93,12 +95,6 @@ def check_packages(runtime: str) -> None:
         raise UsageError(f"--runtime {runtime} needs {' and '.join(missing)}: pip install 'scorecli[onnx]'")
 
 
-def weight_files(folder: str) -> list[str]:
-    """The files whose contents make the model: config and weights (sorted paths)."""
-    names = [n for n in os.listdir(folder) if n == "config.json" or n.endswith((".safetensors", ".bin"))]
-    return sorted(os.path.join(folder, n) for n in names)
-
-
 def default_cache_dir() -> str:
     """The cache directory when none is given (the one dequantized GGUF models use)."""
     return gguf.default_cache_dir()
@@ -107,19 +103,14 @@ def default_cache_dir() -> str:
 def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
     folder per weights' identity."""
-    # each file by its real path (a folder not named in UTF-8 is read as /proc/self/fd/N, the same
-    # name for any such folder), size and mtime
-    parts = [f"{os.path.realpath(p)}:{os.stat(p).st_size}:{os.stat(p).st_mtime_ns}" for p in weight_files(folder)]
-    parts += [
+    parts = weight_stamps(folder) + [
         f"scorecli {__version__}",
         f"torch {torch.__version__}",
         f"opset {OPSET}",
         f"graph {GRAPH_VERSION} {what}",
     ]
     key = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    stem = os.path.basename(os.path.normpath(os.path.realpath(folder))) or "model"
-    stem = stem.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # onnxruntime opens UTF-8 paths only
-    return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{stem}-{what}-{key}")
+    return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{folder_stem(folder)}-{what}-{key}")
 
 
 class _Graph(torch.nn.Module):
@@ -221,15 +212,19 @@ def export_error(model: torch.nn.Module, path: str, what: str = "pairs") -> floa
     return float(np.abs(ours[real] - out.last_hidden_state.float().numpy()[real]).max())
 
 
-def materialize(model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> tuple[str, bool]:
+def materialize(
+    model: Callable[[], torch.nn.Module], folder: str, cache_dir: str | None, what: str = "pairs"
+) -> tuple[str, bool]:
     """(path of model.onnx, whether it was exported now): the cached export (`what`: pairs or
-    texts) of `model`, loaded from `folder`, built and checked against the torch forward on first use."""
+    texts) of the model `model()` returns (built only when the export is not cached), loaded from
+    `folder`, built and checked against the torch forward on first use."""
     target = cache_path(folder, cache_dir, what)
     path = os.path.join(target, "model.onnx")
 
     def build(tmp: str) -> None:
-        _export(model, os.path.join(tmp, "model.onnx"), what)
-        error = export_error(model, os.path.join(tmp, "model.onnx"), what)
+        built = model()
+        _export(built, os.path.join(tmp, "model.onnx"), what)
+        error = export_error(built, os.path.join(tmp, "model.onnx"), what)
         if not error <= EXPORT_TOLERANCE:  # NaN fails too
             raise UsageError(
                 f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
@@ -311,7 +306,7 @@ def choose(cfg, loaded, fast: bool, why_not: str | None = None) -> tuple[str, st
         why = f"it runs the fused encoder, which --attention {cfg.attention} turns off"
     elif not fast:
         why = f"it runs BERT-family encoders only (fused encoder), not {loaded.architecture}"
-    elif not os.path.isdir(loaded.model.name_or_path or ""):
+    elif not os.path.isdir(loaded.folder or ""):
         why = "it exports models from a local folder only"
     if why is not None:
         if cfg.runtime in ONNX_RUNTIMES and cfg.runtime_reason is not None:  # a resumed job's, `auto` chose it
@@ -348,15 +343,16 @@ def open_forward(
     """
     if runtime not in ONNX_RUNTIMES:
         return None, None
-    make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.model.name_or_path
+    make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.folder
+    model = lambda: loaded.model
     try:
-        path = model_file(runtime, loaded.model, folder, cfg.cache_dir, what)
+        path = model_file(runtime, model, folder, cfg.cache_dir, what)
         try:
             return make(path, threads), None
         except Exception:
             if not _set_aside(cache_path(folder, cfg.cache_dir, what)):
                 raise
-            return make(model_file(runtime, loaded.model, folder, cfg.cache_dir, what), threads), None
+            return make(model_file(runtime, model, folder, cfg.cache_dir, what), threads), None
     except Exception as exc:
         if cfg.runtime == "auto":
             import warnings
@@ -387,7 +383,9 @@ def _set_aside(entry: str) -> bool:
     return True
 
 
-def model_file(runtime: str, model: torch.nn.Module, folder: str, cache_dir: str | None, what: str = "pairs") -> str:
+def model_file(
+    runtime: str, model: Callable[[], torch.nn.Module], folder: str, cache_dir: str | None, what: str = "pairs"
+) -> str:
     """The ONNX file a run with `runtime` (onnx or onnx-int8, from `choose`) runs: the cached
     export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
     path, _ = materialize(model, folder, cache_dir, what)
