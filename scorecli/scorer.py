@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from scorecli.checks.selfcheck import open_routed
 from scorecli.checks.startup import start_up_check
 from scorecli.config import ScoreConfig
 from scorecli.core.pack import Seq, drop_shared, shared_prefix_len
@@ -111,8 +112,9 @@ class Scorer:
         mark("scorer built")
         self.self_check_note = start_up_check(self)  # recorded in the metadata
         mark("self-checked")
-        if loaded.memory is not None and "torch" not in self.runtime.split("+"):
-            # what this run read of the torch model: the next run of it need not build it (`model.remembered`)
+        if loaded.memory is not None and any(name.startswith("onnx") for name in self.runtime.split("+")):
+            # what this run read of the torch model: the next run of it need not build it, unless a batch
+            # goes to torch (`model.remembered`, `runtimes.route.Pending`)
             loaded.memory.save()
 
     @property
@@ -274,6 +276,7 @@ class Scorer:
         streams = len(self.streams)
         concurrent = streams > 1 and len(prepared.batches) > 1 and torch.get_num_threads() >= streams
         checked = hasattr(self, "self_check_note")  # not the self-check's own probe
+        open_routed(self, prepared.seqs, prepared.batches, len(prepared.shared))  # a runtime made as first needed
         for index, tokens, result in (self._run_streams if concurrent else self._run_serial)(prepared):
             readback.add(index, tokens, result)
             if checked:

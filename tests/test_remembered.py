@@ -15,6 +15,7 @@ import torch
 
 from scorecli.checks.selfcheck import SelfCheckError
 from scorecli.scorer import Scorer
+from tests.auto_runtime import keep_verdict
 from tests.builders.models import build_bert_cross_encoder
 
 pytest.importorskip("onnxruntime")
@@ -150,3 +151,49 @@ def test_a_remembered_run_imports_neither_model_code_nor_the_compiler(tmp_path):
     assert all(run.returncode == 0 for run in runs), [run.stderr[-2000:] for run in runs]
     assert "transformers.modeling_utils" in runs[0].stdout  # the first run builds the model
     assert runs[1].stdout.strip().splitlines()[-1] == "[]"
+
+
+SHORT = [{"query": "which planet", "items": ["mars", "bananas are yellow"]}, {"query": "a", "items": ["b c"]}]
+LONG = SHORT + [{"query": "red", "items": ["iron oxide on the surface " * 12, "mars"]}]
+
+
+def _auto(path, cache, rows) -> tuple[Scorer, np.ndarray]:
+    scorer = Scorer(str(path), device="cpu", runtime="auto", cache_dir=str(cache))
+    table = scorer.score_table(pa.Table.from_pylist(rows))
+    return scorer, np.array([s for row in table["scores"].to_pylist() for s in row], dtype=np.float64)
+
+
+def test_a_route_to_torch_builds_the_model_when_a_batch_first_goes_there(tmp_path):
+    """`auto`'s verdict `onnx:40:torch` (ONNX Runtime up to 40 tokens, torch beyond): a job of short
+    pairs never builds the model; one with a long pair builds it before that batch, with the same
+    scores as the run that built it at the start."""
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    keep_verdict(str(path), str(cache), "onnx:40:torch")
+    first, long_scores = _auto(path, cache, LONG)  # builds the model at the start, and remembers
+    assert first.loaded.built and first.runtime == "onnx+torch" and _records(cache)
+    short, short_scores = _auto(path, cache, SHORT)
+    assert not short.loaded.built and short.metadata["runtime"] == "onnx+torch"
+    assert np.abs(short_scores - long_scores[: len(short_scores)]).max() <= 1e-5  # batched otherwise
+    late, again = _auto(path, cache, LONG)
+    assert late.loaded.built and np.array_equal(again, long_scores)
+
+
+def test_a_torch_forward_made_late_is_checked_before_it_scores(tmp_path, monkeypatch):
+    """The forward made for the first long batch is compared with ONNX Runtime's on that batch: a
+    wrong one stops the run there (as the start-up self-check would have)."""
+    import scorecli.runtimes.forward as rf
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    keep_verdict(str(path), str(cache), "onnx:40:torch")
+    _auto(path, cache, SHORT)
+    real = rf.EncoderForward.__call__
+
+    def off(self, batch, pooling):
+        pooled = real(self, batch, pooling)
+        return type(pooled)(pooled.score_states, pooled.logits + 0.5, pooled.hidden)
+
+    monkeypatch.setattr(rf.EncoderForward, "__call__", off)
+    short, _ = _auto(path, cache, SHORT)  # no batch goes to torch: nothing to check, nothing built
+    assert not short.loaded.built
+    with pytest.raises(SelfCheckError, match="torch forward"):
+        _auto(path, cache, LONG)

@@ -232,6 +232,9 @@ def test_self_check_probes_both_runtimes_of_a_route(tmp_path, monkeypatch):
         return dataclasses.replace(out, logits=out.logits + 1.0)
 
     monkeypatch.setattr(EncoderForward, "__call__", wrong)
+    # a run that builds the model checks both at start-up; one whose model's answers are remembered
+    # builds it, and checks torch, when a batch first goes there (tests/test_remembered.py)
+    shutil.rmtree(tmp_path / "cache" / "remembered")
     with pytest.raises(SelfCheckError):
         Scorer(str(path), device="cpu", runtime="auto", cache_dir=str(tmp_path / "cache"))
 

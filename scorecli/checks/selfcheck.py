@@ -28,8 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from scorecli.attention.backends import float32_exact
+from scorecli.core.batching import collate
 from scorecli.errors import ScorecliError
 from scorecli.runtimes import all_paused
+from scorecli.runtimes.route import Routed
 
 PROBE_QUERY = "Which planet is known as the red planet?"
 PROBE_ITEMS = (" Mars is called the red planet.", " Bananas grow in clusters and are rich in potassium.")
@@ -98,3 +100,38 @@ def failing_speedups(scorer) -> tuple:
 
 def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours - theirs).max()) / max(float(np.abs(theirs).max()), 1e-30)
+
+
+def open_routed(scorer, seqs: list, batches: list[np.ndarray], shared: int) -> None:
+    """Before a window's batches run: make each runtime `--runtime auto` routes one of them to that
+    is not made yet (`runtimes.route.Pending`: torch's forward of a model not built,
+    `model.remembered`). Its results on the first such batch (`seqs` of `batches`, past a prefix of
+    `shared` tokens) are compared with the runtime's that passed the start-up self-check: a
+    difference beyond the tolerance stops the run (`SelfCheckError`) before the window runs."""
+    forward = getattr(scorer.family, "forward", None)
+    if not isinstance(forward, Routed) or not forward.pending:
+        return
+    for index in batches:
+        name = forward.runtime_for(max(seqs[i].length for i in index))
+        if name in forward.pending:
+            batch = collate([seqs[i] for i in index], shared)
+            forward.open(name, lambda made, batch=batch, name=name: _agrees(scorer, forward, name, made, batch))
+
+
+def _agrees(scorer, routed, name: str, made, batch) -> None:
+    """`made` (runtime `name`'s forward) against the routed forward's runtime that is made, on `batch`."""
+    import torch
+
+    if not scorer.config.self_check:
+        return
+    other = next(n for n in routed.forwards if n != name and n not in routed.pending)
+    with torch.inference_mode():
+        ours = scorer.family.score_batch(batch, made).double().cpu().numpy()
+        theirs = scorer.family.score_batch(batch, routed.forwards[other]).double().cpu().numpy()
+    error = relative_error(ours, theirs)
+    if not error <= TOLERANCE_FP32:  # NaN fails too
+        raise SelfCheckError(
+            f"self-check: scorecli's {name} forward for {scorer.loaded.path} differs from {other}'s, which passed the "
+            f"self-check, by {error:.2g} on a batch of sequences of up to {batch.max_len} tokens (relative; tolerance "
+            f"{TOLERANCE_FP32:g}); --runtime {other} scores without it"
+        )

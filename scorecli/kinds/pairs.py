@@ -36,7 +36,7 @@ from scorecli.runtimes import auto
 from scorecli.runtimes import onnx as runtime_onnx
 from scorecli.runtimes.fast_encoder import supports
 from scorecli.runtimes.forward import EncoderForward
-from scorecli.runtimes.route import Routed
+from scorecli.runtimes.route import Pending, Routed
 
 # Cross-encoders on a CPU run this many batches at once, each on its share of torch's threads:
 # small models' matrix products use the cores better one thread each than split across all
@@ -171,6 +171,7 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
         lambda: auto.probe_batches(loaded.model, setup.spec.max_seq_len, what == "pairs"),
         threads,
         streams,
+        lazy_torch=not loaded.built,  # a model not built yet is built when a batch first needs torch
     )
     longest = setup.spec.max_seq_len
     if isinstance(forward, Routed) and forward.route.second is not None and forward.route.cut >= longest:
@@ -178,7 +179,8 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
         # metadata (`runtime`, `attention`) names it alone
         first = forward.route.first
         reason = f"{reason}; no sequence here is over {longest} tokens (--max-seq-len): {first} alone"
-        return first, cfg.runtime_reason or reason, forward.forwards[first]
+        alone = forward.forwards[first]
+        return first, cfg.runtime_reason or reason, alone.make() if isinstance(alone, Pending) else alone
     return runtime, cfg.runtime_reason or reason, forward
 
 

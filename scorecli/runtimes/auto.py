@@ -42,7 +42,7 @@ from scorecli.core.batching import Batch, collate
 from scorecli.core.pack import Seq
 from scorecli.errors import UsageError, runtime_gone
 from scorecli.model.cache import build_once
-from scorecli.runtimes.route import Route, Routed
+from scorecli.runtimes.route import Pending, Route, Routed
 
 PROBE_LENGTHS = (32, 128, 512)  # tokens per sequence of the probe batches
 PROBE_FLOP = 2.5e10  # about this much work per probe batch (a quarter second on one core)
@@ -76,6 +76,7 @@ def settle(
     probes: Callable[[], tuple[list[int], list[Batch]]],
     threads: int,
     streams: int,
+    lazy_torch: bool = False,
 ) -> tuple[str, Any, str]:
     """(runtime, its forward, why it runs) of a run: `route.Route.name` and a `route.Routed`
     forward where the verdict sends short and long batches to different runtimes.
@@ -90,6 +91,8 @@ def settle(
         probes: the probe batches' lengths and batches (`probe_batches`).
         threads: the threads a forward runs on in the run (`stream_threads`).
         streams: the forwards the run computes at once (`run_streams`).
+        lazy_torch: where the verdict routes long batches to torch, make its forward when a window
+            first has such a batch (`route.Pending`: the model is not built yet, `model.remembered`).
 
     Raises:
         ResumeRefused: a resumed job's route needs ONNX Runtime, which cannot run here now.
@@ -121,7 +124,7 @@ def settle(
     route, why = kept
     if route.second is None:
         return route.first, forwards[route.first] or make_torch(), why
-    forwards["torch"] = forwards["torch"] or make_torch()
+    forwards["torch"] = forwards["torch"] or (Pending(make_torch) if lazy_torch else make_torch())
     return route.name, Routed(route, {name: forwards[name] for name in route.runtimes}), why
 
 

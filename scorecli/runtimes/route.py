@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,24 +67,60 @@ class Route:
         return None
 
 
+class Pending:
+    """A runtime's forward not made yet (`make()` makes it): made when a window first has a batch
+    for it (`Routed.open`), so that a job whose batches never go there never pays for it (torch's
+    model, which a run on ONNX Runtime may not otherwise build: `model.remembered`)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self.make = make
+
+
 class Routed:
     """A forward that runs each batch on the forward of the runtime its `route` picks for the
-    batch's longest sequence (`forwards`: one per runtime of the route, called alike).
+    batch's longest sequence (`forwards`: one per runtime of the route, called alike; a `Pending`
+    one is made by `open` before a batch goes to it).
 
     `twin()` gives another over twins of each (a CPU stream's); `forced(name)` runs every batch
     on one runtime for a while, in this forward and all its twins (the self-check probes each).
     """
 
-    def __init__(self, route: Route, forwards: dict[str, Any], _forced: list | None = None):
+    def __init__(self, route: Route, forwards: dict[str, Any], _forced: list | None = None, _group: list | None = None):
         self.route, self.forwards = route, forwards
         self._forced = _forced if _forced is not None else [None]  # shared with the twins
+        self._group: list[Routed] = _group if _group is not None else []  # this forward and its twins
+        self._group.append(self)
 
     def twin(self) -> Routed:
-        return Routed(self.route, {name: f.twin() for name, f in self.forwards.items()}, self._forced)
+        forwards = {name: f if isinstance(f, Pending) else f.twin() for name, f in self.forwards.items()}
+        return Routed(self.route, forwards, self._forced, self._group)
+
+    @property
+    def pending(self) -> list[str]:
+        """The runtimes whose forward is not made yet."""
+        return [name for name, f in self.forwards.items() if isinstance(f, Pending)]
+
+    def open(self, name: str, check: Callable[[Any], None]) -> None:
+        """Make the pending forward of runtime `name`, in this forward and its twins, once
+        `check(made)` has passed it (raises otherwise, leaving it pending)."""
+        pending = self.forwards[name]
+        if not isinstance(pending, Pending):
+            return
+        made = pending.make()
+        check(made)
+        for routed in self._group:
+            routed.forwards[name] = made if routed is self else made.twin()
+
+    def runtime_for(self, length: int) -> str:
+        """The runtime a batch whose longest sequence has `length` tokens runs on (the forced one, if any)."""
+        return self._forced[0] or self.route.runtime_for(length)
 
     def __call__(self, batch, *args):
-        name = self._forced[0] or self.route.runtime_for(batch.max_len)
-        return self.forwards[name](batch, *args)
+        name = self.runtime_for(batch.max_len)
+        forward = self.forwards[name]
+        if isinstance(forward, Pending):  # `open` comes first, always
+            raise RuntimeError(f"runtime {name} was not opened before a batch of {batch.max_len} tokens went to it")
+        return forward(batch, *args)
 
     @contextlib.contextmanager
     def forced(self, name: str) -> Iterator[None]:
@@ -96,11 +132,13 @@ class Routed:
 
 
 def each_runtime(forward) -> Iterator[str | None]:
-    """Runs the caller's loop body once per runtime of a `Routed` forward, each forced in turn
-    (yielding its name); once, unforced, for any other forward (yielding None)."""
+    """Runs the caller's loop body once per runtime of a `Routed` forward that is made, each forced
+    in turn (yielding its name); once, unforced, for any other forward (yielding None)."""
     if not isinstance(forward, Routed):
         yield None
         return
     for name in forward.forwards:
+        if name in forward.pending:  # checked as it is opened (`Routed.open`)
+            continue
         with forward.forced(name):
             yield name
