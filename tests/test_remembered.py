@@ -197,3 +197,27 @@ def test_a_torch_forward_made_late_is_checked_before_it_scores(tmp_path, monkeyp
     assert not short.loaded.built
     with pytest.raises(SelfCheckError, match="torch forward"):
         _auto(path, cache, LONG)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_model_built_late_is_loaded_as_quietly_as_one_built_at_the_start(tmp_path, capfd, progress):
+    """A remembered run that builds its model after the load (here: its self-check's probe was not
+    remembered, a run with --no-self-check before it) prints what a load that built it prints: a
+    command or a quiet library caller no "Loading weights" bar, a library caller that asked for
+    progress transformers' bar, as at the start."""
+    from transformers.utils import logging as hf_logging
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    _run(path, cache, self_check=False)  # remembers the facts, not the probe's answers
+    capfd.readouterr()
+    hf_logging.enable_progress_bar()  # transformers' default, as in a fresh process
+    try:
+        built = Scorer(str(path), device="cpu", runtime="onnx", cache_dir=str(tmp_path / "new"), progress=progress)
+        assert built.loaded.built
+        at_start = capfd.readouterr().err
+        light = Scorer(str(path), device="cpu", runtime="onnx", cache_dir=str(cache), progress=progress)
+        assert light.loaded.built and light.self_check_note.startswith("passed")  # built by the self-check
+        late = capfd.readouterr().err
+    finally:
+        hf_logging.disable_progress_bar()
+    assert ("Loading weights" in late) == ("Loading weights" in at_start) == progress

@@ -222,7 +222,9 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         return model
 
     memory = _memory(path, kind, hf_config, device, dtype, cfg)
-    source: torch.nn.Module | Deferred = Deferred(build) if memory is not None and memory.recorded else build()
+    source: torch.nn.Module | Deferred = (
+        Deferred(as_loaded(build)) if memory is not None and memory.recorded else build()
+    )
     tokenizer = load_tokenizer(path, cfg)
     if sentence is not None:
         sentence = sentence.resolved(path, hf_config).to(device)
@@ -437,6 +439,35 @@ def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> N
         f"cannot load model {name}: its weight {weight} holds NaN or infinite values "
         "(a corrupt or badly converted checkpoint)"
     )
+
+
+def as_loaded(build: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
+    """`build`, run later (a `Deferred` model: the audit, a torch batch, a probe not remembered)
+    under transformers' progress bar and log verbosity as they are now, while the model loads (the
+    caller's `quiet_transformers`): it prints what a load that built it at once prints."""
+    from transformers.utils import logging as hf_logging
+
+    shown, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+
+    def built() -> torch.nn.Module:
+        shown_now, verbosity_now = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+        _set_logging(shown, verbosity)
+        try:
+            return build()
+        finally:
+            _set_logging(shown_now, verbosity_now)
+
+    return built
+
+
+def _set_logging(shown: bool, verbosity: int) -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(verbosity)
+    if shown:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
 
 
 @contextmanager
