@@ -221,3 +221,17 @@ def test_a_model_built_late_is_loaded_as_quietly_as_one_built_at_the_start(tmp_p
     finally:
         hf_logging.disable_progress_bar()
     assert ("Loading weights" in late) == ("Loading weights" in at_start) == progress
+
+
+def test_a_record_gets_the_modes_the_umask_gives(tmp_path):
+    """As every file of the cache (`model.cache`): with umask 002 a group sharing the cache folder
+    reads, and renews, what one of them remembered (mkstemp's 0600 kept it from all but its writer)."""
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    old = os.umask(0o002)
+    try:
+        _run(path, cache)
+    finally:
+        os.umask(old)
+    (record,) = _records(cache)
+    assert os.stat(os.path.join(cache, "remembered", record)).st_mode & 0o777 == 0o664
+    assert not os.listdir(os.path.join(cache, "remembered"))[1:]  # no temporary file left beside it

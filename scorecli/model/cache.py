@@ -77,6 +77,12 @@ def build_once(target: str, build: Callable[[str], None], what: str, ready: str 
     return True
 
 
+def fresh_file(parent: str, suffix: str) -> str:
+    """A new empty file in `parent`, under a name no other run uses, with the modes the umask gives
+    (to be written, then renamed into place: `model.remembered`)."""
+    return _fresh(parent, suffix, False)
+
+
 def _fresh(parent: str, suffix: str, folder: bool) -> str:
     """A new empty file or folder under a name no other run uses, with the modes the umask gives
     (mkstemp's 0600 and mkdtemp's 0700 would keep the cache from everyone else once renamed)."""

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
 
+from scorecli.model.cache import fresh_file
 from scorecli.version import __version__
 
 FORMAT = "1"  # bump when what is remembered, or how, changes
@@ -125,18 +125,19 @@ class Memory:
             self.outputs[key], self._learned = np.ascontiguousarray(value), True
 
     def save(self) -> None:
-        """Keep what was learned (atomically: written beside, then renamed into place); a cache
-        that cannot be written only means building the model next time too."""
+        """Keep what was learned (atomically: written beside, then renamed into place, with the
+        modes the umask gives, as the cache's other files: `model.cache`); a cache that cannot be
+        written only means building the model next time too."""
         if not self._learned or not self.facts:
             return
         folder = os.path.dirname(self.path)
         try:
             os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".remembered-", suffix=".npz", dir=folder)
+            tmp = fresh_file(folder, ".npz")
         except OSError:
             return
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "wb") as f:
                 np.savez(f, **{_FACTS: np.array(json.dumps(self.facts))}, **self.outputs)
             os.replace(tmp, self.path)
             self._learned = False
