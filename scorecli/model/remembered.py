@@ -13,7 +13,7 @@ them there and builds the model only if something asks for more (`model.load.Def
 audit, a torch batch, a probe not remembered).
 
 The key covers what makes those answers: each config and weight file of the folder (real path,
-size, modification time, as the ONNX export is keyed), the versions of torch, transformers and
+size, modification time, as the ONNX export is keyed, and its inode and status-change time), the versions of torch, transformers and
 scorecli, and the kind, device, dtype and attention the model is loaded with. Every run still
 runs the self-check's probe through its own forward; what is remembered is the other side of
 the comparison, a function of the key and the probe's token ids alone (`inputs_key`). A record
@@ -38,17 +38,24 @@ FORMAT = "1"  # bump when what is remembered, or how, changes
 _FACTS = "facts"  # the member of the .npz file that holds the facts, as JSON
 
 
-def weight_stamps(folder: str) -> list[str]:
+def weight_stamps(folder: str, changes: bool = False) -> list[str]:
     """Each file whose contents make the transformer in `folder` (config and weights, sorted) by
     its real path (a folder not named in UTF-8 is read as /proc/self/fd/N, the same name for any
     such folder), size and modification time: what caches of its answers are keyed by (here, and
-    the ONNX export, `runtimes.onnx.cache_path`)."""
+    the ONNX export, `runtimes.onnx.cache_path`).
+
+    `changes`: with its inode and status-change time too, which other weights written over the
+    file with its modification time kept (`cp -p`, `rsync -a`, `tar x` of a fine-tune of the same
+    size) change: a record of the old weights' answers agrees with the ONNX export made of them,
+    and would score them in silence, where the model's own forward shows that export out of date
+    (the self-check). A `chmod` or a new hard link only builds the model once more."""
     names = sorted(n for n in os.listdir(folder) if n == "config.json" or n.endswith((".safetensors", ".bin")))
     stamps = []
     for name in names:
         path = os.path.join(folder, name)
         stat = os.stat(path)
-        stamps.append(f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}")
+        stamp = f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
+        stamps.append(f"{stamp}:{stat.st_ino}:{stat.st_ctime_ns}" if changes else stamp)
     return stamps
 
 
@@ -64,7 +71,7 @@ def record_path(folder: str, cache_dir: str, load: dict[str, str]) -> str:
     import torch
     import transformers
 
-    parts = weight_stamps(folder) + [f"{k} {v}" for k, v in sorted(load.items())]
+    parts = weight_stamps(folder, changes=True) + [f"{k} {v}" for k, v in sorted(load.items())]
     parts += [
         f"scorecli {__version__}",
         f"torch {torch.__version__}",
