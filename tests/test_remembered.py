@@ -260,3 +260,21 @@ def test_weights_replaced_under_their_old_modification_time_are_not_remembered(t
     assert os.path.getsize(weights) == before.st_size
     with pytest.raises(SelfCheckError, match="differ"):
         _run(path, cache)
+
+
+def test_pickled_weights_remembered_under_allow_pickle_are_refused_without_it(tmp_path):
+    """A model whose weights are pickled (`pytorch_model.bin`) is refused without --allow-pickle
+    (exit 2), as it was before a run with the flag remembered it: the record of that run is not the
+    answer of one without it (which scored with no refusal, and where a route sent a long batch to
+    torch, was refused there, after the windows before it were written)."""
+    from safetensors.torch import load_file
+
+    from scorecli.errors import UsageError
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    weights = load_file(os.path.join(path, "model.safetensors"))
+    os.unlink(os.path.join(path, "model.safetensors"))
+    torch.save(weights, os.path.join(path, "pytorch_model.bin"))
+    _run(path, cache, allow_pickle=True)
+    with pytest.raises(UsageError, match="--allow-pickle"):
+        _run(path, cache)

@@ -249,6 +249,7 @@ def _memory(
         return None
     load = {"kind": kind, "device": str(device), "dtype": str(dtype), "attention": cfg.attention}
     load["trust_remote_code"] = str(cfg.trust_remote_code)
+    load["allow_pickle"] = str(cfg.allow_pickle)  # pickled weights a run without it refuses to read
     try:
         return Memory(record_path(path, cfg.cache_dir or gguf.default_cache_dir(), load))
     except OSError:  # a folder that cannot be listed: the load says what is wrong
