@@ -13,9 +13,10 @@ them there and builds the model only if something asks for more (`model.load.Def
 audit, a torch batch, a probe not remembered).
 
 The key covers what makes those answers: each config and weight file of the folder (real path,
-size, modification time, as the ONNX export is keyed, and its inode and status-change time), the versions of torch, transformers and
-scorecli, and the kind, device, dtype and attention the model is loaded with, and whether its own
-code and pickled weights are allowed (a run that refuses them builds the model, and refuses). Every run still
+size, modification time, as the ONNX export is keyed, and its inode and status-change time), the
+versions of torch, transformers and scorecli, the kind, device, dtype and attention the model is
+loaded with, and whether its own code and pickled weights are allowed (a run that refuses them
+builds the model, and refuses). Every run still
 runs the self-check's probe through its own forward; what is remembered is the other side of
 the comparison, a function of the key and the probe's token ids alone (`inputs_key`). A record
 that cannot be read is ignored (the model is built, and the record written again); one that
