@@ -41,6 +41,7 @@ from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
 from scorecli.model.hub import path_text
 from scorecli.model.load import Loaded, load_model, quiet_transformers
+from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark
 from scorecli.version import __version__
@@ -112,7 +113,7 @@ class Scorer:
         mark("scorer built")
         self.self_check_note = start_up_check(self)  # recorded in the metadata
         mark("self-checked")
-        if loaded.memory is not None and any(name.startswith("onnx") for name in self.runtime.split("+")):
+        if loaded.memory is not None and any(runtime_info(r).needs == "onnxruntime" for r in self.runtime.split("+")):
             # what this run read of the torch model: the next run of it need not build it, unless a batch
             # goes to torch (`model.remembered`, `runtimes.route.Pending`)
             loaded.memory.save()

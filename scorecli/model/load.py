@@ -215,9 +215,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
             float32_heads(model)
         model.to(device).eval()
         mark("on the device")  # a GPU's context made and the weights copied
-        saved = str(getattr(hf_config, "dtype", None)).removeprefix(
-            "torch."
-        )  # the checkpoint's own, as its config says
+        # the checkpoint's own dtype, as its config says
+        saved = str(getattr(hf_config, "dtype", None)).removeprefix("torch.")
         check_finite(model, cfg.model, narrowed=dtype == torch.float16 and saved != "float16")
         return model
 
