@@ -115,6 +115,47 @@ def test_cache_gets_the_modes_the_umask_gives(tmp_path):
     assert oct(os.stat(verdict).st_mode & 0o777) == oct(0o664)
 
 
+def test_an_export_killed_while_building_is_removed_by_the_next_build(tmp_path):
+    """kill -9 during a build (a job's time limit, the OOM killer) leaves the temporary copy; a
+    dequantized checkpoint's is gigabytes, and every killed night added one. The next build in the
+    folder removes the copies of processes that are gone (here a real one, killed while it wrote),
+    and of other machines only those untouched for a day: a copy another container may be writing
+    stays."""
+    import subprocess
+    import time
+
+    path, folder = build_bert_cross_encoder(tmp_path / "m"), tmp_path / "cache" / "onnx"
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import os, sys, time\n"
+            "from scorecli.model.cache import build_once\n"
+            "def build(tmp):\n"
+            "    open(os.path.join(tmp, 'model.onnx.data'), 'wb').write(b'x' * 4096)\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(600)\n"
+            f"build_once({str(folder / 'other')!r}, build, 'a test', ready={str(folder / 'other' / 'model.onnx')!r})\n"
+        )],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.kill()
+        child.wait()
+    (killed,) = folder.iterdir()
+    assert killed.name.startswith(".building-")
+    foreign_new, foreign_old = folder / ".building-0badc0de-7-aaaa", folder / ".building-0badc0de-8-bbbb.onnx"
+    foreign_new.mkdir()
+    (foreign_new / "model.onnx").write_bytes(b"being written by another container")
+    foreign_old.write_bytes(b"left by a run on another machine")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(foreign_old, (two_days_ago, two_days_ago))
+    _scores(path, "onnx", tmp_path / "cache")
+    left = sorted(p.name for p in folder.iterdir() if p.name.startswith(".building-"))
+    assert left == [foreign_new.name]
+
+
 def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
     import scorecli.runtimes.onnx as ro
 

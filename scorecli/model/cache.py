@@ -4,19 +4,33 @@ runs building it at once both end with one whole copy. What is built gets the mo
 process's umask gives (0644 and 0755 under umask 022, group-writable under 002), as any file
 made in place would: a cache folder shared by a group stays readable by all of it.
 
+A run killed while building (kill -9, a job's time limit, the machine's OOM killer) leaves its
+temporary copy behind, and a dequantized checkpoint's is gigabytes: the next build in the same folder
+removes the copies of runs that are gone. A temporary name holds its run's process id and a tag of
+the process namespace and boot it belongs to, so a copy is taken for gone only where the process
+could be seen: one of this namespace whose process is not running, or, of another machine or
+container sharing the cache, one untouched for a day.
+
 Shared by the dequantized GGUF checkpoints (`gguf`), the ONNX exports (`runtime_onnx`) and
-their int8 copies (`runtime_int8`). Knows nothing about what is built or how it is keyed.
+their int8 copies (`runtime_int8`), the runtime verdicts and the remembered answers. Knows nothing
+about what is built or how it is keyed.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 
 from scorecli.errors import UsageError
+
+PREFIX = ".building-"
+FOREIGN_AGE_S = 24 * 3600  # a copy of a process this one cannot see is taken for gone after a day untouched
 
 
 def check_writable(cache_dir: str | None, given: str | None = None) -> None:
@@ -85,9 +99,11 @@ def fresh_file(parent: str, suffix: str) -> str:
 
 def _fresh(parent: str, suffix: str, folder: bool) -> str:
     """A new empty file or folder under a name no other run uses, with the modes the umask gives
-    (mkstemp's 0600 and mkdtemp's 0700 would keep the cache from everyone else once renamed)."""
+    (mkstemp's 0600 and mkdtemp's 0700 would keep the cache from everyone else once renamed),
+    after removing what killed runs left in `parent`."""
+    sweep(parent)
     while True:
-        path = os.path.join(parent, f".building-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+        path = os.path.join(parent, f"{PREFIX}{_namespace()}-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
         try:
             if folder:
                 os.mkdir(path)
@@ -96,3 +112,76 @@ def _fresh(parent: str, suffix: str, folder: bool) -> str:
             return path
         except FileExistsError:
             continue
+
+
+@functools.cache
+def _namespace() -> str:
+    """A tag of this process's PID namespace and the machine's boot: where two runs' tags are the
+    same, one can tell whether the other's process is still running."""
+    parts = []
+    for where, read in (("/proc/sys/kernel/random/boot_id", _read), ("/proc/self/ns/pid", os.readlink)):
+        try:
+            parts.append(read(where))
+        except OSError:
+            parts.append("")
+    if not any(parts):  # no /proc (not Linux): the host's name is what is left to go by
+        parts.append(os.uname().nodename)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8]
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def sweep(parent: str) -> list[str]:
+    """Remove the temporary copies in `parent` whose runs are gone (the module's docstring says
+    when a run is taken for gone); the names removed. Never raises: what cannot be read or removed
+    stays."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(parent, name)
+        if _gone(name, path):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            if not os.path.lexists(path):
+                removed.append(name)
+    return removed
+
+
+def _gone(name: str, path: str) -> bool:
+    """Whether the run that made the temporary copy `name` is gone."""
+    tag, _, rest = name[len(PREFIX) :].partition("-")
+    pid = rest.partition("-")[0]
+    if tag == _namespace() and pid.isdigit():
+        if int(pid) == os.getpid():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # running, as another user
+            pass
+        return False
+    return time.time() - _touched(path) > FOREIGN_AGE_S
+
+
+def _touched(path: str) -> float:
+    """When the copy at `path` was last written: its own time, or a folder's newest entry's."""
+    try:
+        newest = os.lstat(path).st_mtime
+        if os.path.isdir(path) and not os.path.islink(path):
+            for entry in os.scandir(path):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        return newest
+    except OSError:
+        return time.time()  # vanished or unreadable: not to be removed now
