@@ -80,6 +80,26 @@ def test_blank_lines_before_the_header_are_passed_over(tmp_path):
         list(iter_rows([twice]))
 
 
+def test_a_record_longer_than_a_block_of_the_reader_is_read(tmp_path):
+    """pyarrow parses 1 MiB at a time: a record of a few long documents (2.4 MB) stopped the run,
+    `cannot read: straddling object straddles two block boundaries (try to increase block size?)`,
+    where pandas and Python's `csv` read the file. Such a record is read, first in a file or after
+    records given already, and lines and counts stay each record's."""
+    long_items = json.dumps(["word " * 120_000] * 4).replace('"', '""').encode()
+    small = b"".join(b'%d,q,"[""a""]"\n' % i for i in range(60_000))  # past the first block
+    data = b"id,query,items\n" + small + b'L,"two\nlines","' + long_items + b'"\nB,x,y,z\nE,last,"[""b""]"\n'
+    path = write(tmp_path / "long.csv", data)
+    rows = list(iter_rows([path]))
+    assert len(rows) == 60_003 and [r.data["id"] for r in rows[:3]] == ["0", "1", "2"]
+    assert rows[60_000].where == f"{path}:60002" and rows[60_000].data["query"] == "two\nlines"
+    assert parse_row(rows[60_000].data, "a", Fields()).items == ["word " * 120_000] * 4
+    assert (rows[60_001].where, rows[60_001].error) == (f"{path}:60004", "expected 3 cells (the header's), got 4")
+    assert (rows[60_002].where, rows[60_002].data["id"]) == (f"{path}:60005", "E")
+    assert count_rows([path]) == 60_003
+    first = write(tmp_path / "first.csv.gz", gzip.compress(b'id,query,items\n1,q,"' + long_items + b'"\n2,r,[]\n'))
+    assert [(r.where[-1], r.data["id"]) for r in iter_rows([first])] == [("2", "1"), ("3", "2")]
+
+
 def test_carriage_returns_alone_are_one_clear_error(tmp_path):
     """A CSV export with classic Mac OS line endings failed with Python's 'new-line character seen
     in unquoted field - do you need to open the file in universal-newline mode?'."""

@@ -24,7 +24,8 @@ from scorecli.io.sources import source_for
 if TYPE_CHECKING:
     import pyarrow.csv as pacsv
 
-_BLOCK = 1 << 20  # bytes parsed at a time
+_BLOCK = 1 << 20  # bytes parsed at a time (more where a record is longer: `_records`)
+_MAX_BLOCK = 1 << 28  # a longer record is a quote left open rather than a row
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -59,6 +60,27 @@ class CsvInput:
     def _records(self, path: str, decode: bool = True) -> Iterator[tuple[str, dict | None, str | None]]:
         """(`path:LINE`, record or None, error or None) of every non-blank record, in order.
 
+        pyarrow parses a block at a time and stops at a record longer than a block (a cell of a
+        few long documents): the file is read again from its start in blocks four times as large,
+        the records given already passed over."""
+        block, given = _BLOCK, 0
+        while True:
+            try:
+                for n, record in enumerate(self._read(path, decode, block)):
+                    if n >= given:
+                        given += 1
+                        yield record
+                return
+            except _LongRecord as e:
+                if block >= _MAX_BLOCK:
+                    raise InputError(
+                        f"{path}: cannot read: a record longer than {_MAX_BLOCK:,} bytes (a quote left open?)"
+                    ) from e
+                block *= 4
+
+    def _read(self, path: str, decode: bool, block: int) -> Iterator[tuple[str, dict | None, str | None]]:
+        """`_records` parsed in blocks of `block` bytes (`_LongRecord`: a record is longer).
+
         pyarrow passes a record with the wrong number of cells to `invalid_row_handler` with its
         record number; the records it keeps come in order, so numbering them in
         turn puts the bad ones back in place, and counting the newlines inside their quoted cells
@@ -75,10 +97,12 @@ class CsvInput:
         stream = open_bytes(path)
         with stream:
             try:
-                reader, header_line = self._open(path, stream, bad)
+                reader, header_line = self._open(path, stream, bad, block)
             except (pa.ArrowException, OSError, EOFError) as e:
                 if isinstance(e, pa.ArrowInvalid) and str(e) == "Empty CSV file":
                     return  # a header and no records: no rows, as an empty JSON lines file or a 0-row export
+                if _straddles(e):
+                    raise _LongRecord from e
                 raise InputError(f"{path}: cannot read: {printable(e)}") from e
             if reader is None:
                 return
@@ -88,6 +112,8 @@ class CsvInput:
                 try:
                     batch = next(batches, None)
                 except (pa.ArrowException, OSError, EOFError) as e:
+                    if _straddles(e):
+                        raise _LongRecord from e
                     raise InputError(f"{path}:{line}: cannot read: {printable(e)}") from e
                 cells = [] if batch is None else batch.to_pylist()
                 for values in cells:
@@ -106,7 +132,7 @@ class CsvInput:
                 yield f"{path}:{line}", None, error
                 line += 1 + text.count("\n")
 
-    def _open(self, path: str, stream, bad) -> tuple[pacsv.CSVStreamingReader | None, int]:
+    def _open(self, path: str, stream, bad, block: int) -> tuple[pacsv.CSVStreamingReader | None, int]:
         """pyarrow's streaming reader over `stream` after its header line (None: no header), every
         column as bytes: nothing is guessed, and a cell that is not UTF-8 is one bad row (decoded
         here) rather than a failed block; and the header's line number. Blank lines before the
@@ -129,13 +155,23 @@ class CsvInput:
 
         reader = pacsv.open_csv(
             stream,
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=_BLOCK),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=block),
             parse_options=pacsv.ParseOptions(
                 delimiter=self.delimiter, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=bad
             ),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary())),
         )
         return reader, line
+
+
+class _LongRecord(Exception):
+    """A record longer than the block pyarrow parses."""
+
+
+def _straddles(e: BaseException) -> bool:
+    """pyarrow's error for a record longer than its block (`straddling object straddles two block
+    boundaries`)."""
+    return "straddling object" in str(e)
 
 
 def _decode(values: dict[str, bytes | None]) -> tuple[dict, str | None]:
