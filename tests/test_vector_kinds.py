@@ -165,6 +165,53 @@ def test_two_cpu_streams_equal_sentence_transformers(folders, name):
     assert_close(out["score"].to_pylist(), reference(folders[name], ROWS * 3, FOLDERS[name][0]))
 
 
+def test_a_failed_query_batch_stops_the_item_batches_waiting_for_it(folders):
+    """On a CPU the item batches of a window wait for its query batches: a query batch that failed
+    (a CPU allocation that failed) left the other stream's item batch waiting for ever, and the run
+    hung. The error stands and the run ends with it."""
+    import threading
+    import time
+
+    import torch
+
+    from scorecli import Scorer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        scorer = Scorer(folders["sparse"], device="cpu", max_batch_tokens=40)
+        family, query_reps, failed = scorer.family, scorer.family.query_reps, []
+
+        def failing(batch, forward):
+            if not failed:
+                failed.append(batch)
+                time.sleep(1.0)  # the other stream takes the next batches meanwhile: the items' too
+                raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+            return query_reps(batch, forward)
+
+        family.query_reps = failing
+        raised: list[BaseException] = []
+
+        def score() -> None:
+            try:
+                scorer.score_table(pa.Table.from_pylist(ROWS * 3))
+            except BaseException as e:  # noqa: BLE001 (what the run ended with)
+                raised.append(e)
+
+        runner = threading.Thread(target=score, daemon=True)
+        runner.start()
+        runner.join(60)
+        hung = runner.is_alive()
+        if hung:  # let the waiting stream go, so that the test ends
+            family.queries_held.set()
+            runner.join(60)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(scorer.streams) == 2 and failed
+    assert not hung, "the run hung on an item batch waiting for a query batch that failed"
+    assert [str(e) for e in raised] == ["DefaultCPUAllocator: can't allocate memory"]
+
+
 class _Calls:
     """A forward whose calls go through `call` (its other attributes are the forward's)."""
 

@@ -167,7 +167,13 @@ class ApartFamily(FamilyDefaults):
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         forward, entry = forward or self.forward, batch.item_index
         if self.is_query[entry[0]]:
-            reps = self.query_reps(batch, forward)
+            try:
+                reps = self.query_reps(batch, forward)
+            except BaseException:
+                # an item batch another stream runs waits for every query: it stops too (a halved
+                # batch retried after running out of memory sets the queries held again)
+                self.queries_held.set()
+                raise
             with self.lock:
                 self.held.append((entry, reps))
                 self.held_queries += len(entry)
@@ -176,6 +182,8 @@ class ApartFamily(FamilyDefaults):
             return torch.zeros(len(entry), 1, device=self.loaded.device)
         self.queries_held.wait()
         with self.lock:
+            if self.held_queries < self.queries:
+                raise RuntimeError("a query batch of this window failed")
             if self.reps is None:
                 self._gather_queries()
         (at,) = to_device([self.slot[self.query_of[entry]]], self.loaded.device)
