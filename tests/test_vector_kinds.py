@@ -569,3 +569,16 @@ def test_items_take_the_document_prompt_never_passage_or_corpus(tmp_path, kind):
     assert_close(got, reference(str(path), rows, kind))
     named = Scorer(str(path), item_prompt="passage").score_table(pa.Table.from_pylist(rows))["score"].to_pylist()
     assert not np.allclose(named[0], got[0], atol=1e-3)  # the passage prompt was there to be taken
+
+
+def test_an_empty_allow_list_keeps_every_document_token(tmp_path):
+    """A MultiVectorMask saved with `keep_only_token_ids: []` (no allow-list, as sentence-transformers
+    reads it): every item scored -1e9, as if it kept no token."""
+    from scorecli import Scorer
+
+    path = Path(build_multi_vector(tmp_path))
+    entry = next(e for e in json.loads((path / "modules.json").read_text()) if e["type"].endswith("MultiVectorMask"))
+    config = json.loads((path / entry["path"] / "config.json").read_text())
+    (path / entry["path"] / "config.json").write_text(json.dumps({**config, "keep_only_token_ids": []}))
+    got = Scorer(str(path)).score_table(pa.Table.from_pylist(ROWS[:2]))["score"].to_pylist()
+    assert_close(got, reference(str(path), ROWS[:2], "multi-vector"))

@@ -259,7 +259,7 @@ def read_multi_vector(path: str, stanford: bool) -> MultiVectorFolder:
         normalize=normalize,
         skiplist=tuple(mask.get("skiplist_words") or ()),
         skiplist_tasks=tuple([tasks] if isinstance(tasks, str) else tasks),
-        keep_only=None if keep is None else tuple(int(k) for k in keep),
+        keep_only=tuple(int(k) for k in keep) if keep else None,  # an empty allow-list keeps every token
     )
 
 
