@@ -331,7 +331,15 @@ class Scorer:
 
     def score_table(self, table: pa.Table) -> pa.Table:
         """Score an Arrow table of input rows; returns the output columns, in row order
-        (the id column keeps its type in `table`). With `progress`, a progress line on stderr."""
+        (the id column keeps its type in `table`). With `progress`, a progress line on stderr.
+
+        Raises:
+            TypeError: `table` is no Arrow table or record batch (a pandas DataFrame, a list)."""
+        if not isinstance(table, (pa.Table, pa.RecordBatch)):
+            raise TypeError(
+                f"score_table takes a pyarrow.Table, got {type(table).__name__}"
+                + (" (pyarrow.Table.from_pandas(df, preserve_index=False) makes one)" if hasattr(table, "iloc") else "")
+            )
         rows, id_type = table_rows(table, self.fields.id)
         if not self.progress:
             return self.score_rows(rows, id_type)

