@@ -112,6 +112,15 @@ def test_carriage_returns_alone_are_one_clear_error(tmp_path):
             list(iter_rows([path]))
 
 
+def test_utf16_text_is_one_clear_error(tmp_path):
+    """Excel's "Unicode Text" export (UTF-16 with a byte-order mark, tab-separated) failed with
+    'cannot read the header line: 'utf-8' codec can't decode byte 0xff': one line now says what the
+    file is and how to convert it."""
+    path = write(tmp_path / "u.tsv", "id\tquery\titems\n1\tq\t[]\n".encode("utf-16"))
+    with pytest.raises(InputError, match=rf"^{path}:1: the file is UTF-16 text .*iconv -f UTF-16"):
+        list(iter_rows([path]))
+
+
 def test_records_grouped_into_rows(tmp_path):
     path = write(
         tmp_path / "pairs.csv",

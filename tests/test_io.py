@@ -201,6 +201,21 @@ def test_blank_lines_skipped_and_line_numbers_kept(tmp_path):
     assert [(r.data["id"], r.where) for r in rows] == [(1, f"{p}:2"), (2, f"{p}:5"), (3, f"{p}:6")]
 
 
+def test_utf16_text_is_one_clear_error(tmp_path):
+    """A file saved as UTF-16 (Excel's "Unicode Text", PowerShell's `>` on Windows) was 'invalid
+    UTF-8 (byte offset 0)' on its first line, and with --skip-bad-rows every line a bad row; one
+    error now says what the file is and how to convert it."""
+    text = '{"id": 1, "query": "q"}\n{"id": 2, "query": "r"}\n'
+    little, big = text.encode("utf-16"), b"\xfe\xff" + text.encode("utf-16-be")
+    for name, data in [("a.jsonl", little), ("b.jsonl.gz", gzip.compress(big))]:
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(InputError, match=rf"^{p}:1: the file is UTF-16 text .*iconv -f UTF-16 -t UTF-8"):
+            list(iter_rows([str(p)]))
+    with pytest.raises(InputError, match=r"^<stdin>:1: the file is UTF-16 text"):
+        list(iter_rows(["-"], stdin=io.BytesIO(little)))
+
+
 def test_carriage_returns_alone_are_one_clear_error(tmp_path):
     """A file saved with classic Mac OS line endings (CR alone) was one line to the reader: exit 2
     with 'malformed JSON: Extra data at column 36', or with --skip-bad-rows an output of one bad

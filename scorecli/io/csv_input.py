@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from scorecli.core.cells import ArrayText
 from scorecli.errors import InputError
-from scorecli.io.formats import CR_ONLY, RawRow, bare_cr, open_bytes, printable
+from scorecli.io.formats import CR_ONLY, UTF16, RawRow, bare_cr, open_bytes, printable, utf16
 from scorecli.io.sources import source_for
 
 if TYPE_CHECKING:
@@ -145,6 +145,8 @@ class CsvInput:
         except (UnicodeDecodeError, csv.Error) as e:
             if isinstance(e, csv.Error) and bare_cr(header):  # the header line is the whole file
                 raise InputError(f"{path}:{line}: {CR_ONLY}") from e
+            if line == 1 and utf16(header):
+                raise InputError(f"{path}:{line}: {UTF16}") from e
             raise InputError(f"{path}:{line}: cannot read the header line: {printable(e)}") from e
         if not names:
             return None, line

@@ -31,6 +31,17 @@ CR_ONLY = (
 )
 
 
+UTF16 = (
+    'the file is UTF-16 text (it starts with a UTF-16 byte-order mark, as Excel\'s "Unicode Text" saves); '
+    "scorecli reads UTF-8: convert the file first, e.g. iconv -f UTF-16 -t UTF-8 < IN > OUT"
+)
+
+
+def utf16(line: bytes) -> bool:
+    """Whether `line`, a file's first, starts with a UTF-16 byte-order mark (`UTF16`)."""
+    return line.startswith((b"\xff\xfe", b"\xfe\xff"))
+
+
 def bare_cr(line: bytes) -> bool:
     """Whether `line` holds a carriage return that no line feed follows (`CR_ONLY`)."""
     return _BARE_CR.search(line) is not None
