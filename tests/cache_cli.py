@@ -19,6 +19,9 @@ HOOK is one of:
 - `rendered`: chat templates render with a system turn first, as another transformers (or jinja)
   may render the same template: the same flags and model resolve to another `yes-no-chat` template;
   `rendered:upgraded`: and the libraries' versions are others (that transformers is installed);
+- `replaced:NEW`: once the score cache has hashed the model's folder, its files are overwritten
+  by those of the folder NEW, before the model loads (as a Hub id's load fetches a newer commit,
+  or a deploy replaces a folder while a run's first windows are served from the cache);
 - `probe:P`: the bytecode check (`scorecli.bytecode`) looks at package P instead of torch;
 - `none`: nothing changed.
 """
@@ -57,6 +60,9 @@ def patch(hook: str) -> None:
         return
     if name == "read-only":
         _read_only(os.path.abspath(arg))
+        return
+    if name == "replaced":
+        _replaced(arg)
         return
     if name == "rendered":
         from transformers import PreTrainedTokenizerBase
@@ -122,6 +128,23 @@ def _full_after(n: int) -> None:
         return write(self, name, fill)
 
     folders.LocalFolder.write = full  # type: ignore[method-assign]
+
+
+def _replaced(new: str) -> None:
+    """The model folder's files overwritten by `new`'s right after the score cache first hashed it."""
+    import shutil
+
+    from scorecli.cache import reuse
+
+    identify = reuse.model_identity
+
+    def then_replaced(model, memo=None):
+        value = identify(model, memo)
+        reuse.model_identity = identify
+        shutil.copytree(new, model, dirs_exist_ok=True)
+        return value
+
+    reuse.model_identity = then_replaced
 
 
 def _read_only(root: str) -> None:

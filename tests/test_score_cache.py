@@ -293,6 +293,59 @@ def test_model_is_keyed_by_content(keyed):
     assert again("retrained_again", model=str(moved)) == (items_of(FIRST), 0)
 
 
+def _retrained(src: str, dst: Path) -> Path:
+    """A copy of the model at `src` with one norm's weights scaled: same names, sizes and shapes."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    weights = next(dst.glob("*.safetensors"))
+    tensors = load_file(weights)
+    name = next(k for k in tensors if k.endswith("norm.weight"))
+    tensors[name] = tensors[name] * 1.5
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return dst
+
+
+def test_a_model_replaced_after_it_was_hashed_is_keyed_by_what_loaded(tmp_path, qwen3_seq_cls):
+    """The model's files replaced after the run hashed them and before it loaded the model (a Hub
+    id whose load fetches a newer commit; a folder a deploy replaces): the run's scores were filed
+    under the files it hashed and its hits were the old model's, mixed with the new one's in one
+    output. The model is identified again once loaded: the output is the new model's, as an
+    uncached run's; where earlier windows were served from the cache first, one warning says so."""
+    new = _retrained(qwen3_seq_cls, tmp_path / "new")
+    rows = [{**FIRST[0], "items": [*FIRST[0]["items"], "brand new item"]}, *FIRST[1:]]  # the first window misses
+    inp, want = write(tmp_path / "rows.jsonl", jsonl(rows)), tmp_path / "want.parquet"
+    assert run_cli(Case(score(inp, str(new), want))).rc == 0
+    for name, order in (("loads", rows), ("served", rows[::-1])):  # "served": the first window all hits
+        model, cache, out = tmp_path / f"model-{name}", str(tmp_path / f"cache-{name}"), tmp_path / f"{name}.parquet"
+        shutil.copytree(qwen3_seq_cls, model)
+        filled = run_cli(
+            Case(
+                score(
+                    write(tmp_path / "first.jsonl", jsonl(FIRST)),
+                    str(model),
+                    tmp_path / "f.parquet",
+                    "--score-cache",
+                    cache,
+                )
+            )
+        )
+        assert filled.rc == 0, filled.stderr
+        result = hooked(
+            f"replaced:{new}",
+            score(write(tmp_path / f"{name}.jsonl", jsonl(order)), str(model), out, "--score-cache", cache),
+        )
+        assert result.rc == 0, result.stderr
+        warned = [x for x in result.lines() if x.startswith("warning: the model's files changed")]
+        if name == "loads":
+            assert counts(out) == (0, items_of(rows)) and not warned, result.stderr
+            assert_same(pq.read_table(out), pq.read_table(want))
+        else:
+            served = items_of(rows[1:])  # the first window's two rows (--window-rows 2)
+            assert counts(out)[0] == served and len(warned) == 1, result.stderr
+            assert f"{served} pairs of the windows before" in warned[0]
+
+
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory) -> str:
     from tests.builders.embedding import build_sentence_model

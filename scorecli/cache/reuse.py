@@ -146,11 +146,12 @@ class Reusing:
         self.record: dict | None = None
         self.identity: str | None = None
         self.request: str | None = None
+        self.served = 0  # pairs windows took from the cache before the model loaded
         if cache is not None:
-            device = cfg.device if cfg.device != "auto" else auto_device()
+            self.device = cfg.device if cfg.device != "auto" else auto_device()
             self.identity = model_identity(cfg.model, cache.memo)
             if self.identity is not None:
-                self.request = request_digest(cfg, self.identity, device, __version__)
+                self.request = request_digest(cfg, self.identity, self.device, __version__)
                 self.record = cache.request(self.request)
         if self.record is None:
             self.loaded()  # the settings come from the model
@@ -174,8 +175,7 @@ class Reusing:
         if self.cache is None:
             record = {"settings": os.urandom(16).hex()}  # repeats within this job only
         else:
-            if self.identity is None:  # a Hub model downloaded just now
-                self.identity = model_identity(self.config.model, self.cache.memo)
+            self._identify()
             settings = settings_digest(settings_of(scorer, self.identity or "unknown"))
             record = {"settings": settings, "metadata": scorer.metadata, "identity": self.identity}
         record |= {"labels": len(scorer.spec.label_names), "positive_index": scorer.spec.positive_index}
@@ -191,6 +191,24 @@ class Reusing:
             self._use(record)
         self.record = record
         return scorer
+
+    def _identify(self) -> None:
+        """The model's identity hashed again once it is loaded (its files' stamps: the memo): a Hub id's
+        load may fetch a newer commit than the snapshot hashed at the start (or the first), a folder
+        may be replaced while the first windows were served from the cache. The scores it gives
+        are keyed by the files it was loaded from."""
+        identity = model_identity(self.config.model, self.cache.memo)  # type: ignore[union-attr]
+        if identity is None or identity == self.identity:
+            return
+        if self.identity is not None and self.served:
+            warnings.warn(
+                f"the model's files changed after the run began (a newer commit fetched, a folder replaced): "
+                f"{self.served:,} pairs of the windows before came from the score cache under the files it began with",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.identity = identity
+        self.request = request_digest(self.config, identity, self.device, __version__)
 
     def _use(self, record: dict) -> None:
         """Key pairs under `record`'s settings, and open what the cache holds for them."""
@@ -249,6 +267,8 @@ class Reusing:
             if failed:  # a bad row: the window as an uncached run prepares it, errors and all
                 window.inner, window.whole = scorer.prepare(rows, window.id_type), True
                 window.figures = Figures(0, window.inner.num_items)
+        elif self.scorer is None:
+            self.served += p.hits
         return window
 
     def run(self, window: CachedWindow, on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
