@@ -160,3 +160,35 @@ def test_resume_after_windows_that_all_came_from_the_cache(qwen3_seq_cls, tmp_pa
     assert f"(the output's, its {kept} kept rows included)" in result.stderr, result.stderr
     said = f"16 pairs ({2 * kept} of them are from the kept rows, {2 * (4 - kept)} of the rest reused)"
     assert said in result.stderr, result.stderr  # the kill may come before the fourth part is journaled
+
+
+def test_a_segment_merged_away_after_it_was_listed_is_passed_over(s3, monkeypatch):  # noqa: F811
+    """Another run's merge deletes a segment under s3:// between this run's check that it is there
+    and its read (the same run opening the cache, or `cache info`): the read stopped the run,
+    exit 2 'cannot read s3://...: no such object', where a local folder's segment passes over as
+    gone (its pairs are in the merged one)."""
+    import numpy as np
+
+    from scorecli.cache.segments import Entries
+    from scorecli.cache.store import CacheStore
+    from scorecli.io.stores import Store
+
+    s3_server.client(s3).create_bucket(Bucket="merged")
+    store, profile = CacheStore("s3://merged/cache/", create=True), "ab" * 16
+    entries = Entries.of(np.array([[1, 2], [3, 4]], dtype=np.uint64), np.ones((2, 1), np.float32), None)
+    info = Store.info
+
+    def then_merged_away(self, path):  # the segment is there when asked, then another run deletes it
+        found = info(self, path)
+        if path.endswith(".arrow"):
+            self.delete(path)
+        return found
+
+    name = store.write(profile, entries, {"identity": "x", "name": "m"})
+    assert store.read(profile, name) is not None
+    monkeypatch.setattr(Store, "info", then_merged_away)
+    assert store.read(profile, name) is None
+    monkeypatch.undo()
+    store.write(profile, entries, {"identity": "x", "name": "m"})
+    monkeypatch.setattr(Store, "info", then_merged_away)
+    assert store.infos(profile, verify=True) == []

@@ -202,8 +202,8 @@ class CacheStore:
         return sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
 
     def read(self, profile: str, name: str, with_added: bool = False) -> Entries | None:
-        """A segment's entries; None when it is gone (merged by another run) or damaged (one
-        warning: its pairs are scored again)."""
+        """A segment's entries; None when it is gone (merged by another run, also after it was
+        listed) or damaged (one warning: its pairs are scored again)."""
         folder = self._folder("segments", profile)
         try:
             source = self._body(folder, name)
@@ -213,6 +213,10 @@ class CacheStore:
             return entries
         except FileNotFoundError:
             return None
+        except ScorecliError as exc:
+            if _gone(exc):
+                return None
+            raise
         except Damaged as exc:
             warnings.warn(
                 f"score cache {self.shown}: segment {profile}/{name} {exc}; passed over (its pairs are scored again)",
@@ -249,6 +253,9 @@ class CacheStore:
                 out.append(SegmentInfo(profile, name, folder.size(name) or 0, meta))
             except FileNotFoundError:
                 continue
+            except ScorecliError as exc:
+                if not _gone(exc):
+                    raise
             except Damaged as exc:
                 out.append((name, str(exc)))
         return out
@@ -360,6 +367,12 @@ class CacheStore:
         for name in stale:
             self._folder(*where).delete(name)
         return len(stale)
+
+
+def _gone(exc: ScorecliError) -> bool:
+    """Whether a store's read failed because the object is gone: deleted after it was listed (a
+    segment another run merged), which a local file's FileNotFoundError says."""
+    return isinstance(exc.__cause__, FileNotFoundError)
 
 
 def _mtime(path: str) -> float:
