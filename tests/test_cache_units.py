@@ -151,6 +151,36 @@ def test_a_cache_another_run_is_making_is_not_foreign(tmp_path):
     CacheStore(str(location), create=False)  # the marker it wrote reads back
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{}",
+        "[1]",
+        '"x"',
+        '{"settings": "zz", "labels": 1, "positive_index": 0}',
+        '{"settings": "' + "a" * 32 + '"}',
+        '{"settings": "' + "a" * 32 + '", "labels": 1, "positive_index": 1}',
+    ],
+)
+def test_a_request_or_model_record_that_is_not_one_reads_as_none(tmp_path, text):
+    """A record under requests/ or models/ that reads as JSON but is not what a run writes (a
+    hand edit, another build's): the run stopped at once with 'error: KeyError: 'settings'' (or a
+    ValueError, a TypeError) on every night until someone found the file; it reads as none, so
+    the model loads and records it again (SPEC 16: a corrupt piece is passed over)."""
+    from scorecli.cache.store import CacheStore
+
+    store = CacheStore(str(tmp_path / "cache"), create=True)
+    good = {"settings": "ab" * 16, "labels": 3, "positive_index": 2, "metadata": {}, "identity": "cd" * 16}
+    store.save_request("r" * 32, good)
+    assert store.request("r" * 32) == good
+    (tmp_path / "cache" / "requests" / ("r" * 32 + ".json")).write_text(text)
+    assert store.request("r" * 32) is None
+    store.memo.put("k", "cd" * 16)
+    assert store.memo.get("k") == "cd" * 16
+    (tmp_path / "cache" / "models" / "k.json").write_text('{"identity": ' + (text if text != "{}" else "5") + "}")
+    assert store.memo.get("k") is None
+
+
 def test_a_colbert_checkpoints_settings_are_part_of_the_model(tmp_path):
     """A Stanford ColBERT checkpoint keeps its markers and lengths in `artifact.metadata`: edited
     in place (a shorter query length), the model is another one, for the cache and for a job."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import time
 import uuid
 import warnings
@@ -41,6 +42,7 @@ KEEP_LARGEST = 3  # the largest segments a merge leaves alone (size-tiered: big 
 STALE_TEMP_SECONDS = 3600  # a temporary file this old is a killed writer's
 # what a write into a folder the run may only read fails with (a team's cache shared read-only)
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+_DIGEST = re.compile(r"[0-9a-f]{32}")  # `identity.digest`'s
 
 
 def _join(base: str, *names: str) -> str:
@@ -70,9 +72,10 @@ class _FolderMemo(Memo):
     def get(self, key: str) -> str | None:
         try:
             data = self.folder.read(f"{key}.json")
-            return json.loads(data)["identity"] if data else None
+            identity = json.loads(data)["identity"] if data else None
         except (ValueError, KeyError, TypeError, OSError, ScorecliError):
             return None  # unreadable: hash the files again
+        return identity if isinstance(identity, str) and _DIGEST.fullmatch(identity) else None
 
     def put(self, key: str, value: str) -> None:
         try:
@@ -148,12 +151,14 @@ class CacheStore:
     # ---- requests ---------------------------------------------------------------------
 
     def request(self, digest: str) -> dict | None:
-        """What an earlier run recorded for request `digest` (None: none, or unreadable)."""
+        """What an earlier run recorded for request `digest` (None: none, or unreadable or not such
+        a record: the model loads and records it again)."""
         try:
             data = self._folder("requests").read(f"{digest}.json")
-            return json.loads(data) if data else None
+            record = json.loads(data) if data else None
         except (ValueError, OSError, ScorecliError):
             return None
+        return record if _a_record(record) else None
 
     def save_request(self, digest: str, record: dict) -> None:
         """Record what request `digest` resolved to (not where the cache is read-only: `read_only`)."""
@@ -367,6 +372,22 @@ class CacheStore:
         for name in stale:
             self._folder(*where).delete(name)
         return len(stale)
+
+
+def _a_record(record) -> bool:
+    """Whether `record` is what `Reusing` saves for a request: the settings digest, the labels and
+    the positive label's index (anything else read as none, not a KeyError that stops every run)."""
+    if not isinstance(record, dict):
+        return False
+    settings, labels, positive = record.get("settings"), record.get("labels"), record.get("positive_index")
+    return (
+        isinstance(settings, str)
+        and _DIGEST.fullmatch(settings) is not None
+        and type(labels) is int
+        and type(positive) is int
+        and 0 <= positive < labels
+        and isinstance(record.get("metadata", {}), dict)
+    )
 
 
 def _gone(exc: ScorecliError) -> bool:
