@@ -160,3 +160,21 @@ def test_a_folder_named_in_another_encoding_is_scored(tmp_path, qwen3_seq_cls):
         runs[name] = pq.read_table(tmp_path / f"{name}.parquet")
     assert runs["odd"]["score"].equals(runs["plain"]["score"])
     assert runs["odd"].schema.metadata[b"model"] == os.fsencode(str(tmp_path)) + b"/mod\\xe8le"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a folder read as /proc/self/fd/N needs /proc")
+def test_a_folder_named_in_another_encoding_is_held_open_once(tmp_path):
+    """A program that makes a Scorer of such a folder again and again (a service, a notebook)
+    held one more descriptor of it open each time, until the process ran out of them; the
+    folder is held once, and a folder made anew under the same name is held anew."""
+    from scorecli.model.hub import utf8_folder
+
+    odd = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"mod\xe8le"))
+    os.mkdir(odd)
+    before = len(os.listdir("/proc/self/fd"))
+    aliases = {utf8_folder(odd) for _ in range(20)}
+    assert len(aliases) == 1 and len(os.listdir("/proc/self/fd")) == before + 1
+    os.rmdir(odd)
+    os.mkdir(odd)  # another folder of the same name: its own descriptor
+    again = utf8_folder(odd)
+    assert again not in aliases and os.path.samestat(os.stat(again), os.stat(odd))

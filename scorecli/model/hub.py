@@ -61,7 +61,12 @@ def utf8_folder(folder: str) -> str:
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     alias = f"/proc/self/fd/{fd}"
     if os.path.isdir(alias):
-        _HELD.append(fd)  # open as long as the process may read the model
+        st = os.fstat(fd)
+        held = _HELD.get(folder)
+        if held is not None and os.path.samestat(os.stat(held), st):  # loaded before (a library's Scorers)
+            os.close(fd)
+            return held
+        _HELD[folder] = alias  # open as long as the process may read the model
         return alias
     os.close(fd)
     where = tempfile.mkdtemp(prefix="scorecli-model-")
@@ -71,7 +76,7 @@ def utf8_folder(folder: str) -> str:
     return link
 
 
-_HELD: list[int] = []  # the folders `utf8_folder` names by descriptor
+_HELD: dict[str, str] = {}  # the folders `utf8_folder` names by descriptor, by their names
 
 
 def path_text(path: str) -> str:
