@@ -201,3 +201,66 @@ def test_what_scorecli_writes_in_a_models_folder_is_not_the_model(tmp_path):
     (model / "cache" / "requests" / "0123.json").write_text("{}")
     assert fingerprint(cfg, [], "parquet")["model file"] == job
     assert model_identity(str(model)) == identity
+
+
+def hub_snapshot(cache: Path, repo: str, revision: str, model: str) -> Path:
+    """`model`'s files as the Hugging Face cache holds `repo` at `revision` (now its `main`):
+    symlinks in snapshots/ to blobs of their own, as huggingface_hub downloads them."""
+    root = cache / ("models--" + repo.replace("/", "--"))
+    snapshot = root / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (root / "blobs").mkdir(exist_ok=True)
+    for f in Path(model).iterdir():
+        blob = root / "blobs" / f"{revision}-{f.name}"
+        blob.write_bytes(f.read_bytes())
+        (snapshot / f.name).symlink_to(blob)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def test_another_revision_of_a_hub_model_is_another_job(tmp_path, job_input, qwen3_seq_cls):  # noqa: F811
+    """A Hub id's files are its snapshot in the Hugging Face cache: a job killed, then resumed
+    after another revision was downloaded (new weights under the same id), would mix rows of two
+    models. Refused, naming a model file, parts kept; the same revision resumes."""
+    from safetensors.numpy import load_file, save_file
+
+    cache = tmp_path / "hub"
+    hub_snapshot(cache, "org/reranker", "a" * 40, qwen3_seq_cls)
+    env = {"HF_HUB_CACHE": str(cache)}
+    out = tmp_path / "scores.parquet"
+    args = args_for(job_input, "org/reranker", out)
+    folder = killed(args, 2, **env)
+    newer = hub_snapshot(cache, "org/reranker", "b" * 40, qwen3_seq_cls)
+    weights = {k: v * 2 for k, v in load_file(newer / "model.safetensors").items()}
+    (newer / "model.safetensors").unlink()
+    save_file(weights, newer / "model.safetensors", metadata={"format": "pt"})
+    before = files(folder)
+    result = run_cli(Case(args + ["--resume"], env=_env(**env)))
+    assert result.rc == 2 and "different model file" in result.stderr, result.stderr
+    assert files(folder) == before and not out.exists()
+    (cache / "models--org--reranker" / "refs" / "main").write_text("a" * 40)  # the job's revision again
+    result = run_cli(Case(args + ["--resume"], env=_env(**env)))
+    assert result.rc == 0 and "resumed after 4 rows" in result.stderr, result.stderr
+
+
+def test_a_hub_model_downloaded_by_the_job_is_part_of_it(tmp_path, monkeypatch, qwen3_seq_cls):
+    """A Hub model not in the cache when a job opens its folder is downloaded as the model loads,
+    before the first part: the job file records the downloaded files."""
+    import json
+
+    from scorecli.config import ScoreConfig
+    from scorecli.engine.checkpoint import Checkpoint
+    from scorecli.io.output import Target
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    out = tmp_path / "scores.parquet"
+    cfg = ScoreConfig(model="org/reranker")
+    checkpoint = Checkpoint.open(Target(str(out), "parquet", "file", str(out)), cfg, [], resume=False)
+    hub_snapshot(cache, "org/reranker", "a" * 40, qwen3_seq_cls)  # what loading the model downloads
+    checkpoint.write(pa.table({"num_tokens": pa.array([1], pa.int64())}))
+    job = json.loads((tmp_path / "scores.parquet.partial" / "_scorecli_job.json").read_text())
+    assert "model.safetensors" in job["fingerprint"]["model file"]
+    checkpoint.store.release()

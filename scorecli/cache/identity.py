@@ -24,7 +24,7 @@ from dataclasses import fields
 from typing import Any
 
 from scorecli.engine.job import library_versions, model_files
-from scorecli.model.hub import locate
+from scorecli.model.hub import local_model_path
 from scorecli.runtimes import runtime_info
 
 # flags that change no score (output layout, engine, where things are kept): a run that differs
@@ -94,23 +94,6 @@ class Memo:
 
     def put(self, key: str, value: str) -> None:
         """Nothing kept."""
-
-
-def local_model_path(model: str) -> str | None:
-    """The folder or GGUF file a model name loads from on this machine (a Hub id: its cached
-    snapshot), or None when there is none to hash (a Hub model not downloaded yet)."""
-
-    path, gguf = locate(model)
-    if gguf:
-        return os.path.join(path, gguf)
-    if os.path.isdir(path):
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(path, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached: the model loads first, then it is hashed
-        return None
 
 
 def model_identity(model: str, memo: Memo | None = None) -> str | None:

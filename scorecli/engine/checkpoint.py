@@ -14,6 +14,7 @@ back from the kept parts' metadata which runtime scored them (`same_runtime`).
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 import pyarrow as pa
 
 from scorecli.config import ScoreConfig
-from scorecli.engine.job import FROM_CACHE, fingerprint, pinned_runtime
+from scorecli.engine.job import FROM_CACHE, fingerprint, model_stamps, pinned_runtime
 from scorecli.engine.windows import Schedule
 from scorecli.errors import InputError, ResumeRefused, ScorecliError, UsageError, error_line
 from scorecli.io.output import Target
@@ -93,6 +94,8 @@ class Checkpoint:
         self.nulled: dict[str, int] = {}
         self.written = False  # the output is complete and in place
         self.paths: list[str] = []  # the job's inputs (`all_kept`)
+        self.job: dict = {}  # a new job's fingerprint, written with its first part (`begin`)
+        self.model = ""
 
     @classmethod
     def open(
@@ -159,6 +162,7 @@ class Checkpoint:
             )
         checkpoint = cls(target, store, note, shown.rstrip("/") + "/", replacing, warn)
         checkpoint.paths = paths
+        checkpoint.job, checkpoint.model = job, cfg.model
         return checkpoint
 
     @contextmanager
@@ -243,6 +247,11 @@ class Checkpoint:
             if self.warn is not None:
                 self.warn(self.replacing)
             self.replacing = None
+        if self.job and not self.job["model file"] and not self.store.resumed:
+            # a Hub model that was not in the Hugging Face cache when the job was opened has been
+            # downloaded by now: its files are the job's (json: as the job file reads back)
+            self.job["model file"] = json.loads(json.dumps(model_stamps(self.model)))
+        self.job = {}  # written with the first part
         self.store.begin()
 
     def sink(self, metadata: dict[str, str]) -> PartsSink:

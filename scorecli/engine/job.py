@@ -28,6 +28,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
+from scorecli.model.hub import local_model_path
 from scorecli.runtimes.route import Route
 from scorecli.version import __version__
 
@@ -87,7 +88,7 @@ def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, An
     out: dict[str, Any] = {
         "input files": [_file(p) for p in paths],
         "model": os.path.realpath(cfg.model) if os.path.exists(cfg.model) else cfg.model,
-        "model file": _model_files(cfg.model),
+        "model file": model_stamps(cfg.model),
         "scorecli version": __version__,
         **{f"{name} version": v for name, v in library_versions(("torch", *LIBRARIES)).items()},
         "output format": output,
@@ -143,9 +144,13 @@ def model_files(path: str) -> list[str]:
     return sorted(found)
 
 
-def _model_files(name: str) -> dict[str, list]:
+def model_stamps(name: str) -> dict[str, list]:
     """{file: [size, modification time]} of the files that make a local model (a model retrained
-    or re-tokenized in place with the same shapes is another model); none for a Hub id."""
+    or re-tokenized in place with the same shapes is another model); a Hub id's are those of its
+    snapshot in the Hugging Face cache (another revision downloaded is another model), none before
+    it is downloaded (`Checkpoint.begin` looks again once the model has loaded)."""
+    if not os.path.exists(name):
+        name = local_model_path(name) or name
     if os.path.isfile(name):
         return {os.path.basename(name): _stamp(name)}
     if not os.path.isdir(name):

@@ -91,6 +91,22 @@ def is_hub_id(name: str) -> bool:
     return not os.path.isdir(path)
 
 
+def local_model_path(model: str) -> str | None:
+    """The folder or GGUF file a model name loads from on this machine (a Hub id: its cached
+    snapshot), or None when there is none to hash (a Hub model not downloaded yet)."""
+    path, gguf = locate(model)
+    if gguf:
+        return os.path.join(path, gguf)
+    if os.path.isdir(path):
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(path, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached: the model loads first, then it is hashed
+        return None
+
+
 def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
     """Before a Hub id loads: None when the Hub answers within `timeout` seconds (or offline mode
     is on and the model is cached); a note when it does not answer and the cached copy is used.
