@@ -218,6 +218,14 @@ def declare(tmp: Path, seq: str, cross: str) -> tuple[dict[str, Run], dict[str, 
         f"{tmp}/g4/sub/s.jsonl",
         exp=Expect(2, pattern, [deep.parent.parent]),
     )
+    # a file's parts: a killed run leaves them, and the glob would read them into its --resume
+    parted = shards(tmp / "g5" / "sub")
+    add(
+        "parts_folder_a_recursive_glob_matches",
+        [f"{tmp}/g5/**/*.parquet"],
+        f"{tmp}/g5/scores.jsonl",
+        exp=Expect(2, ["its parts folder", "scores.jsonl.partial/", "the input pattern"], [parted[0].parent.parent]),
+    )
     add("beside_a_glob_that_does_not_match", [str(tmp / "g3" / "*.jsonl")], str(tmp / "g3" / "s.parquet"))
     write(tmp / "g3" / "a.jsonl", good.read_bytes())
 
@@ -411,6 +419,7 @@ REFUSED = [
     "file_a_wildcard_glob_matches",
     "dataset_parts_the_input_glob_matches",
     "file_a_recursive_glob_matches",
+    "parts_folder_a_recursive_glob_matches",
     "stdout_appended_to_an_input",
     "dataset_into_another_writers_parts",
     "stdin_dataset_into_another_writers_parts",

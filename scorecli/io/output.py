@@ -259,11 +259,17 @@ def _touches_input_file(target: Target, inputs, folders) -> str | None:
 def _matches_pattern(target: Target, patterns) -> str | None:
     """Why an input glob would list a file that writing `target` leaves (a local glob a local
     file, a store's an object in that store: `io.sources.Source.lists`), or None."""
-    if target.kind not in ("file", "dataset"):  # its .partial/ is gone once it is written
+    if target.kind not in ("file", "dataset"):
         return None
     for pattern in patterns:
         if any(source_for(pattern).lists(pattern, name) for name in _written_files(target)):
             return f"it matches the input pattern {pattern} (a later run would read it as input)"
+        # a file's parts: a killed run leaves them for --resume, whose inputs they would join
+        if target.kind == "file" and source_for(pattern).lists(pattern, _first_part(target)):
+            return (
+                f"its parts folder {target.out}.partial/ would hold files that match the input pattern "
+                f"{pattern} (a run after a kill would read them as input)"
+            )
     return None
 
 
@@ -297,6 +303,14 @@ def _written_files(target: Target) -> list[str]:
     if target.kind != "dataset":
         return [path]
     return [path.rstrip(sep) + sep + name for name in (f"part-00000.{target.format}", "_SUCCESS")]
+
+
+def _first_part(target: Target) -> str:
+    """The first part a run keeps for the file `target` (`<out>.partial/part-00000.parquet`)."""
+    path = target.path or ""
+    sep = "/" if is_url(path) else os.sep
+    path = path if is_url(path) else os.path.abspath(path)
+    return f"{path}.partial{sep}part-00000.parquet"
 
 
 def _touches_input_url(target: Target, inputs, folders) -> str | None:
