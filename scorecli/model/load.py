@@ -27,7 +27,7 @@ from scorecli.kinds import KINDS, Checkpoint, detect, family_class
 from scorecli.model import gguf, lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
-from scorecli.model.hub import locate, utf8_folder
+from scorecli.model.hub import hub_folder, locate, utf8_folder
 from scorecli.model.remembered import Memory, inputs_key, record_path
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 from scorecli.model.tokenizer import load_tokenizer
@@ -261,6 +261,8 @@ def open_checkpoint(cfg: ScoreConfig) -> tuple[str, object, str]:
     path, gguf_file = locate(cfg.model)
     if gguf_file:
         path = materialize(path, gguf_file, cfg.cache_dir)
+    elif not os.path.isdir(path):  # a Hub id: its files, a sentence-transformers model's modules too
+        path = hub_folder(path)
     path = utf8_folder(path) if os.path.isdir(path) else path  # a folder not named in UTF-8: by descriptor
     checkpoint = read_checkpoint(path, cfg)
     hf_config = checkpoint.config
