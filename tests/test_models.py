@@ -349,6 +349,22 @@ def test_flags_of_the_embedding_kinds_are_refused(request, fixture, flags, what)
 
 
 @pytest.mark.parametrize(
+    "fixture, flags, what",
+    [
+        ("qwen3_seq_cls", {"activation": "softmax"}, "--activation softmax: a softmax over the one label "),
+        ("bert_cross_encoder", {"activation": "softmax"}, "--activation softmax: a softmax over the one label "),
+        ("qwen3_causal_lm", {"label_tokens": ("yes",), "activation": "softmax"}, "over the one label token"),
+        ("qwen3_causal_lm", {"label_tokens": ("yes",), "template": "qwen3-reranker"}, "template qwen3-reranker's"),
+    ],
+)
+def test_a_softmax_over_one_label_is_refused(request, fixture, flags, what):
+    """A softmax over one logit is 1.0 for every item (--apply-softmax on a one-label reranker, a
+    template's softmax with one label token): every score was 1.0, exit 0; it is refused."""
+    with pytest.raises(UsageError, match=what + ".*is 1.0 for every item"):
+        Scorer(request.getfixturevalue(fixture), **flags)
+
+
+@pytest.mark.parametrize(
     "flags, what", [({"pooling": "cls"}, "--pooling"), ({"hidden_dtype": "float16"}, "--hidden-dtype")]
 )
 def test_flags_of_the_hidden_states_column_need_it(flags, what):

@@ -33,6 +33,7 @@ from scorecli.kinds.spec import (
     refuse,
     refuse_apart_flags,
     sequence_limit,
+    softmax_of_one,
     template_room,
 )
 from scorecli.model.compat import backend_for, check_backend, state_forked, stateful_reason, text_config
@@ -111,10 +112,13 @@ class DecoderFamily(FamilyDefaults):
         elif KINDS[kind].label_tokens:
             label_ids, names = label_tokens(cfg, loaded.tokenizer, template)
             activation = cfg.activation or template.activation or "none"
+            given = "--activation softmax" if cfg.activation else f"template {template.name}'s activation softmax"
+            refuse([softmax_of_one(activation, names, given, tokens=True)])
         else:
             refuse([label_tokens_refused(kind, cfg)])
             label_ids, names = None, class_names(loaded.config)
             activation = cfg.activation or "none"
+            refuse([softmax_of_one(activation, names, "--activation softmax", tokens=False)])
         own = folder.max_seq_length if folder is not None else None
         limit = (
             max_seq_len(cfg.max_seq_len, loaded)

@@ -29,6 +29,7 @@ from scorecli.kinds.spec import (
     positive_index,
     refuse,
     refuse_apart_flags,
+    softmax_of_one,
 )
 from scorecli.model.cross_encoders import check_cross_encoder
 from scorecli.model.sentence import sentence_folder_type
@@ -74,6 +75,7 @@ class PairFamily(FamilyDefaults):
         check_texts(cfg)
         refuse([label_tokens_refused(kind, cfg)])
         names = class_names(loaded.config)
+        refuse([softmax_of_one(cfg.activation or "none", names, "--activation softmax", tokens=False)])
         taken = loaded.tokenizer.num_special_tokens_to_add(pair=True)
         return RunSpec(
             kind=kind,

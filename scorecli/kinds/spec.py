@@ -93,6 +93,17 @@ def label_tokens_refused(kind: str, cfg: ScoreConfig) -> tuple[bool, str]:
     return given, f"{flag} applies to causal-lm models, not to {article} {kind} model"
 
 
+def softmax_of_one(activation: str, names: tuple[str, ...], given: str, tokens: bool) -> tuple[bool, str]:
+    """(whether, why) for `refuse`: a softmax over one label (a one-label classifier's logit, or
+    one label token's) is 1.0 for every item whatever the model says; `given`: what asked for it
+    (a flag, a template's default), `tokens`: the labels are label tokens."""
+    what, more = ("label token", ", or give two label tokens (e.g. yes,no)") if tokens else ("label", "")
+    return activation == "softmax" and len(names) == 1, (
+        f"{given}: a softmax over the one {what} ({names[0] if names else ''}) is 1.0 for every item; "
+        f"use --activation sigmoid or none{more}"
+    )
+
+
 def check_texts(cfg: ScoreConfig) -> None:
     """UsageError for an instruction or label token whose text a tokenizer cannot take."""
     for flag, text in [("--instruction", cfg.instruction or "")] + [
