@@ -16,7 +16,7 @@ def keep_verdict(model: str, cache_dir: str, runtime: str, what: str = "pairs") 
     from scorecli.runtimes.route import Route
 
     threads = auto.stream_threads(CPU_STREAMS)
-    path = auto.record_path(cache_path(str(model), str(cache_dir), what), threads, CPU_STREAMS)
+    path = auto.record_path(cache_path(str(model), str(cache_dir), what), threads, auto.run_streams(CPU_STREAMS))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     route = Route.parse(runtime)
     assert route is not None, runtime

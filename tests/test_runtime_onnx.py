@@ -190,6 +190,34 @@ def test_runtime_recorded_and_forced_torch(tmp_path):
     assert meta["runtime"] == "torch" and meta["runtime_reason"] == "--runtime torch"
 
 
+def test_a_verdict_measured_on_other_threads_is_measured_again(tmp_path, monkeypatch):
+    """With one torch thread (OMP_NUM_THREADS=1) a run computes one CPU stream at a time, with two
+    each of its two streams at once, on one thread alike: what `auto` measured for one is not the
+    other's verdict (both were kept as "2 streams x 1 threads", and the first one's verdict ran)."""
+    import scorecli.runtimes.auto as auto
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m"), tmp_path / "cache"
+    measured = []
+    monkeypatch.setattr(
+        auto,
+        "measure",
+        lambda forwards, probes, threads: (
+            measured.append(threads) or {"torch": [1.0] * len(probes), "onnx": [2.0] * len(probes)}
+        ),
+    )
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        keep_verdict(path, cache, "onnx")
+        _, meta = _scores(path, "auto", cache)
+        assert meta["runtime"] == "onnx" and not measured  # the verdict kept for these threads
+        torch.set_num_threads(1)
+        _, meta = _scores(path, "auto", cache)
+        assert measured == [1] and meta["runtime"] == "torch"
+    finally:
+        torch.set_num_threads(saved)
+
+
 def _slowed(cls, seconds: float):
     """`cls.__call__` taking `seconds` more of this thread's CPU per call (a slower runtime)."""
     import time

@@ -169,7 +169,7 @@ def open_runtime(setup: Setup, fast: bool, why_not: str | None, what: str, make_
         lambda: runtime_onnx.open_forward(runtime, cfg, loaded, what, threads),
         make_torch,
         call,
-        lambda: auto.record_path(runtime_onnx.cache_path(folder, cfg.cache_dir, what), threads, CPU_STREAMS),
+        lambda: auto.record_path(runtime_onnx.cache_path(folder, cfg.cache_dir, what), threads, streams),
         lambda: auto.probe_batches(loaded.model, setup.spec.max_seq_len, what == "pairs"),
         threads,
         streams,

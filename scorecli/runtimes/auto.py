@@ -245,7 +245,8 @@ def write(path: str, route: Route, reason: str, lengths: list[int], seconds: dic
 
 
 def record_path(export: str, threads: int, streams: int) -> str:
-    """Where the verdict for the model whose export folder is `export` (`onnx.cache_path`) lives."""
+    """Where the verdict for the model whose export folder is `export` (`onnx.cache_path`) lives,
+    measured with `streams` forwards at once (`run_streams`) on `threads` threads each."""
     from scorecli.runtimes.onnx import onnxruntime
 
     parts = [os.path.basename(export), f"onnxruntime {onnxruntime().__version__}", machine(), METHOD]
