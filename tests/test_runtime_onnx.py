@@ -426,6 +426,30 @@ def test_auto_resumes_with_the_runtime_that_scored_the_kept_rows(tmp_path, monke
         assert got.schema.metadata[b"runtime_reason"] == whole[first].schema.metadata[b"runtime_reason"]
 
 
+def test_a_cache_folder_not_named_in_utf8_holds_the_export(tmp_path, monkeypatch):
+    """A --cache-dir whose name is not UTF-8 (a Latin-1 folder name): torch's exporter and
+    onnxruntime take UTF-8 paths only, so `--runtime onnx` stopped with 'TypeError: _export_onnx():
+    incompatible function arguments' and `auto` ran torch with that warning, run after run. The
+    export is cached there and read back (named by descriptor, as a model folder so named is)."""
+    import scorecli.runtimes.onnx as ro
+
+    path = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
+    cache = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"cach\xe8"))
+    exports = []
+    real = ro._export
+    monkeypatch.setattr(ro, "_export", lambda model, out, *a: (exports.append(out), real(model, out, *a)))
+    first, meta = _scores(path, "onnx", cache)
+    assert meta["_family_runtime"] == "onnx" and np.abs(first - _reference(path, _rows())).max() <= 1e-4
+    again, _ = _scores(path, "onnx", cache)
+    assert np.array_equal(first, again) and len(exports) == 1
+    (folder,) = os.listdir(os.path.join(cache, "onnx"))
+    from scorecli.runtimes.int8 import int8_path
+
+    fp32 = os.path.join(cache, "onnx", folder, "model.onnx")  # keyed by its real path, not a descriptor's
+    aliased = os.path.join(ro.cache_path(path, cache), "model.onnx")
+    assert os.path.basename(int8_path(fp32, "1")) == os.path.basename(int8_path(aliased, "1"))
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a folder read as /proc/self/fd/N needs /proc")
 def test_the_export_is_keyed_by_the_real_folder_not_its_proc_alias(tmp_path):
     """A model folder not named in UTF-8 is read as /proc/self/fd/N (model/hub.utf8_folder): the

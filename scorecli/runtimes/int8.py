@@ -28,9 +28,10 @@ WEIGHT_TYPE = "QUInt8"
 def int8_path(fp32_path: str, onnxruntime_version: str) -> str:
     """Where the int8 version of the float32 export `fp32_path` lives (same folder)."""
     stat = os.stat(fp32_path)
-    key = f"{os.path.abspath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime_version}"
+    # the real path: a cache folder not named in UTF-8 is read through /proc/self/fd/N (`onnx.cache_path`)
+    key = f"{os.path.realpath(fp32_path)}:{stat.st_size}:{stat.st_mtime_ns}\nonnxruntime {onnxruntime_version}"
     key += f"\nquantize_dynamic weight_type={WEIGHT_TYPE}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(os.path.dirname(fp32_path), f"model_quint8-{digest}.onnx")
 
 

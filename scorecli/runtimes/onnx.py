@@ -34,6 +34,7 @@ from scorecli.core.batching import Batch
 from scorecli.errors import ScorecliError, UsageError, error_line, first_line, runtime_gone
 from scorecli.model import gguf
 from scorecli.model.cache import build_once
+from scorecli.model.hub import utf8_folder
 from scorecli.model.remembered import folder_stem, weight_stamps
 from scorecli.runtimes import RUNTIMES
 from scorecli.runtimes.fast_encoder import FastEncoder
@@ -110,7 +111,16 @@ def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
         f"graph {GRAPH_VERSION} {what}",
     ]
     key = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(cache_dir or default_cache_dir(), "onnx", f"{folder_stem(folder)}-{what}-{key}")
+    root = cache_dir or default_cache_dir()
+    try:  # a cache folder not named in UTF-8 (the exporter and onnxruntime take UTF-8 paths only): by descriptor
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            os.makedirs(root, exist_ok=True)
+            root = utf8_folder(root)
+        except OSError:  # what cannot be made says so as the export is cached
+            pass
+    return os.path.join(root, "onnx", f"{folder_stem(folder)}-{what}-{key}")
 
 
 class _Graph(torch.nn.Module):
