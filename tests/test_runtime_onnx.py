@@ -97,6 +97,34 @@ def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
     assert not np.allclose(first, third)
 
 
+def test_weights_copied_over_with_their_times_kept_get_a_new_export(tmp_path):
+    """Other weights of the same size written over the file with its modification time kept (`cp -p`,
+    `rsync -a`, an image whose files all carry one build time): the export, keyed by path, size and
+    time, was the old weights', and scored them (with --no-self-check in silence; with it every run
+    failed, its message blaming the architecture). The key holds the files' inodes and change times:
+    the new weights are exported anew; a chmod exports again, to the same scores."""
+    import shutil
+
+    from transformers import AutoModelForSequenceClassification
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    before, _ = _scores(path, "onnx", cache)
+    other = AutoModelForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():
+        other.classifier.weight.mul_(-3.0)
+    other.save_pretrained(tmp_path / "other")
+    weights = os.path.join(path, "model.safetensors")
+    stat = os.stat(weights)
+    shutil.copyfile(tmp_path / "other" / "model.safetensors", weights)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.path.getsize(weights) == stat.st_size
+    after, _ = _scores(path, "onnx", cache, self_check=False)
+    assert np.abs(after - _reference(path, _rows())).max() <= 1e-4 and not np.allclose(before, after)
+    os.chmod(weights, 0o600)
+    again, meta = _scores(path, "onnx", cache)
+    assert np.abs(again - after).max() <= 1e-6 and meta["self_check"].startswith("passed")
+
+
 def test_cache_gets_the_modes_the_umask_gives(tmp_path):
     """A cache folder shared by a group (umask 002): the export folder, its files and the kept
     runtime verdict are group-writable and readable by all, as files made in place would be (they

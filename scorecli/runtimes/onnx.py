@@ -103,8 +103,10 @@ def default_cache_dir() -> str:
 
 def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
-    folder per weights' identity."""
-    parts = weight_stamps(folder) + [
+    folder per weights' identity (their inodes and change times too: other weights of the same size
+    copied over them with their times kept, `cp -p`, `rsync -a`, are other weights; a `chmod` only
+    exports again)."""
+    parts = weight_stamps(folder, changes=True) + [
         f"scorecli {__version__}",
         f"torch {torch.__version__}",
         f"opset {OPSET}",
