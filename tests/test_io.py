@@ -216,6 +216,22 @@ def test_utf16_text_is_one_clear_error(tmp_path):
         list(iter_rows(["-"], stdin=io.BytesIO(little)))
 
 
+def test_gzip_without_its_name_is_one_clear_error(tmp_path):
+    """gzip-compressed JSON lines on stdin (`zcat` forgotten) or in a file not named .gz were
+    'invalid UTF-8 (byte offset 1)', and with --skip-bad-rows bad rows of compressed bytes; one
+    error now says what the input is."""
+    data = gzip.compress(b'{"id": 1, "query": "q"}\n{"id": 2, "query": "r"}\n')
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(data)
+    with pytest.raises(InputError, match=rf"^{p}:1: the input is gzip-compressed .*not named .gz"):
+        list(iter_rows([str(p)]))
+    with pytest.raises(InputError, match=r"^<stdin>:1: the input is gzip-compressed .*zcat"):
+        list(iter_rows(["-"], stdin=io.BytesIO(data)))
+    named = tmp_path / "b.jsonl.gz"
+    named.write_bytes(data)
+    assert [r.data["id"] for r in iter_rows([str(named)])] == [1, 2]
+
+
 def test_carriage_returns_alone_are_one_clear_error(tmp_path):
     """A file saved with classic Mac OS line endings (CR alone) was one line to the reader: exit 2
     with 'malformed JSON: Extra data at column 36', or with --skip-bad-rows an output of one bad

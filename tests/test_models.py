@@ -365,6 +365,21 @@ def test_a_softmax_over_one_label_is_refused(request, fixture, flags, what):
 
 
 @pytest.mark.parametrize(
+    "flags, what",
+    [
+        ({"label_tokens": ("yes", "yes")}, r"--label-tokens: 'yes' and 'yes' are the same token \(\d+\)"),
+        ({"label_token_ids": (5, 7, 5)}, r"--label-token-ids: .* are the same token \(5\)"),
+    ],
+)
+def test_label_tokens_that_are_one_token_are_refused(qwen3_causal_lm, flags, what):
+    """Two label tokens that are one token (`--label-tokens yes,yes`, an id given twice) have one
+    logit: a softmax over them was 0.5 for every item, exit 0, and `--positive-label yes` named
+    either. Refused, naming both."""
+    with pytest.raises(UsageError, match=what):
+        Scorer(qwen3_causal_lm, activation="softmax", **flags)
+
+
+@pytest.mark.parametrize(
     "flags, what", [({"pooling": "cls"}, "--pooling"), ({"hidden_dtype": "float16"}, "--hidden-dtype")]
 )
 def test_flags_of_the_hidden_states_column_need_it(flags, what):

@@ -37,6 +37,13 @@ UTF16 = (
 )
 
 
+GZIPPED = (
+    "the input is gzip-compressed (it starts with gzip's magic bytes) but not named .gz: name the file "
+    "*.jsonl.gz, or on stdin pipe it through zcat"
+)
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def utf16(line: bytes) -> bool:
     """Whether `line`, a file's first, starts with a UTF-16 byte-order mark (`UTF16`)."""
     return line.startswith((b"\xff\xfe", b"\xfe\xff"))

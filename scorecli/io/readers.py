@@ -20,7 +20,18 @@ from typing import BinaryIO
 
 from scorecli.errors import InputError, UsageError
 from scorecli.io.csv_input import CsvInput
-from scorecli.io.formats import CR_ONLY, UTF16, InputFormat, RawRow, bare_cr, is_gzip, open_bytes, utf16
+from scorecli.io.formats import (
+    CR_ONLY,
+    GZIP_MAGIC,
+    GZIPPED,
+    UTF16,
+    InputFormat,
+    RawRow,
+    bare_cr,
+    is_gzip,
+    open_bytes,
+    utf16,
+)
 from scorecli.io.parquet_input import ParquetInput
 from scorecli.io.sources import GLOB_CHARS, localize, source_for
 
@@ -152,6 +163,8 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
             continue
         if lineno == 1 and utf16(line):  # else every line is one bad row of invalid UTF-8
             raise InputError(f"{label}:{lineno}: {UTF16}")
+        if lineno == 1 and line.startswith(GZIP_MAGIC):
+            raise InputError(f"{label}:{lineno}: {GZIPPED}")
         if first and line.lstrip().startswith(b"["):
             raise InputError(
                 f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line (convert with: jq -c '.[]')"

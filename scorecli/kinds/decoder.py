@@ -330,7 +330,8 @@ def label_tokens(cfg, tokenizer, template) -> tuple[tuple[int, ...], tuple[str, 
         bad = [i for i in cfg.label_token_ids if not 0 <= i < vocab]
         if bad:
             raise UsageError(f"--label-token-ids: {bad[0]} is outside the vocabulary (size {vocab})")
-        return tuple(cfg.label_token_ids), tuple(tokenizer.convert_ids_to_tokens(list(cfg.label_token_ids)))
+        names = tuple(tokenizer.convert_ids_to_tokens(list(cfg.label_token_ids)))
+        return _distinct(tuple(cfg.label_token_ids), names, "--label-token-ids"), names
     tokens = cfg.label_tokens or template.label_tokens
     if not tokens:
         raise UsageError("a causal-lm model needs label tokens: pass --label-tokens yes,no (or --label-token-ids)")
@@ -340,4 +341,16 @@ def label_tokens(cfg, tokenizer, template) -> tuple[tuple[int, ...], tuple[str, 
         if len(encoded) != 1:
             raise UsageError(f"--label-tokens: {token!r} is {len(encoded)} tokens {encoded}, not exactly one")
         ids.append(encoded[0])
-    return tuple(ids), tuple(tokens)
+    return _distinct(tuple(ids), tuple(tokens), "--label-tokens"), tuple(tokens)
+
+
+def _distinct(ids: tuple[int, ...], names: tuple[str, ...], flag: str) -> tuple[int, ...]:
+    """`ids`, unless two labels are one token: their logits are the same, a softmax over them a
+    constant (0.5 for two) and `--positive-label` ambiguous."""
+    for i, token in enumerate(ids):
+        if token in ids[:i]:
+            j = ids.index(token)
+            raise UsageError(
+                f"{flag}: {names[j]!r} and {names[i]!r} are the same token ({token}): every label must be its own token"
+            )
+    return ids
