@@ -9,14 +9,17 @@ import os
 
 def keep_verdict(model: str, cache_dir: str, runtime: str, what: str = "pairs") -> str:
     """Write the verdict `runtime` for `model` under `cache_dir`: a runtime's name, or a route
-    (`Route.text`: `onnx:100:torch`, onnx for batches up to 100 tokens, torch beyond); its path."""
+    (`Route.text`: `onnx:100:torch`, onnx for batches up to 100 tokens, torch beyond), as this
+    process's threads key it and as a one-thread process's do; the first's path."""
     from scorecli.kinds.pairs import CPU_STREAMS
     from scorecli.runtimes import auto
     from scorecli.runtimes.onnx import cache_path
     from scorecli.runtimes.route import Route
 
-    threads = auto.stream_threads(CPU_STREAMS)
-    path = auto.record_path(cache_path(str(model), str(cache_dir), what), threads, auto.run_streams(CPU_STREAMS))
+    export = cache_path(str(model), str(cache_dir), what)
+    path = auto.record_path(export, auto.stream_threads(CPU_STREAMS), auto.run_streams(CPU_STREAMS))
+    # and as a run with one torch thread keys it (the CLI's subprocesses of the tests: OMP_NUM_THREADS=1)
+    paths = [path, auto.record_path(export, 1, 1)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     route = Route.parse(runtime)
     assert route is not None, runtime
@@ -27,7 +30,8 @@ def keep_verdict(model: str, cache_dir: str, runtime: str, what: str = "pairs") 
         reason = (
             f"auto: {route.first} for batches of sequences up to {route.cut} tokens, {route.second} for longer ones"
         )
-    auto.write(path, route, reason, lengths, seconds)
+    for each in dict.fromkeys(paths):
+        auto.write(each, route, reason, lengths, seconds)
     return path
 
 
