@@ -28,7 +28,7 @@ from scorecli.config import ScoreConfig
 from scorecli.core.templates import PRESETS
 from scorecli.io.readers import STDIN
 from scorecli.io.sources import source_for
-from scorecli.model.hub import local_model_path
+from scorecli.model.hub import PICKLED_SUFFIXES, READ_SUFFIXES, local_model_path
 from scorecli.runtimes.route import Route
 from scorecli.version import __version__
 
@@ -56,25 +56,9 @@ SCORE_CACHE_MARKER = "scorecli-score-cache.json"
 # tokens tokenized otherwise): a job resumed after an upgrade is another job, and the score cache
 # resolves a request again (`cache.identity.request_digest`); a job counts torch's too (bit for bit)
 LIBRARIES = ("transformers", "tokenizers", "jinja2")
-# the files that make a model folder's output: weights, configs (a sentence-transformers folder's
-# modules too, a Router's routes in their subfolders), tokenizer files (tokenizer.json, vocab.txt,
-# merges.txt, spiece.model, chat templates), a Stanford ColBERT checkpoint's artifact.metadata
-# (markers, lengths) and Python files, whose code a --trust-remote-code model runs
-MODEL_SUFFIXES = (
-    ".safetensors",
-    ".bin",
-    ".gguf",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".json",
-    ".jinja",
-    ".model",
-    ".txt",
-    ".tiktoken",
-    ".metadata",
-    ".py",
-)
+# the files that make a model folder's output (`model.hub.READ_SUFFIXES`: weights, configs,
+# tokenizer files, code), pickled weights, GGUF files and checkpoints
+MODEL_SUFFIXES = READ_SUFFIXES + PICKLED_SUFFIXES + (".gguf", ".ckpt")
 
 
 def fingerprint(cfg: ScoreConfig, paths: list[str], output: str) -> dict[str, Any]:

@@ -108,12 +108,14 @@ def local_model_path(model: str) -> str | None:
         return None
 
 
-# the files of a Hub model a run reads: configs, weights, tokenizer files, chat templates, a
-# Stanford ColBERT checkpoint's metadata, code (`engine.job.MODEL_SUFFIXES`, less GGUF); pickled
-# weights only where a folder has no safetensors (repositories often hold both, and ONNX, OpenVINO,
-# TensorFlow and Flax copies, which no run reads)
-_HUB_SUFFIXES = (".safetensors", ".json", ".jinja", ".model", ".txt", ".tiktoken", ".metadata", ".py")
-_PICKLED_SUFFIXES = (".bin", ".pt", ".pth")
+# the files of a model a run reads: weights, configs (a sentence-transformers folder's modules too),
+# tokenizer files (tokenizer.json, vocab.txt, merges.txt, spiece.model, chat templates), a Stanford
+# ColBERT checkpoint's artifact.metadata (markers, lengths) and Python files, whose code a
+# --trust-remote-code model runs; pickled weights apart: a Hub model's only where a folder has no
+# safetensors (repositories often hold both, and ONNX, OpenVINO, TensorFlow and Flax copies, which
+# no run reads). `engine.job.MODEL_SUFFIXES` (a local model's files) adds GGUF and checkpoints.
+READ_SUFFIXES = (".safetensors", ".json", ".jinja", ".model", ".txt", ".tiktoken", ".metadata", ".py")
+PICKLED_SUFFIXES = (".bin", ".pt", ".pth")
 
 
 def hub_folder(name: str) -> str:
@@ -155,7 +157,7 @@ def hub_files(files: list[str], modules: list[str]) -> list[str]:
     for names in folders.values():
         safetensors = any(n.endswith(".safetensors") for n in names)
         for n in names:
-            if n.endswith(_HUB_SUFFIXES) or (not safetensors and n.endswith(_PICKLED_SUFFIXES)):
+            if n.endswith(READ_SUFFIXES) or (not safetensors and n.endswith(PICKLED_SUFFIXES)):
                 wanted.append(n)
     return sorted(wanted)
 
