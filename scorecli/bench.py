@@ -31,7 +31,8 @@ from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
 from scorecli.kinds.spec import RunSpec, any_label_ids
 from scorecli.model.default_model import short_name
-from scorecli.model.load import load_model, resolve_device, resolve_dtype
+from scorecli.model.load import load_model
+from scorecli.model.precision import resolve_device, resolve_dtype
 from scorecli.scorer import Scorer
 
 # dense bf16 tensor-core peaks (TFLOP/s) of GPUs we measure on; --peak-tflops overrides

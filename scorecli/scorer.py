@@ -40,7 +40,8 @@ from scorecli.kinds.spec import RunSpec, resolve_spec
 from scorecli.model.compat import support_of
 from scorecli.model.default_model import config_for
 from scorecli.model.hub import path_text
-from scorecli.model.load import Loaded, load_model, quiet_transformers
+from scorecli.model.load import Loaded, load_model
+from scorecli.model.quiet import quiet_transformers
 from scorecli.runtimes import runtime_info
 from scorecli.runtimes.budget import default_batch_tokens
 from scorecli.timings import mark

@@ -899,7 +899,7 @@ class TestFlashInferCuda:
 
 
 def test_auto_choices_for_dtype_and_backend(monkeypatch):
-    from scorecli.model.load import resolve_dtype
+    from scorecli.model.precision import resolve_dtype
 
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16

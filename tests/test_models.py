@@ -14,7 +14,7 @@ from scorecli import Scorer
 from scorecli.errors import UsageError
 from scorecli.inspect import describe
 from scorecli.io.readers import RawRow
-from scorecli.model.load import Float32Head
+from scorecli.model.precision import Float32Head
 from tests.builders import models
 
 PAIRS_ROWS = [

@@ -11,8 +11,7 @@ import os
 import pickle
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +27,11 @@ from scorecli.model import gguf, lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
 from scorecli.model.gguf import materialize
 from scorecli.model.hub import hub_folder, locate, utf8_folder
+from scorecli.model.precision import check_finite, float32_heads, ieee_convolutions, resolve_device, resolve_dtype
+from scorecli.model.quiet import as_loaded, quiet_transformers
 from scorecli.model.remembered import Memory, inputs_key, record_path
 from scorecli.model.sentence import sentence_folder_type, transformer_folder
 from scorecli.model.tokenizer import load_tokenizer
-from scorecli.runtimes import auto_device
 from scorecli.timings import mark
 
 # model_type values of encoder (bidirectional) classifiers, scored as cross-encoders
@@ -149,28 +149,6 @@ class Loaded:
         if self.memory is not None:
             self.memory.learn_output(key, value)
         return value
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device(auto_device())
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: CUDA is not available on this machine")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)
-
-
-def ieee_convolutions() -> None:
-    """Float32 convolutions on a GPU in float32: torch lets cuDNN run them in TF32 by default
-    (unlike its matrix products), a 10-bit mantissa in Mamba's and the gated delta-net's short
-    convolutions where float32 on a GPU promises <= 1e-4 (docs/cli.md: --dtype). Process-wide, as
-    torch's flag is; the legacy flag, which sets cuDNN's convolutions and RNNs alike."""
-    torch.backends.cudnn.allow_tf32 = False
 
 
 def load_model(cfg: ScoreConfig) -> Loaded:
@@ -292,31 +270,6 @@ def _architecture(hf_config) -> str:
     return archs[0] if archs else hf_config.model_type
 
 
-# a cross-encoder's own head modules: BERT's pooler, the classifier (DistilBERT's in two parts)
-_HEAD_MODULES = ("pooler", "pre_classifier", "classifier")
-
-
-class Float32Head(torch.nn.Module):
-    """Runs a 16-bit model's head module in float32 on its upcast input (docs/models.md, How items are scored: heads and
-    activations stay float32)."""
-
-    def __init__(self, head: torch.nn.Module):
-        super().__init__()
-        self.head = head.float()
-
-    def forward(self, hidden: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        return self.head(hidden.float(), *args, **kwargs)
-
-
-def float32_heads(model: torch.nn.Module) -> None:
-    """Swap a cross-encoder's pooler and classifier for float32 copies, in place."""
-    for owner in (model, model.base_model):
-        for name in _HEAD_MODULES:
-            module = getattr(owner, name, None)
-            if isinstance(module, torch.nn.Module) and not isinstance(module, Float32Head):
-                setattr(owner, name, Float32Head(module))
-
-
 def _load_config(path: str, cfg: ScoreConfig):
     from transformers import AutoConfig
 
@@ -417,80 +370,3 @@ def _load_weights(path, kind, hf_config, dtype, cfg: ScoreConfig, common) -> tor
     detected = detect(Checkpoint("", hf_config, None, hf_config.model_type in ENCODER_TYPES))
     check_report(model, info, cfg.model, Kinds(kind, cfg.kind, detected), KINDS[kind].sentence_modules)
     return model
-
-
-def check_finite(model: torch.nn.Module, name: str, narrowed: bool = False) -> None:
-    """UsageError naming the first weight that holds NaN or infinity (one sum per tensor: NaN
-    and infinity propagate, and finite 16- or 32-bit weights cannot overflow a float64 sum).
-    `narrowed`: the weights were cast to float16 from a wider dtype, where a large finite weight
-    becomes infinite: that is said as such, not as a corrupt checkpoint."""
-    params = list(model.named_parameters())
-    if not params:
-        return
-    sums = torch.stack([p.detach().sum(dtype=torch.float64) for _, p in params])
-    bad = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
-    if not bad:
-        return
-    weight, values = params[bad[0]]
-    if narrowed and not torch.isnan(values).any():
-        raise UsageError(
-            f"cannot load model {name}: its weight {weight} overflows float16 (values beyond 65504 become "
-            "infinite) under --dtype float16: use --dtype bfloat16 or float32"
-        )
-    raise UsageError(
-        f"cannot load model {name}: its weight {weight} holds NaN or infinite values "
-        "(a corrupt or badly converted checkpoint)"
-    )
-
-
-def as_loaded(build: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
-    """`build`, run later (a `Deferred` model: the audit, a torch batch, a probe not remembered)
-    under transformers' progress bar and log verbosity as they are now, while the model loads (the
-    caller's `quiet_transformers`): it prints what a load that built it at once prints."""
-    from transformers.utils import logging as hf_logging
-
-    shown, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-
-    def built() -> torch.nn.Module:
-        shown_now, verbosity_now = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-        _set_logging(shown, verbosity)
-        try:
-            return build()
-        finally:
-            _set_logging(shown_now, verbosity_now)
-
-    return built
-
-
-def _set_logging(shown: bool, verbosity: int) -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity(verbosity)
-    if shown:
-        hf_logging.enable_progress_bar()
-    else:
-        hf_logging.disable_progress_bar()
-
-
-@contextmanager
-def quiet_transformers(bar: bool = True, advice: bool = True) -> Iterator[None]:
-    """transformers' "Loading weights" bar (`bar`) and its log below errors (`advice`: advice to
-    model authors, load reports, config warnings) off while the block runs (a model loads), as they
-    were afterwards: a library caller's stderr stays theirs, a command's progress is its own, and a
-    refused load is one line (`fit` says what matters in a report)."""
-    if not (bar or advice):
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    shown, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    if bar:
-        hf_logging.disable_progress_bar()
-    if advice:
-        hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if shown:
-            hf_logging.enable_progress_bar()

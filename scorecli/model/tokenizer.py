@@ -10,11 +10,11 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 from scorecli.config import ScoreConfig
 from scorecli.errors import UsageError, first_line
+from scorecli.model.quiet import quiet_transformers
 
 # probe text for a tokenizer: any real vocabulary encodes some of it as known tokens
 _TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
@@ -37,7 +37,7 @@ def load_tokenizer(path: str, cfg: ScoreConfig):
     spm = _unreadable_sentencepiece(path)
     try:
         # without the package, transformers says so in a paragraph, then fails on tiktoken: one line below
-        with _quiet_transformers() if spm else nullcontext():
+        with quiet_transformers(bar=False) if spm else nullcontext():
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except Exception as exc:  # the folder's files: `tokenizers` raises a bare Exception for a bad vocabulary
         problem = _tokenizer_files(path) or (
@@ -110,17 +110,3 @@ def _unreadable_sentencepiece(path: str) -> str | None:
                     return None
             return name if importlib.util.find_spec("sentencepiece") is None else None
     return None
-
-
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """transformers' log below errors off while the block runs (as `load.quiet_transformers`,
-    which imports this module)."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
