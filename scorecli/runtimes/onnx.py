@@ -54,7 +54,7 @@ BACKEND_NAMES = {name: RUNTIMES[name].description for name in ONNX_RUNTIMES}
 def onnxruntime():
     """The onnxruntime module, imported with its import-time log lines kept off stderr (a coloured
     telemetry warning where the user's cache cannot be written, device discovery notes): scorecli's
-    stderr holds its own lines only (docs/cli.md: the `--runtime` flag). Its later logs go at errors only."""
+    stderr holds its own lines only (docs/cli.md: Runtimes). Its later logs go at errors only."""
     import sys
 
     if sys.modules.get("onnxruntime") is not None:
@@ -351,7 +351,7 @@ def open_forward(
     A cached export that does not load (a truncated or corrupt `model.onnx`) is set aside and
     built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
     exporter, an unwritable cache, an export or load error) means torch, with one warning line
-    (docs/cli.md: the `--runtime` flag); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
+    (docs/cli.md: Runtimes); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
     """
     if runtime not in ONNX_RUNTIMES:
         return None, None
