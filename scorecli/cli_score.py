@@ -16,12 +16,13 @@ import typer
 
 from scorecli import options as o
 from scorecli import timings
+from scorecli.cache import FILES as SCORE_CACHE_FILES
 from scorecli.cli_checks import check_cache_and_runtime, check_working_folder, given, model_and_template
 from scorecli.config import ScoreConfig, check_copied_fields
 from scorecli.core.templates import check_template
 from scorecli.errors import UsageError
 from scorecli.io import lazy_pandas
-from scorecli.io.output import Target, check_apart, resolve_output
+from scorecli.io.output import Target, check_apart, check_unread, resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
 from scorecli.options import opt
 from scorecli.stderr import err, noting_interrupts, one_line_warnings, say
@@ -164,11 +165,13 @@ def _check_engine(ctx: typer.Context, engine: str, num_workers: int | None, audi
 
 def _inputs_and_output(inputs: list[str], out: str, score_cache: str | None) -> tuple[list[str], Target]:
     """(the input paths, the output `Target`), checked before any work: the output may not touch an
-    input, nor the score cache's folder the output (`io.output`)."""
+    input, nor the score cache's folder the output, nor an input glob list the cache's files (`io.output`)."""
     paths = resolve_inputs(inputs)
-    target = resolve_output(out, paths, input_folders(inputs))
+    folders = input_folders(inputs)
+    target = resolve_output(out, paths, folders)
     if score_cache:
         check_apart(target, score_cache, "--score-cache")
+        check_unread(score_cache, SCORE_CACHE_FILES, "--score-cache", folders)
     return paths, target
 
 

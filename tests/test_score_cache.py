@@ -396,6 +396,21 @@ def test_a_cache_of_another_format_is_one_line(tmp_path, qwen3_seq_cls):
     assert sorted(p.name for p in cache.iterdir()) == ["notes.txt"]
 
 
+def test_a_cache_an_input_glob_would_read_is_refused(tmp_path, qwen3_seq_cls):
+    """A cache kept where the input glob reaches (`'data/**/*.json'` with `--score-cache data/cache`)
+    ran once; its marker and records (`.json`) were the next night's input ("missing field 'query'",
+    exit 2, every night). Refused before any work, in one line; a glob that does not reach it runs."""
+    write(tmp_path / "data" / "q" / "rows.json", jsonl(FIRST))
+    cache, out = tmp_path / "data" / "cache", tmp_path / "out.parquet"
+    for pattern in ("data/**/*.json", "data/*/*.json"):
+        result = run_cli(Case(score(str(tmp_path / pattern), qwen3_seq_cls, out, "--score-cache", str(cache))))
+        assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+        assert "--score-cache" in result.stderr and "input pattern" in result.stderr, result.stderr
+        assert not cache.exists() and not out.exists()
+    result = run_cli(Case(score(str(tmp_path / "data/q/*.json"), qwen3_seq_cls, out, "--score-cache", str(cache))))
+    assert result.rc == 0 and (cache / "scorecli-score-cache.json").is_file(), result.stderr
+
+
 def test_a_pair_met_again_in_the_next_windows_is_scored_once(tmp_path, qwen3_seq_cls):
     """Rows that repeat the same pairs across windows of two rows (each window prepared while the
     one before runs, so its first rows' pairs are found only when it runs): only the first row

@@ -17,6 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# files of a cache's folder (`store`) that an input glob could list (`*.json`): its marker and records;
+# its segments are `.arrow`, which no input reads
+FILES = ("scorecli-score-cache.json", "requests/0.json", "models/0.json")
+
 
 def reusing(cfg, load: Callable[[], Any]):
     """The `reuse.Reusing` a run scores its windows with: `cfg.score_cache` opened (made if

@@ -294,6 +294,23 @@ def check_apart(target: Target, location: str, flag: str) -> None:
         )
 
 
+def check_unread(location: str, names: tuple[str, ...], flag: str, folders) -> None:
+    """UsageError when an input glob (of `folders`: `io.readers.input_folders`) would list one of
+    the files `names` (`/`-separated, relative) that `flag`'s folder at `location` keeps across runs
+    (the score cache): the run after the one that fills it would read them as input."""
+    location = localize(location)
+    if is_url(location):
+        files = [f"{locate_url(location).rstrip('/')}/{name}" for name in names]
+    else:
+        files = [os.path.join(os.path.abspath(location), *name.split("/")) for name in names]
+    for pattern in (folder for folder in folders if GLOB_CHARS & set(folder)):
+        if any(source_for(pattern).lists(pattern, path) for path in files):
+            raise UsageError(
+                f"{flag} {location}: the input pattern {pattern} matches the files it keeps (a later run "
+                "would read them as input); give it a folder the input patterns do not reach"
+            )
+
+
 def _written_files(target: Target) -> list[str]:
     """The files a run leaves at `target` that an input glob could match: the file, or a
     dataset's parts (named as its first) and marker."""
