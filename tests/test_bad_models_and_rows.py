@@ -546,3 +546,19 @@ def torch_no_grad():
     import torch
 
     return torch.no_grad()
+
+
+@pytest.mark.parametrize(
+    "kept", [b"GGUF\x03\x00\x00\x00", b"GGUF\x03\x00\x00\x00" + (1).to_bytes(8, "little") * 2 + b"\x10\x00"]
+)
+def test_a_gguf_file_cut_short_is_said_to_end_early(tmp_path, kept):
+    """An incomplete download of a .gguf: the header runs past the end of the file. It was
+    'error: error: unpack_from requires a buffer of ...' (struct.error), exit 1."""
+    pytest.importorskip("gguf")
+    from scorecli.errors import UsageError
+    from scorecli.model.gguf import materialize
+
+    (tmp_path / "judge.gguf").write_bytes(kept)
+    with pytest.raises(UsageError, match=r"judge\.gguf: the file ends inside its header"):
+        materialize(str(tmp_path), "judge.gguf", str(tmp_path / "cache"))
+    assert not any((tmp_path / "cache").rglob("config.json"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -84,6 +85,10 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
                 folder, gguf_file=gguf_file, dtype=torch.float32, output_loading_info=True
             )
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    except struct.error as exc:  # its header or tensor table runs past the end of the file
+        raise UsageError(
+            f"cannot load GGUF model {where}: the file ends inside its header (an incomplete download?)"
+        ) from exc
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"cannot load GGUF model {where}: {first_line(exc)}") from exc
     missing = sorted(info.get("missing_keys") or ())
