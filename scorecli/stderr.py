@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -23,23 +23,34 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 _interrupt_notes: list[str] = []  # what an interrupted run kept (typer turns the interrupt into exit code 130)
 _interrupt_said: list[bool] = []
+# what a second signal says while the first still unwinds, before its note is known (`noting_interrupts`)
+_interrupt_fallback: list[Callable[[], str | None]] = []
 
 
 def say_interrupted(message: str = "") -> None:
     """The one line of an interrupted run, once (a second signal may come while it is said)."""
     if not _interrupt_said:
         _interrupt_said.append(True)
-        say(message or (_interrupt_notes or ["interrupted: no output written"])[-1])
+        fallback = _interrupt_fallback[-1]() if _interrupt_fallback and not _interrupt_notes else None
+        say(message or (_interrupt_notes or [fallback or "interrupted: no output written"])[-1])
 
 
 @contextmanager
-def noting_interrupts() -> Iterator[None]:
+def noting_interrupts(kept: Callable[[], str | None] | None = None) -> Iterator[None]:
+    """Note the message an interrupt carries out of the run (what it kept). `kept()`: the line a
+    second signal says while the first still unwinds (threads joined, a window's batch finishing:
+    seconds), before that message exists; in memory only, since the process then exits at once."""
+    if kept is not None:
+        _interrupt_fallback.append(kept)
     try:
         yield
     except KeyboardInterrupt as exc:
         if str(exc):
             _interrupt_notes.append(str(exc))
         raise
+    finally:
+        if kept is not None:
+            _interrupt_fallback.remove(kept)
 
 
 def say(message: str) -> None:

@@ -562,3 +562,41 @@ def test_an_interrupt_just_after_the_rename_says_the_output_is_whole(tmp_path, m
         run_score(cfg, [inp], str(out), None, None, None, open_rows(cfg, [inp], None))
     assert isinstance(raised.value, Interrupted) and str(raised.value) == f"interrupted after {out} was written whole"
     assert pq.read_table(out).num_rows == 2
+
+
+def test_a_second_signal_while_the_first_unwinds_still_says_what_is_kept(tmp_path, monkeypatch, qwen3_seq_cls):
+    """Ctrl-C twice (an impatient user): the second comes while the first still unwinds (seconds on a
+    real model: a batch finishing, threads joined), before its message exists, and ends the process
+    after `say_interrupted()`. The parts stay; the line said 'interrupted: no output written', as
+    if the finished rows were lost. Here the second signal comes as the part store is released."""
+    from scorecli import cli_score, stderr
+    from scorecli.config import ScoreConfig
+    from scorecli.io import parts
+    from scorecli.io.output import resolve_output
+
+    inp = write(tmp_path / "rows.jsonl", b"".join(ROW % str(i).encode() for i in range(6)))
+    out = tmp_path / "scores.parquet"
+    said: list[str] = []
+    monkeypatch.setattr(stderr, "say", said.append)
+    monkeypatch.setattr(stderr, "_interrupt_said", [])
+    monkeypatch.setattr(stderr, "_interrupt_notes", [])
+    add, release = parts.PartStore.add, parts.PartStore.release
+
+    def add_then_interrupt(self, table):  # the first Ctrl-C, after two windows are kept
+        if len(self.parts) == 2:
+            raise KeyboardInterrupt
+        return add(self, table)
+
+    def second_signal_then_release(self):  # what the second one does before it exits at once
+        stderr.say_interrupted()
+        release(self)
+
+    monkeypatch.setattr(parts.PartStore, "add", add_then_interrupt)
+    monkeypatch.setattr(parts.PartStore, "release", second_signal_then_release)
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=1)
+    with pytest.raises(KeyboardInterrupt):
+        cli_score._run(cfg, [inp], resolve_output(str(out), [inp]), "local", False, True, None, None)
+    assert said == [
+        f"interrupted: no output written; 2 rows kept in {out}.partial/; run the same command with --resume to continue"
+    ]
+    assert not out.exists() and len(list((tmp_path / "scores.parquet.partial").glob("part-*.parquet"))) == 2
