@@ -105,7 +105,7 @@ class Scorer:
         self.family: Family = make_family(setup)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
             raise UsageError(
-                f"--compile on: scorecli compiles decoder models' layers; this is a {self.spec.kind} model"
+                f"--compile on: scorecli compiles decoder models' layers; this is {'an' if self.spec.kind[:1] in 'aeiou' else 'a'} {self.spec.kind} model"
             )
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails

@@ -375,7 +375,7 @@ def _compare(saved: dict, now: dict, folder: str) -> None:
                 entry = next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
                 key, old, new = f"{key} {entry}", old.get(entry), new.get(entry)
             raise FingerprintMismatch(
-                f"--resume: {folder} holds a job with a different {key} "
+                f"--resume: {folder} holds a job with {'' if key.endswith('files') else 'a '}different {key} "
                 f"({_short(old)} then, {_short(new)} now); run without --resume to start over"
             )
 
