@@ -75,6 +75,14 @@ VARIANTS = {  # name: build_sentence_model arguments
         "prompts": {"query": "represent the query for retrieving the passages that answer it: "},
         "max_seq_length": 8,
     },
+    # a Matryoshka folder saved with `truncate_dim`: encode keeps its first 10 dimensions, after Normalize
+    # (scorecli scored all 24: other scores, other embeddings)
+    "bert-dense-normalize-truncate-dim-dot": {
+        "dense": True,
+        "normalize": True,
+        "similarity": "dot",
+        "truncate_dim": 10,
+    },
     "qwen3-last-normalize-prompt": {
         "base": "qwen3",
         "pooling": "lasttoken",

@@ -101,6 +101,7 @@ class SentenceModules:
     max_seq_length: int | None = None  # from sentence_bert_config.json (else the tokenizer's)
     do_lower_case: bool = False
     message: MessageMode | None = None  # text rendered as chat messages (`messages`), or plain text
+    truncate_dim: int | None = None  # the folder's `truncate_dim`: `encode` keeps the first this many dimensions
 
     @property
     def normalized(self) -> bool:
@@ -108,7 +109,8 @@ class SentenceModules:
 
     def dimension(self, hidden_size: int) -> int:
         dense = [s for s in self.steps if isinstance(s, Dense)]
-        return dense[-1].weight.shape[0] if dense else hidden_size * len(self.pooling)
+        full = dense[-1].weight.shape[0] if dense else hidden_size * len(self.pooling)
+        return full if self.truncate_dim is None else min(full, self.truncate_dim)
 
     def adapt_tokenizer(self, tokenizer) -> None:
         """Make `tokenizer` read text as the folder says (`do_lower_case`)."""
@@ -125,10 +127,11 @@ class SentenceModules:
         return dataclasses.replace(self, max_seq_length=settled_max_length(folder, hf_config))
 
     def after_pooling(self, pooled: torch.Tensor) -> torch.Tensor:
-        """[N, pooled dim] float32 -> [N, embedding dim]: the Dense and Normalize modules."""
+        """[N, pooled dim] float32 -> [N, embedding dim]: the Dense and Normalize modules, then the
+        folder's `truncate_dim` (after Normalize, as `encode` cuts: not normalized again)."""
         for step in self.steps:
             pooled = F.normalize(pooled, p=2, dim=-1) if step == "normalize" else step(pooled)
-        return pooled
+        return pooled if self.truncate_dim is None else pooled[..., : self.truncate_dim]
 
 
 def settled_max_length(folder: str, hf_config) -> int | None:
@@ -226,7 +229,19 @@ def read_modules(path: str) -> SentenceModules:
         bert.get("max_seq_length"),
         bool(bert.get("do_lower_case", False)),
         message,
+        _truncate_dim(st.get("truncate_dim"), path),
     )
+
+
+def _truncate_dim(value, path: str) -> int | None:
+    """A folder's `truncate_dim` (a positive number of dimensions; None: none)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(
+            f"cannot load model {path}: its truncate_dim is {value!r}, not a positive number of dimensions"
+        )
+    return value
 
 
 def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | None:

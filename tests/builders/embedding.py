@@ -38,13 +38,14 @@ def build_sentence_model(
     similarity: str | None = None,
     max_seq_length: int | None = None,
     chat: dict | None = None,
+    truncate_dim: int | None = None,
 ) -> str:
     """A sentence-transformers folder: Transformer (`base`), Pooling, optionally Dense (tanh, to
     24 dimensions) and Normalize; `prompts` and `similarity` go to its config. `chat` (a Qwen3
     base, whose tokenizer has a chat template): the folder as sentence-transformers 6.2 saves it,
     reading text as chat messages, with what `chat` gives written over what it saved: "template"
     (the chat template), "format" (None: none, which sentence-transformers infers) and
-    "processing_kwargs"."""
+    "processing_kwargs". `truncate_dim`: saved in its config, as sentence-transformers saves it."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
@@ -57,7 +58,9 @@ def build_sentence_model(
         modules.append(Dense(modules[1].get_embedding_dimension(), 24))
     if normalize:
         modules.append(Normalize())
-    model = SentenceTransformer(modules=modules, prompts=prompts, similarity_fn_name=similarity, device="cpu")
+    model = SentenceTransformer(
+        modules=modules, prompts=prompts, similarity_fn_name=similarity, device="cpu", truncate_dim=truncate_dim
+    )
     model.save(str(out / "st"))
     # the prompts the model defines, as a folder says them (sentence-transformers 6 adds an empty
     # `query` and `document` prompt of its own when it saves, and again when it loads)
