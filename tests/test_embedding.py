@@ -222,6 +222,22 @@ def test_prompt_flags_take_names_or_text(built):
     assert not np.allclose(none[0][0], as_text[0][0], atol=1e-3)  # the prompts matter
 
 
+def test_prompt_names_query_and_document_are_the_models_even_when_its_folder_names_none(built):
+    """sentence-transformers 6 gives every model a `query` and a `document` prompt (empty when the
+    folder names none): `--query-prompt query --item-prompt document` on such a folder is no prompt,
+    as `encode(prompt_name=...)` (scorecli put the words "query" and "document" before the texts)."""
+    path = built("bert-mean")  # a folder that names no prompt
+    rows = ROWS[:1]
+    named = score(path, rows, query_prompt="query", item_prompt="document")[1]
+    model = _st_model(path)
+    query = model.encode([rows[0]["query"]], prompt_name="query", convert_to_tensor=True)
+    items = model.encode(rows[0]["items"], prompt_name="document", convert_to_tensor=True)
+    np.testing.assert_allclose(named[0][0], model.similarity(query, items)[0].numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(named[0][0], score(path, rows)[1][0][0])
+    literal = score(path, rows, query_prompt="query: ", item_prompt="passage: ")[1]  # other text stays literal
+    assert not np.allclose(literal[0][0], named[0][0], atol=1e-3)
+
+
 def test_similarity_flag_overrides_the_models(built):
     path = built("bert-mean")
     _, dot = score(path, similarity="dot")

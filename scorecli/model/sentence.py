@@ -316,11 +316,17 @@ def read_dense(where: str, on: str = "sentence_embedding", weights: str | None =
     )
 
 
+# prompt names every model sentence-transformers 6 loads has: empty when its folder names none
+# (`encode(prompt_name="query")` on all-MiniLM-L6-v2 is no prompt, not the text "query")
+ALWAYS_NAMED = ("query", "document")
+
+
 def prompt_text(given: str | None, modules: SentenceModules, names: tuple[str, ...]) -> str:
-    """A text's prompt: `given` (a prompt name of the model, else literal text), else the model's
-    prompt of the first of `names` it defines, else its default prompt, else none."""
+    """A text's prompt: `given` (a prompt name of the model, `ALWAYS_NAMED` included, else literal
+    text), else the model's prompt of the first of `names` it defines, else its default prompt,
+    else none."""
     if given is not None:
-        return modules.prompts.get(given, given)
+        return modules.prompts.get(given, "" if given in ALWAYS_NAMED else given)
     return next((modules.prompts[n] for n in names if n in modules.prompts), modules.default_prompt or "")
 
 
