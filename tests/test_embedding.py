@@ -347,6 +347,24 @@ def test_what_a_folder_reads_that_scorecli_cannot_reproduce_is_refused_by_name(b
         Scorer(str(path))
 
 
+def test_a_default_prompt_name_that_names_no_prompt_is_refused(built, tmp_path):
+    """sentence-transformers will not load a folder whose default_prompt_name names none of its
+    prompts; scorecli scored it without a prompt. `query` names the model's (empty) query prompt."""
+    import shutil
+
+    path = tmp_path / "st"
+    shutil.copytree(built("bert-mean"), path)
+    config_file = path / "config_sentence_transformers.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "default_prompt_name": "search"}))
+    with pytest.raises(ValueError, match="'search' not found"):
+        st.SentenceTransformer(str(path), device="cpu")
+    with pytest.raises(UsageError, match="default_prompt_name 'search' names none of its prompts"):
+        Scorer(str(path))
+    config_file.write_text(json.dumps({**config, "default_prompt_name": "query"}))
+    np.testing.assert_array_equal(score(str(path), ROWS[:1])[1][0][0], score(built("bert-mean"), ROWS[:1])[1][0][0])
+
+
 @pytest.mark.e2e
 def test_chat_message_folder_through_the_console_script(built, tmp_path):
     """A folder saved by sentence-transformers 6.2 that reads chat messages: scored, not refused,

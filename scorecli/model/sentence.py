@@ -218,6 +218,11 @@ def read_modules(path: str) -> SentenceModules:
     st = json_if(os.path.join(path, "config_sentence_transformers.json"))
     prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
+    if default is not None and default not in prompts and default not in ALWAYS_NAMED:
+        raise UsageError(  # sentence-transformers refuses to load it too
+            f"cannot load model {path}: its default_prompt_name {default!r} names none of its prompts "
+            f"({', '.join(sorted(prompts)) or 'none'})"
+        )
     return SentenceModules(
         transformer_dir,
         pooling,
