@@ -238,6 +238,24 @@ def test_prompt_names_query_and_document_are_the_models_even_when_its_folder_nam
     assert not np.allclose(literal[0][0], named[0][0], atol=1e-3)
 
 
+def test_a_null_prompt_is_an_empty_one(built, tmp_path):
+    """A folder whose config says `"query": null` (sentence-transformers loads an empty prompt):
+    scorecli put the text "None" before every query and item."""
+    import shutil
+
+    path = tmp_path / "st"
+    shutil.copytree(built("bert-cls-dense-normalize-prompts"), path)
+    config_file = path / "config_sentence_transformers.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "prompts": {"query": None, "document": None}}))
+    model = st.SentenceTransformer(str(path), device="cpu")
+    rows = ROWS[:1]
+    query = model.encode([rows[0]["query"]], prompt_name="query", convert_to_tensor=True)
+    items = model.encode(rows[0]["items"], prompt_name="document", convert_to_tensor=True)
+    ours = score(str(path), rows)[1]
+    np.testing.assert_allclose(ours[0][0], model.similarity(query, items)[0].numpy(), atol=1e-5, rtol=0)
+
+
 def test_similarity_flag_overrides_the_models(built):
     path = built("bert-mean")
     _, dot = score(path, similarity="dot")

@@ -216,7 +216,8 @@ def read_modules(path: str) -> SentenceModules:
     bert = json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
     message = _read_inputs(bert, transformer_dir, path)
     st = json_if(os.path.join(path, "config_sentence_transformers.json"))
-    prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
+    # a null prompt is an empty one, as sentence-transformers loads it
+    prompts = {str(k): "" if v is None else str(v) for k, v in (st.get("prompts") or {}).items()}
     default = st.get("default_prompt_name")
     if default is not None and default not in prompts and default not in ALWAYS_NAMED:
         raise UsageError(  # sentence-transformers refuses to load it too
