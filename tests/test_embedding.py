@@ -383,6 +383,20 @@ def test_a_default_prompt_name_that_names_no_prompt_is_refused(built, tmp_path):
     np.testing.assert_array_equal(score(str(path), ROWS[:1])[1][0][0], score(built("bert-mean"), ROWS[:1])[1][0][0])
 
 
+def test_a_transformer_config_under_an_older_name_is_read(built, tmp_path):
+    """Older sentence-transformers releases saved the Transformer's config as
+    `sentence_distilbert_config.json` (and kin), which sentence-transformers still reads: scorecli
+    read none, so texts were cut at the tokenizer's maximum length, not the folder's 6."""
+    import shutil
+
+    path = tmp_path / "st"
+    shutil.copytree(built("bert-max-dot-short"), path)
+    (path / "sentence_bert_config.json").unlink()
+    (path / "sentence_distilbert_config.json").write_text(json.dumps({"max_seq_length": 6}))
+    assert st.SentenceTransformer(str(path), device="cpu").max_seq_length == 6
+    assert_matches(score(str(path))[1], reference(str(path), ROWS))
+
+
 @pytest.mark.e2e
 def test_chat_message_folder_through_the_console_script(built, tmp_path):
     """A folder saved by sentence-transformers 6.2 that reads chat messages: scored, not refused,

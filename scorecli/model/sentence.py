@@ -29,6 +29,7 @@ from scorecli.model.st_files import (
     is_sentence_folder,
     json_file,
     json_if,
+    transformer_config,
 )
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -213,7 +214,7 @@ def read_modules(path: str) -> SentenceModules:
                 "(it applies Pooling, Dense and Normalize)"
             )
     pooling, include_prompt = _read_pooling(os.path.join(path, entries[1].get("path") or ""))
-    bert = json_if(os.path.join(transformer_dir, "sentence_bert_config.json"))
+    bert = transformer_config(transformer_dir)
     message = _read_inputs(bert, transformer_dir, path)
     st = json_if(os.path.join(path, "config_sentence_transformers.json"))
     # a null prompt is an empty one, as sentence-transformers loads it

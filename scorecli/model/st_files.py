@@ -36,6 +36,24 @@ def json_if(path: str) -> dict:
     return json_file(path, path, missing_ok=True)  # type: ignore[return-value]
 
 
+# the names sentence-transformers reads a Transformer module's config under, in this order (older
+# releases saved `sentence_distilbert_config.json` and kin beside a DistilBERT, RoBERTa, ...)
+TRANSFORMER_CONFIGS = tuple(
+    f"sentence_{name}_config.json"
+    for name in ("bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet")
+)
+
+
+def transformer_config(folder: str, name: str | None = None) -> dict:
+    """A Transformer module's config in `folder`: the first of `TRANSFORMER_CONFIGS` that holds
+    something, as sentence-transformers reads it; {} when none does (`name`: the model to name when
+    one cannot be read)."""
+    for file in TRANSFORMER_CONFIGS:
+        if config := json_file(os.path.join(folder, file), name or folder, missing_ok=True):
+            return config  # type: ignore[return-value]
+    return {}
+
+
 # tokenizer arguments a folder's processing_kwargs may set without changing the token ids
 SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
 

@@ -25,7 +25,7 @@ from scorecli.model.sentence import (
     read_dense,
     router_routes,
 )
-from scorecli.model.st_files import MODULES_FILE, SAME_IDS, json_file
+from scorecli.model.st_files import MODULES_FILE, SAME_IDS, json_file, transformer_config
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _entries(path: str) -> tuple[list[dict], list[str]]:
 def _transformer(path: str, where: str, task: str, output: str) -> dict:
     """The Transformer module's `sentence_bert_config.json`, refused unless it reads plain text
     as `task` into `output` with the tokenizer's own settings."""
-    bert = json_file(os.path.join(where, "sentence_bert_config.json"), path, missing_ok=True)
+    bert = transformer_config(where, path)
     assert isinstance(bert, dict)
     modalities = bert.get("modality_config") or {"text": {"method_output_name": output}}
     reads = (modalities.get("text") or {}).get("method_output_name")
