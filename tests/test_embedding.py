@@ -383,6 +383,23 @@ def test_a_default_prompt_name_that_names_no_prompt_is_refused(built, tmp_path):
     np.testing.assert_array_equal(score(str(path), ROWS[:1])[1][0][0], score(built("bert-mean"), ROWS[:1])[1][0][0])
 
 
+def test_load_arguments_that_change_the_tokens_are_refused_by_name(built, tmp_path):
+    """A Transformer config's `tokenizer_args` (`processor_kwargs` in 6.x) go to the tokenizer
+    sentence-transformers loads: `do_lower_case: false` on an uncased vocabulary makes cased words
+    [UNK]. scorecli ignored them (other scores, exit 0); load arguments that change nothing load."""
+    import shutil
+
+    path = tmp_path / "st"
+    shutil.copytree(built("bert-mean"), path)
+    config_file = path / "sentence_bert_config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "tokenizer_args": {"do_lower_case": False}}))
+    with pytest.raises(UsageError, match="sets tokenizer_args.do_lower_case, which scorecli does not reproduce"):
+        Scorer(str(path))
+    config_file.write_text(json.dumps({**config, "model_kwargs": {"attn_implementation": "sdpa"}}))
+    np.testing.assert_array_equal(score(str(path), ROWS[:1])[1][0][0], score(built("bert-mean"), ROWS[:1])[1][0][0])
+
+
 def test_a_transformer_config_under_an_older_name_is_read(built, tmp_path):
     """Older sentence-transformers releases saved the Transformer's config as
     `sentence_distilbert_config.json` (and kin), which sentence-transformers still reads: scorecli

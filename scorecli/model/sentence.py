@@ -25,6 +25,7 @@ from scorecli.model.messages import MessageMode, read_mode
 from scorecli.model.st_files import (
     MODULES_FILE,
     changed_kwargs,
+    check_load_kwargs,
     check_no_processor,
     is_sentence_folder,
     json_file,
@@ -268,6 +269,7 @@ def _read_inputs(bert: dict, transformer_dir: str, path: str) -> MessageMode | N
             "states)"
         )
     processing = bert.get("processing_kwargs") or {}
+    check_load_kwargs(bert, path)
     if changed := changed_kwargs(processing):
         raise UsageError(
             f"cannot load model {path}: its processing_kwargs set {changed}, which scorecli does not reproduce"

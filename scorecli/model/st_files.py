@@ -58,6 +58,25 @@ def transformer_config(folder: str, name: str | None = None) -> dict:
 SAME_IDS = frozenset({"padding", "padding_side", "pad_to_multiple_of", "return_tensors", "return_attention_mask"})
 
 
+# what a Transformer's config passes on to the tokenizer it loads (`tokenizer_args`, in 6.x
+# `processor_kwargs`), to the model and to its config; the arguments that change no token and no score
+LOAD_KWARGS = ("tokenizer_args", "processor_kwargs", "model_args", "model_kwargs", "config_args", "config_kwargs")
+SAME_LOAD = frozenset(
+    {"trust_remote_code", "local_files_only", "cache_dir", "revision", "token", "use_auth_token", "padding_side"}
+    | {"torch_dtype", "dtype", "attn_implementation", "device_map", "low_cpu_mem_usage", "add_pooling_layer"}
+)
+
+
+def check_load_kwargs(bert: dict, name: str) -> None:
+    """UsageError naming the first `key.argument` of a Transformer config's load arguments
+    (`LOAD_KWARGS`) that may change the tokens or the scores (a tokenizer's `do_lower_case`, ...)."""
+    changed = sorted(f"{key}.{arg}" for key in LOAD_KWARGS for arg in (bert.get(key) or {}) if arg not in SAME_LOAD)
+    if changed:
+        raise UsageError(
+            f"cannot load model {name}: its Transformer's config sets {changed[0]}, which scorecli does not reproduce"
+        )
+
+
 def module_entries(path: str) -> tuple[list[dict], list[str]]:
     """(`modules.json`'s entries in their order, each module's class name: `Transformer`, ...)."""
     entries = sorted(json_file(os.path.join(path, MODULES_FILE), path), key=lambda e: e.get("idx", 0))  # type: ignore[arg-type, union-attr]

@@ -25,7 +25,7 @@ from scorecli.model.sentence import (
     read_dense,
     router_routes,
 )
-from scorecli.model.st_files import MODULES_FILE, SAME_IDS, json_file, transformer_config
+from scorecli.model.st_files import MODULES_FILE, SAME_IDS, check_load_kwargs, json_file, transformer_config
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,7 @@ def _transformer(path: str, where: str, task: str, output: str) -> dict:
             f"cannot load model {path}: its Transformer reads {', '.join(modalities)} as "
             f"{bert.get('transformer_task')!r}; scorecli reads text as {task!r} ({output})"
         )
+    check_load_kwargs(bert, path)
     for bucket, kwargs in (bert.get("processing_kwargs") or {}).items():
         changed = sorted(k for k in (kwargs or {}) if k not in SAME_IDS)
         if changed:
