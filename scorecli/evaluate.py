@@ -136,7 +136,7 @@ def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:
     assert out.data is not None and row.data is not None
     given = (as_list(row.data.get(n), row.where, n) for n in (items_field, "item_ids"))  # a CSV cell: its array
     items = next((value for value in given if isinstance(value, list)), None)
-    scores = out.data.get("score")
+    scores = _scores(out)
     if items is not None and isinstance(scores, list) and len(items) != len(scores):
         raise UsageError(f"{row.where}: {len(items)} items but {out.where}: {len(scores)} scores; " + _ROW_FOR_ROW)
 
@@ -144,7 +144,7 @@ def _same_items(out: RawRow, row: RawRow, items_field: str) -> None:
 def _add(ranking: Ranking, out: RawRow, labels, where: str, labels_field: str) -> None:
     """One output row's scores against `labels` (bad rows, with null scores, do not count)."""
     assert out.data is not None
-    scores = out.data.get("score")
+    scores = _scores(out)
     if scores is None:
         if "score" not in out.data:
             raise UsageError(f"{out.where}: no 'score' column: SCORES must be an output of scorecli score")
@@ -152,3 +152,20 @@ def _add(ranking: Ranking, out: RawRow, labels, where: str, labels_field: str) -
     grades = parse_labels(labels, len(scores), where, labels_field)
     values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
     ranking.add(values, grades)
+
+
+def _scores(out: RawRow) -> list | None:
+    """The output row's `score` list (a CSV cell: the JSON array it holds), or None (a bad row's).
+
+    Raises:
+        InputError: a `score` that is not a list of numbers (one line naming the row).
+    """
+    assert out.data is not None
+    scores = as_list(out.data.get("score"), out.where, "score")
+    if scores is None:
+        return None
+    if not isinstance(scores, list) or not all(
+        s is None or (isinstance(s, (int, float)) and not isinstance(s, bool)) for s in scores
+    ):
+        raise InputError(f"{out.where}: field 'score': expected a list of numbers (one per item), got {scores!r:.40}")
+    return scores

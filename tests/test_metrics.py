@@ -285,3 +285,18 @@ def test_labels_under_another_field_name(tmp_path, qwen3_seq_cls):
     table = pq.read_table(out)
     assert table["rel"].to_pylist() == [[0.0, 1.0], [3.0]] and "labels" not in table.column_names
     assert "over 2 labelled rows" in result.lines()[-1], result.stderr
+
+
+def test_eval_reads_a_csv_score_cell_and_refuses_a_score_that_is_no_list_of_numbers(tmp_path):
+    """A SCORES CSV holds `score` as a JSON array in its cell, as it holds `labels`: eval read the
+    labels but took the score's text for a list of characters (exit 1, "ValueError: could not
+    convert string to float: '['"); a `score` that is a number, text or a list holding text was exit
+    1 too (TypeError, ValueError) and now is a bad row of SCORES (exit 2, one line naming it)."""
+    csv = write(tmp_path / "s.csv", b'score,labels\n"[0.1, 0.2]","[1]"\n"[0.7, 0.3]","[1]"\n')
+    assert evaluate([csv], None, "labels", "id", None, None).means()["MRR@10"] == 0.75
+    for score in (0.5, "abc", [1, "a"], [True, 0.2]):
+        path = write(
+            tmp_path / "bad.jsonl", jsonl([{"score": [0.1, 0.2], "labels": [1]}, {"score": score, "labels": [1]}])
+        )
+        with pytest.raises(InputError, match=r"bad.jsonl:2: field 'score': expected a list of numbers"):
+            evaluate([path], None, "labels", "id", None, None)
