@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scorecli.core.metrics import Ranking, parse_labels, row_metrics
+from scorecli.core.metrics import Ranking, parse_labels, rank_order, row_metrics
 from scorecli.errors import InputError, UsageError
 from scorecli.evaluate import evaluate
 from scorecli.io.schema import null_nonfinite
@@ -300,3 +300,16 @@ def test_eval_reads_a_csv_score_cell_and_refuses_a_score_that_is_no_list_of_numb
         )
         with pytest.raises(InputError, match=r"bad.jsonl:2: field 'score': expected a list of numbers"):
             evaluate([path], None, "labels", "id", None, None)
+
+
+def test_a_nan_score_ranks_after_minus_infinity_as_in_top_k():
+    """A NaN score ranks last (docs/ranking.md, docs/inputs-and-metrics.md), as the `top_k` column
+    ranks it: the metrics took NaN for -inf, so a NaN item of a lower index ranked before a -inf
+    one (RR 1/3 where the -inf item, second, is relevant) and disagreed with `top_k`."""
+    from scorecli.core.ranking import top_k
+
+    scores = np.array([np.nan, -np.inf, 1.0, np.nan], dtype=np.float32)
+    _, order = top_k(scores, np.array([0, 4]), 4)
+    assert order.tolist() == [2, 1, 0, 3]
+    assert rank_order(scores).tolist() == order.tolist()
+    assert row_metrics(scores, np.array([0.0, 1.0, 0.0, 0.0]), 10)[0] == 0.5

@@ -79,8 +79,9 @@ def _number(v: Any, where: str, name: str) -> float:
 def rank_order(scores: np.ndarray) -> np.ndarray:
     """Item indices best first: by score, ties to the lower index (as `core.ranking.top_k`); a NaN
     score last."""
-    keyed = np.where(np.isnan(scores), -np.inf, scores.astype(np.float64))
-    return np.lexsort((np.arange(len(scores)), -keyed))
+    nan = np.isnan(scores)
+    keyed = np.where(nan, 0.0, scores.astype(np.float64))  # NaN after every number, -inf included
+    return np.lexsort((np.arange(len(scores)), -keyed, nan))
 
 
 def row_metrics(scores: np.ndarray, grades: np.ndarray, k: int) -> tuple[float, float, float]:
