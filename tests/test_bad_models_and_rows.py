@@ -562,3 +562,25 @@ def test_a_gguf_file_cut_short_is_said_to_end_early(tmp_path, kept):
     with pytest.raises(UsageError, match=r"judge\.gguf: the file ends inside its header"):
         materialize(str(tmp_path), "judge.gguf", str(tmp_path / "cache"))
     assert not any((tmp_path / "cache").rglob("config.json"))
+
+
+def test_a_gguf_file_cut_inside_its_tensors_is_said_to_end_early(tmp_path):
+    """An incomplete download cut after the header, inside the tensor data: numpy's 'cannot
+    reshape array of size N into shape (...)' alone did not say why."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    from scorecli.errors import UsageError
+    from scorecli.model.gguf import materialize
+
+    whole = tmp_path / "whole.gguf"
+    writer = gguf.GGUFWriter(str(whole), "llama")
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    (tmp_path / "judge.gguf").write_bytes(whole.read_bytes()[:-1000])
+    with pytest.raises(UsageError, match=r"judge\.gguf: the file ends inside its tensor data \(an incomplete download"):
+        materialize(str(tmp_path), "judge.gguf", str(tmp_path / "cache"))
+    assert not any((tmp_path / "cache").rglob("config.json"))

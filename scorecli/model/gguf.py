@@ -90,6 +90,12 @@ def _dequantize_to(folder: str, gguf_file: str, out: str) -> None:
             f"cannot load GGUF model {where}: the file ends inside its header (an incomplete download?)"
         ) from exc
     except (OSError, ValueError, KeyError) as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("cannot reshape array of size"):
+            # numpy's, as the reader views a tensor its header says is larger than what the file holds
+            raise UsageError(
+                f"cannot load GGUF model {where}: the file ends inside its tensor data (an incomplete "
+                f"download?): {first_line(exc)}"
+            ) from exc
         raise UsageError(f"cannot load GGUF model {where}: {first_line(exc)}") from exc
     missing = sorted(info.get("missing_keys") or ())
     if missing:  # tensors the file lacks (or transformers cannot map) would be random: never cache them
