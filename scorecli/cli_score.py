@@ -24,6 +24,7 @@ from scorecli.errors import UsageError
 from scorecli.io import lazy_pandas
 from scorecli.io.output import Target, check_apart, check_unread, resolve_output
 from scorecli.io.readers import estimate_tokens, input_folders, resolve_inputs
+from scorecli.model.cache import GLOBBED_FILES
 from scorecli.options import opt
 from scorecli.stderr import err, noting_interrupts, one_line_warnings, say
 
@@ -93,7 +94,7 @@ def score(
     _check_engine(ctx, engine, num_workers, audit)
     if engine == "local":
         lazy_pandas.defer()  # pyarrow asks for pandas objects no input here holds: 0.3-0.5 s
-    paths, target = _inputs_and_output(inputs, out, score_cache)
+    paths, target = _inputs_and_output(inputs, out, score_cache, cache_dir)
     # what the flags alone tell fails before anything about the model is looked up
     token_ids = o.csv_ints(label_token_ids)
     _check_flags(id_field, labels_field, template, apply_softmax, activation)
@@ -163,15 +164,20 @@ def _check_engine(ctx: typer.Context, engine: str, num_workers: int | None, audi
         raise UsageError("--audit re-scores pairs in this process: use --engine local (the default)")
 
 
-def _inputs_and_output(inputs: list[str], out: str, score_cache: str | None) -> tuple[list[str], Target]:
+def _inputs_and_output(
+    inputs: list[str], out: str, score_cache: str | None, cache_dir: str | None
+) -> tuple[list[str], Target]:
     """(the input paths, the output `Target`), checked before any work: the output may not touch an
-    input, nor the score cache's folder the output, nor an input glob list the cache's files (`io.output`)."""
+    input, nor the score cache's folder the output, nor an input glob list the files of the score
+    cache or of a cache folder given (`io.output`)."""
     paths = resolve_inputs(inputs)
     folders = input_folders(inputs)
     target = resolve_output(out, paths, folders)
     if score_cache:
         check_apart(target, score_cache, "--score-cache")
         check_unread(score_cache, SCORE_CACHE_FILES, "--score-cache", folders)
+    if cache_dir:
+        check_unread(cache_dir, GLOBBED_FILES, "--cache-dir", folders)
     return paths, target
 
 

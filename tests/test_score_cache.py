@@ -411,6 +411,21 @@ def test_a_cache_an_input_glob_would_read_is_refused(tmp_path, qwen3_seq_cls):
     assert result.rc == 0 and (cache / "scorecli-score-cache.json").is_file(), result.stderr
 
 
+def test_a_cache_folder_an_input_glob_would_read_is_refused(tmp_path, qwen3_seq_cls):
+    """The same for `--cache-dir`: `auto`'s verdicts (`runtime/*.json`) and a GGUF model's
+    dequantized config and tokenizer (`gguf/*/config.json`) are JSON files the next run would read."""
+    write(tmp_path / "data" / "q" / "rows.json", jsonl(FIRST))
+    write(tmp_path / "data" / "q" / "more" / "rows.json", jsonl(FIRST))
+    folder, out = tmp_path / "data" / "cache", tmp_path / "out.parquet"
+    for pattern in ("data/**/*.json", "data/*/*/*.json"):
+        result = run_cli(Case(score(str(tmp_path / pattern), qwen3_seq_cls, out, "--cache-dir", str(folder))))
+        assert result.rc == 2 and len(result.lines()) == 1, result.stderr
+        assert "--cache-dir" in result.stderr and "input pattern" in result.stderr, result.stderr
+        assert not out.exists()
+    result = run_cli(Case(score(str(tmp_path / "data/q/*.json"), qwen3_seq_cls, out, "--cache-dir", str(folder))))
+    assert result.rc == 0, result.stderr
+
+
 def test_a_pair_met_again_in_the_next_windows_is_scored_once(tmp_path, qwen3_seq_cls):
     """Rows that repeat the same pairs across windows of two rows (each window prepared while the
     one before runs, so its first rows' pairs are found only when it runs): only the first row

@@ -30,6 +30,9 @@ from collections.abc import Callable
 from scorecli.errors import UsageError
 
 PREFIX = ".building-"
+# files a cache folder holds that an input glob could list (`*.json`): `auto`'s runtime verdicts and a
+# GGUF model's dequantized config and tokenizer (`io.output.check_unread`)
+GLOBBED_FILES = ("runtime/0.json", "gguf/0/config.json")
 FOREIGN_AGE_S = 24 * 3600  # a copy of a process this one cannot see is taken for gone after a day untouched
 
 
