@@ -8,7 +8,8 @@ them; `audit` re-scores them after the last window: each (query, item) as the ru
 each chunk alone (P + chunk, the pair, or the text) through the model's own forward (eager
 attention, no speed-ups), chunks aggregated as the run aggregates them. It records the largest
 difference, the share of audited rows whose order of items would change with the reference's
-scores in place of the run's, and N. The tolerance is float32's 1e-4; a 16-bit run's is the noise
+scores in place of the run's, and N (relative to the reference's score above 1 for the kinds whose
+scores are sums that grow with the texts: MaxSim, sparse dot products). The tolerance is float32's 1e-4; a 16-bit run's is the noise
 of its dtype measured on the same pairs (twice the largest difference between the model's own
 forward in that dtype and in float32, at least 1e-4). Knows nothing about files or the CLI.
 """
@@ -98,6 +99,7 @@ class Verdict:
     tolerance: float
     asked: int = 0  # --audit N: more than `pairs` when the run held fewer
     kept: int = 0  # pairs of a resumed job's kept rows: whether the cache gave them is not known
+    relative: bool = False  # `max_diff` is relative to the reference's score where that is above 1
 
     @property
     def passed(self) -> bool:
@@ -122,7 +124,8 @@ class Verdict:
             reused = f"all the run's, fewer than --audit {self.asked}; {reused}"
         return (
             f"audit: {self.pairs} pair{'s' * (self.pairs != 1)} ({reused}) re-scored through the model's own "
-            f"float32 forward: largest difference {self.max_diff:.2g} (tolerance {self.tolerance:.2g}); "
+            f"float32 forward: largest difference {self.max_diff:.2g} ({'relative above 1; ' * self.relative}"
+            f"tolerance {self.tolerance:.2g}); "
             f"{self.reordered:.1%} of {self.rows} audited row{'s' * (self.rows != 1)} would order their items "
             "otherwise: " + ("passed" if self.passed else "BEYOND TOLERANCE")
         )
@@ -155,19 +158,21 @@ def audit(sampler: Sampler, cfg, run_scorer, load, dtype: str) -> Verdict:
     pairs = sampler.pairs
     ref = reference_scorer(cfg, run_scorer)
     theirs = reference_scores(ref, pairs)
+    relative = KINDS[ref.spec.kind].relative_scores  # MaxSim and sparse sums: relative above 1 (SPEC 17)
+    scale = np.maximum(1.0, np.abs(theirs)) if relative and pairs else 1.0
     tolerance = TOLERANCE_FP32
     if dtype != "float32" and pairs:  # a 16-bit run: its dtype's own noise on these pairs
         own = run_scorer if run_scorer is not None else load()
-        noise = np.abs(reference_scores(own, pairs) - theirs).max(initial=0.0)
+        noise = (np.abs(reference_scores(own, pairs) - theirs) / scale).max(initial=0.0)
         tolerance = max(TOLERANCE_FP32, 2 * float(noise))
     ours = np.stack([p.ours for p in pairs]) if pairs else np.zeros((0, sampler.labels))
-    diff = float(np.abs(ours - theirs).max(initial=0.0)) if pairs else 0.0
+    diff = float((np.abs(ours - theirs) / scale).max(initial=0.0)) if pairs else 0.0
     if pairs and not np.isfinite(ours - theirs).all():
         diff = float("nan") if not np.array_equal(np.isnan(ours), np.isnan(theirs)) else diff
     rows, reordered = _reordered(pairs, theirs[:, sampler.positive] if pairs else np.zeros(0), tolerance)
     hits = sum(p.hit is True for p in pairs)
     kept = sum(p.hit is None for p in pairs)
-    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n, kept)
+    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n, kept, relative)
 
 
 def _reordered(pairs: list[Pair], reference: np.ndarray, tolerance: float) -> tuple[int, float]:

@@ -238,6 +238,8 @@ class KindInfo:
         similarity: scores compare a separately encoded query and items (`--similarity` style).
         label_tokens: scores are the logits of label tokens (`--label-tokens`), not a head's labels.
         classifier_head: scores are a classifier head's labels, on the decoder's last token.
+        relative_scores: scores are sums that grow with the texts (MaxSim, sparse dot products):
+            they agree with the reference relatively above 1 (SPEC 17), as the audit judges them.
     """
 
     family: str
@@ -253,6 +255,7 @@ class KindInfo:
     similarity: bool = False
     label_tokens: bool = False
     classifier_head: bool = False
+    relative_scores: bool = False
 
 
 # The two parts a kind combines (STYLE habit 20, vLLM's pooler: a pooling method and a head).
@@ -284,6 +287,7 @@ KINDS: dict[str, KindInfo] = {
         sentence_modules=True,
         encoder=True,
         similarity=True,
+        relative_scores=True,
     ),
     "sparse": KindInfo(
         "scorecli.kinds.sparse:SparseFamily",
@@ -295,6 +299,7 @@ KINDS: dict[str, KindInfo] = {
         sentence_modules=True,
         encoder=True,
         similarity=True,
+        relative_scores=True,
     ),
     "embedding": KindInfo(
         "scorecli.kinds.embedding:EmbeddingFamily",
