@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ ray = pytest.importorskip("ray")
 
 from scorecli.config import ScoreConfig  # noqa: E402
 from scorecli.engine.ray import ROW_INDEX, ScorecliPredictor, import_ray, run_score_ray  # noqa: E402
+from scorecli.engine.ray_cluster import connected  # noqa: E402
 from scorecli.engine.run import run_score  # noqa: E402
 from scorecli.errors import InputError, ScorecliError, UsageError  # noqa: E402
 from scorecli.io.readers import resolve_inputs  # noqa: E402
@@ -111,6 +113,24 @@ def test_starts_and_stops_its_own_instance(qwen3_seq_cls, inputs, tmp_path):
     got = [json.loads(line) for line in open(out)]
     assert [r["id"] for r in got] == [f"r{k}" for k in range(100)]
     assert set(got[0]) == {"id", "scores", "score", "num_tokens"}
+
+
+def test_joining_keeps_the_process_sigterm_handler():
+    """ray.init puts sys.exit(15) on SIGTERM: a driver stopped by SIGTERM exited 15 (not 143),
+    with a stack dump and no word of the rows kept for --resume. The CLI's handler stays."""
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+
+    def handler(signum, frame):
+        return None
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with connected(ray, None, 1):
+            assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert not ray.is_initialized()
 
 
 def test_same_rows_order_and_scores_as_local(local_ray, qwen3_seq_cls, inputs, tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,6 +24,10 @@ def connected(ray, address: str | None, num_workers: int | None) -> Iterator[Non
     quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address:
         check_reachable(address)
+    # ray.init replaces SIGTERM's handler with sys.exit(15) (exit 15, no word of the kept rows)
+    # and its core worker prints a stack dump on it: the process's own handler is put back
+    main = threading.current_thread() is threading.main_thread()
+    on_term = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address:
             ray.init(address=address, **quiet)
@@ -31,6 +37,9 @@ def connected(ray, address: str | None, num_workers: int | None) -> Iterator[Non
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise UsageError(f"cannot start or join Ray at {address or 'a local instance'}: {first_line(exc)}") from exc
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     try:
         yield
     finally:
