@@ -289,6 +289,23 @@ def test_embedding_model_same_as_local(local_ray, inputs, tmp_path):
     assert_same_output(want, got)
 
 
+def test_a_score_cache_run_loads_no_model_on_cpu_workers_as_local(local_ray, qwen3_seq_cls, inputs, tmp_path):
+    """Every pair in a --score-cache a local run filled: 2 CPU workers under --runtime auto loaded
+    the model anyway (one chose the runtime, and its pinned choice missed the cache's record), so
+    the output said self_check 'passed (...)' where the local engine's says it loaded none."""
+    from scorecli.engine.job import FROM_CACHE
+
+    cfg = ScoreConfig(model=qwen3_seq_cls, window_rows=16, score_cache=str(tmp_path / "cache"))
+    first, local, remote = (str(tmp_path / f"{n}.parquet") for n in ("first", "local", "ray"))
+    run_score(cfg, inputs[:1], first, total_rows=None, console=None, stdin=None)
+    run_score(cfg, inputs[:1], local, total_rows=None, console=None, stdin=None)
+    run_score_ray(cfg, inputs[:1], remote, address=None, num_workers=2, console=None)
+    want, got = pq.read_table(local), pq.read_table(remote)
+    assert want.schema.metadata[b"self_check"] == FROM_CACHE.encode()
+    assert got.schema.metadata[b"score_cache_misses"] == b"0"
+    assert_same_output(want, got)
+
+
 def test_int8_runtime_says_its_drift_once_as_local(local_ray, inputs, tmp_path):
     """--runtime onnx-int8 on Ray workers: the same one-line drift note on stderr as the local
     engine (and with no rows too), and the same drift in the metadata."""

@@ -53,6 +53,22 @@ from scorecli.version import __version__
 JOB_ENTRIES = 4_000_000
 
 
+def _request(cfg, cache: CacheStore) -> tuple[str, str | None, str | None, dict | None]:
+    """(device, model identity, request digest, the settings recorded for it) of a run of `cfg`."""
+    device = cfg.device if cfg.device != "auto" else auto_device()
+    identity = model_identity(cfg.model, cache.memo)
+    if identity is None:
+        return device, None, None, None
+    request = request_digest(cfg, identity, device, __version__)
+    return device, identity, request, cache.request(request)
+
+
+def settings_recorded(cfg) -> bool:
+    """Whether `cfg.score_cache` holds the settings a run of `cfg` resolves, so that its hits
+    load no model (`Reusing`)."""
+    return bool(cfg.score_cache) and _request(cfg, CacheStore(cfg.score_cache, create=True))[3] is not None
+
+
 @dataclass
 class Figures:
     """What the reuse did: pairs found (`hits`) and not (`misses`) in the cache or earlier in the job."""
@@ -148,11 +164,7 @@ class Reusing:
         self.request: str | None = None
         self.served = 0  # pairs windows took from the cache before the model loaded
         if cache is not None:
-            self.device = cfg.device if cfg.device != "auto" else auto_device()
-            self.identity = model_identity(cfg.model, cache.memo)
-            if self.identity is not None:
-                self.request = request_digest(cfg, self.identity, self.device, __version__)
-                self.record = cache.request(self.request)
+            self.device, self.identity, self.request, self.record = _request(cfg, cache)
         if self.record is None:
             self.loaded()  # the settings come from the model
         else:

@@ -264,7 +264,8 @@ class _RayScoring:
         status, first, second = self.ray.get(task.remote(cfg))
         if status != "ok":
             raise_failure(first, second)
-        self.worker_cfg = pinned_runtime(cfg, first)
+        if first is not None:  # None: the score cache holds the settings, as they were resolved
+            self.worker_cfg = pinned_runtime(cfg, first)
 
     def empty(self) -> tuple[pa.Table | None, dict[str, str]]:
         """No rows to score: one worker builds the Scorer for the output's columns and metadata."""

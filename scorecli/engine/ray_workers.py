@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scorecli.cache import reusing
+from scorecli.cache.reuse import settings_recorded
 from scorecli.config import ScoreConfig
 from scorecli.errors import InputError, ScorecliError, UsageError, first_line
 from scorecli.io.folders import folder_at
@@ -186,10 +187,14 @@ def empty_output(config: ScoreConfig, id_type: pa.DataType | None) -> tuple[str,
 
 def runtime_choice(config: ScoreConfig) -> tuple[str, Any, Any]:
     """Remote task: ("ok", the metadata of a Scorer built as a worker builds it, None), whose
-    `--runtime auto` choice every worker then runs; or ("failed", type, message)."""
+    `--runtime auto` choice every worker then runs; ("ok", None, None) where the score cache
+    holds the run's settings (workers load no model for its hits, as a local run loads none);
+    or ("failed", type, message)."""
     try:
         from scorecli.scorer import Scorer
 
+        if settings_recorded(config):
+            return "ok", None, None
         return "ok", Scorer(config.model, config).metadata, None
     except Exception as exc:  # noqa: BLE001 - any failure goes back to the driver, which raises it
         return "failed", type(exc).__name__, first_line(exc)
