@@ -42,3 +42,17 @@ def test_an_address_where_nothing_listens_fails_in_seconds_in_one_line(tmp_path,
     assert lines == [f"error: cannot join Ray at {address}: connection refused " + lines[0].split("refused ", 1)[1]]
     assert "is a Ray cluster running there?" in lines[0]
     assert not out.exists() and not (tmp_path / "s.jsonl.partial").exists()
+
+
+def test_ray_data_keeps_a_failed_blocks_traceback_off_stderr():
+    """A worker lost mid-run (killed, out of memory): Ray Data logged its ERROR traceback (40 lines)
+    on stderr, even under --quiet, before scorecli's one-line 'error: Ray failed: ...'."""
+    import logging
+
+    import ray
+
+    from scorecli.engine.ray_cluster import quiet_ray_data
+
+    executor = logging.getLogger("ray.data._internal.execution.streaming_executor_state")
+    with quiet_ray_data(ray):
+        assert not executor.isEnabledFor(logging.ERROR)

@@ -79,7 +79,7 @@ def quiet_ray_data(ray) -> Iterator[None]:
     saved = (ctx.execution_options.preserve_order, getattr(ctx, "enable_progress_bars", None), logger.level)
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL)  # a failed block's traceback too: it comes back as our one-line error
     try:
         yield
     finally:
