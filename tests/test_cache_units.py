@@ -223,3 +223,17 @@ def test_a_template_that_strips_the_item_end_is_other_settings():
     scorer.runtime = "torch"
     stripping = SimpleNamespace(**{**vars(scorer), "template": replace(template, strips_item_end=True)})
     assert settings_of(scorer, "m") != settings_of(stripping, "m")
+
+
+@pytest.mark.parametrize("age", ["", " ", "-1d", "30x"])
+def test_prune_refuses_an_empty_or_bad_age(tmp_path, age):
+    """`cache prune --older-than "$AGE"` with AGE unset (`""`) pruned nothing by age and said
+    "removed 0 entries", exit 0, as if nothing were that old: an age that is none is a usage
+    error (exit 2), as a bad one is, before the cache is touched."""
+    from scorecli.cache.admin import prune
+    from scorecli.cache.store import CacheStore
+    from scorecli.errors import UsageError
+
+    CacheStore(str(tmp_path / "cache"), create=True)
+    with pytest.raises(UsageError, match="--older-than"):
+        prune(str(tmp_path / "cache"), None, age)

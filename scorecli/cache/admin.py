@@ -90,7 +90,7 @@ def _matches(model: str, store: CacheStore) -> str:
 
 def prune(location: str, model: str | None, older_than: str | None) -> str:
     """Prune the cache at `location`; one line says what was removed and what is kept."""
-    cutoff = time.time() - parse_age(older_than) if older_than else None
+    cutoff = time.time() - parse_age(older_than) if older_than is not None else None  # "": refused, not ignored
     store = CacheStore(location, create=False)
     identity = _matches(model, store) if model else None
     removed = kept = segments_removed = tidied = 0
