@@ -146,6 +146,8 @@ class ScoreConfig:
         if not self.pooled_hidden_states and (self.pooling is not None or self.hidden_dtype != "float32"):
             flag = "--pooling" if self.pooling is not None else "--hidden-dtype"
             raise UsageError(f"{flag} applies to the pooled_hidden_states column: pass --pooled-hidden-states too")
+        if self.score_cache is not None and not self.score_cache.strip():  # an unset "$CACHE": not no cache
+            raise UsageError("--score-cache: empty location (give a folder or an object-store prefix)")
         if self.audit < 0:
             raise UsageError(f"--audit must be at least 0, got {self.audit}")
         if self.audit_strict and not self.audit:

@@ -237,3 +237,14 @@ def test_prune_refuses_an_empty_or_bad_age(tmp_path, age):
     CacheStore(str(tmp_path / "cache"), create=True)
     with pytest.raises(UsageError, match="--older-than"):
         prune(str(tmp_path / "cache"), None, age)
+
+
+@pytest.mark.parametrize("location", ["", "  "])
+def test_an_empty_score_cache_location_is_refused(location):
+    """`--score-cache "$CACHE"` with CACHE unset ran the job with no cache at all, exit 0, every
+    night scoring every pair and keeping none, with nothing said: an empty location is a usage
+    error (exit 2), as an empty --out is."""
+    from scorecli.errors import UsageError
+
+    with pytest.raises(UsageError, match="--score-cache: empty location"):
+        ScoreConfig(model="m", score_cache=location)
