@@ -17,6 +17,11 @@ class UsageError(ScorecliError):
     exit_code = 2
 
 
+class AccessDenied(UsageError):
+    """A store refused a request for these credentials (`io.stores`): a team's score cache shared
+    read-only is read, not added to (`cache.store.CacheStore`)."""
+
+
 class ResumeRefused(UsageError):
     """`--resume` that cannot go on with the job its folder holds, the parts kept: its own line
     says how to go on (not "run the same command with --resume", which would meet it again)."""

@@ -64,6 +64,36 @@ def test_cache_in_a_store(s3, inputs, uncached, qwen3_seq_cls, tmp_path):  # noq
     assert missing.rc == 2 and len(missing.lines()) == 1, missing.stderr
 
 
+def test_a_cache_prefix_these_credentials_may_only_read_serves_its_hits(s3, inputs, uncached, qwen3_seq_cls, tmp_path):  # noqa: F811
+    """A team's cache in a bucket whose policy lets this job read, not write (PUT: 403): the run
+    scored its first window, then stopped with exit 2 ('cannot write s3://.../segments/...:
+    access denied') and wrote no output. As for a local folder it may only read: the hits are
+    served, the rest scored, the output written (exit 0), one warning says they were not added."""
+    s3_server.client(s3).create_bucket(Bucket="team")
+    env = _env(**s3.env())
+    cache = "s3://team/cache/"
+    first = run_cli(
+        Case(score(inputs["first"], qwen3_seq_cls, tmp_path / "first.parquet", "--score-cache", cache), env=env)
+    )
+    assert first.rc == 0, first.stderr
+    before = sorted(o["Key"] for o in s3_server.client(s3).list_objects_v2(Bucket="team")["Contents"])
+    s3.fail(r"^PUT /team/", 403, s3_server.DENIED)
+    try:
+        result = run_cli(
+            Case(score(inputs["second"], qwen3_seq_cls, tmp_path / "second.parquet", "--score-cache", cache), env=env)
+        )
+    finally:
+        s3.clear()
+    assert result.rc == 0, result.stderr
+    assert_same(pq.read_table(tmp_path / "second.parquet"), uncached["second"])
+    hits, misses = counts(tmp_path / "second.parquet")
+    assert hits == 11 and misses > 0
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: score cache")]
+    assert len(warned) == 1 and "not writable (access denied)" in warned[0], result.stderr
+    after = sorted(o["Key"] for o in s3_server.client(s3).list_objects_v2(Bucket="team")["Contents"])
+    assert after == before
+
+
 def test_cache_with_ray_workers(inputs, uncached, qwen3_seq_cls, tmp_path):
     """Ray workers look pairs up in the cache a local run filled, and add the pairs they score:
     a local run after them hits every pair without a model."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from scorecli.cache.identity import Memo
 from scorecli.cache.segments import SUFFIX, Damaged, Entries, read_entries, read_metadata, to_ipc
 from scorecli.engine.job import SCORE_CACHE_MARKER
-from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.errors import AccessDenied, ScorecliError, UsageError, first_line
 from scorecli.io.folders import Folder, folder_at, opened
 from scorecli.io.urls import is_url, local_path, scheme_of
 
@@ -289,7 +289,11 @@ class CacheStore:
 
     def _denied(self, exc: ScorecliError) -> bool:
         """Whether a failed write (`_writing`'s error) was refused because this run may not write
-        into the cache (permissions, a read-only file system); if so, `read_only` says why."""
+        into the cache (permissions, a read-only file system, a store that denies it); if so,
+        `read_only` says why."""
+        if isinstance(exc, AccessDenied):  # a store's: credentials that may read the prefix, not write it
+            self.read_only = "access denied"
+            return True
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno in _READ_ONLY:
             self.read_only = cause.strerror or str(cause)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from scorecli.errors import ScorecliError, UsageError, first_line
+from scorecli.errors import AccessDenied, ScorecliError, UsageError, first_line
 from scorecli.io import schemes  # its deadlines read when used (tests/store_cli.py shortens them)
 from scorecli.io.schemes import SCHEMES, SUPPORTED, Scheme, endpoint_host, listed
 from scorecli.io.urls import parse, scheme_of, shown
@@ -121,7 +121,7 @@ class Store:
             except FileNotFoundError as exc:
                 raise UsageError(f"{what} {self.url(path)}: {_missing(exc)}") from exc
             except PermissionError as exc:
-                raise UsageError(f"{what} {self.url(path)}: access denied ({self.scheme_info.credentials})") from exc
+                raise AccessDenied(f"{what} {self.url(path)}: access denied ({self.scheme_info.credentials})") from exc
             except Exception as exc:
                 if not isinstance(exc, OSError) and not _store_error(exc):
                     raise
@@ -248,7 +248,7 @@ def _refused(exc: Exception, what: str, url: str, scheme: Scheme, filesystem: An
     if any(k in said for k in _NO_BUCKET):
         raise UsageError(f"{what} {url}: the bucket or container does not exist") from exc
     if _status(text) in _DENIED_STATUS or any(k in said for k in _DENIED):
-        raise UsageError(f"{what} {url}: access denied ({scheme.credentials})") from exc
+        raise AccessDenied(f"{what} {url}: access denied ({scheme.credentials})") from exc
     if _NO_HOST.search(text):
         host = _HOST.search(text)
         name = host.group(1) if host else endpoint_host(filesystem)
