@@ -94,6 +94,32 @@ def test_a_cache_prefix_these_credentials_may_only_read_serves_its_hits(s3, inpu
     assert after == before
 
 
+def test_prune_where_the_store_refuses_deletes_says_so(s3, inputs, qwen3_seq_cls, tmp_path):  # noqa: F811
+    """`cache prune --older-than 0` with credentials whose deletes the bucket denies (DELETE: 403)
+    said 'removed 9 entries (1 whole segment), kept 0', exit 0, and removed nothing (the store's
+    refusal was taken for a segment another run had merged away): exit 2, one line naming the
+    object, and `info` still counts every entry."""
+    s3_server.client(s3).create_bucket(Bucket="kept")
+    env = _env(**s3.env())
+    cache = "s3://kept/cache/"
+    made = run_cli(
+        Case(score(inputs["first"], qwen3_seq_cls, tmp_path / "first.parquet", "--score-cache", cache), env=env)
+    )
+    assert made.rc == 0, made.stderr
+    s3.fail(r"^(DELETE|POST) /kept/", 403, s3_server.DENIED)
+    try:
+        pruned = run_cli(Case(["cache", "prune", cache, "--older-than", "0"], env=env))
+    finally:
+        s3.clear()
+    assert pruned.rc == 2 and "access denied" in pruned.stderr and len(pruned.lines()) == 1, (
+        pruned.stdout,
+        pruned.stderr,
+    )
+    assert b"removed" not in pruned.stdout
+    info = run_cli(Case(["cache", "info", cache], env=env))
+    assert f"{items_of(FIRST)} entries in 1 segment" in info.stdout.decode(), info.stdout
+
+
 def test_cache_with_ray_workers(inputs, uncached, qwen3_seq_cls, tmp_path):
     """Ray workers look pairs up in the cache a local run filled, and add the pairs they score:
     a local run after them hits every pair without a model."""

@@ -301,10 +301,15 @@ class CacheStore:
         return False
 
     def delete(self, profile: str, name: str) -> None:
+        """Remove a segment; one already gone (another run's merge) is no error, one the store or
+        folder refuses to remove (access denied, a store down) is: `prune` must not say it went."""
         try:
             self._folder("segments", profile).delete(name)
-        except (FileNotFoundError, ScorecliError):
+        except FileNotFoundError:
             pass  # deleted by another run's merge already
+        except ScorecliError as exc:
+            if not _gone(exc):
+                raise
 
     def merge(self, profile: str, names: list[str], model: dict[str, str] | None = None) -> str | None:
         """Merge segments `names` into one (written first, then they are deleted); `model`: what
