@@ -399,6 +399,19 @@ def test_an_instruction_fills_the_templates_slot(qwen3_causal_lm):
     assert own != other
 
 
+def test_a_rows_empty_instruction_wins_over_the_runs(qwen3_causal_lm):
+    """A row's `instruction` field wins over --instruction and the template's default, an empty
+    one too (an empty --instruction is empty): `"instruction": ""` was scored with the run's
+    instruction (or the default), other scores than the docs' "a row's field wins" gives."""
+    query, item = "what is a fox", "a small wild dog"
+    empty = Scorer(qwen3_causal_lm, template="qwen3-reranker", instruction="")
+    want = empty.score_rows(_rows([{"query": query, "items": [item]}]))["score"].to_pylist()
+    row = _rows([{"query": query, "items": [item], "instruction": ""}])
+    for instruction in (None, "x"):
+        scorer = Scorer(qwen3_causal_lm, template="qwen3-reranker", instruction=instruction)
+        assert scorer.score_rows(row)["score"].to_pylist() == want
+
+
 @pytest.mark.parametrize("kind", ["seq-cls", "causal-lm"])
 def test_a_decoder_kind_on_an_encoder_names_the_kind_it_is(tmp_path, bert_cross_encoder, kind):
     """The way out offered is the kind the folder is detected as (an embedding folder was told to

@@ -45,7 +45,12 @@ class DecoderEncoder:
         """Encode a window of rows; pre-tokenized rows are used as-is (no template).
         With `chunking` items are tokenized whole (their chunks are cut when packing)."""
         text = [k for k, r in enumerate(rows) if not r.pretokenized]
-        prefixes = [self.template.render_prefix(rows[k].query, rows[k].instruction or self.instruction) for k in text]
+        prefixes = [  # a row's own instruction wins, an empty one too (as an empty --instruction does)
+            self.template.render_prefix(
+                rows[k].query, self.instruction if rows[k].instruction is None else rows[k].instruction
+            )
+            for k in text
+        ]
         cut = [self.bounder.cut(p, self.max_tokens) for p in prefixes]  # non-None: P alone is over the limit
         prefixes = [c or p for c, p in zip(cut, prefixes)]
         bound = self._bounded if chunking is None else str
