@@ -365,6 +365,23 @@ def test_a_softmax_over_one_label_is_refused(request, fixture, flags, what):
 
 
 @pytest.mark.parametrize(
+    "labels, what",
+    [
+        ('["yes please", "no"]', r"^template mine's label_tokens: 'yes please' is \d+ tokens .*give --label-tokens"),
+        ('"no, no"', r"^template mine's label_tokens: 'no' and 'no' are the same token"),
+    ],
+)
+def test_a_templates_label_tokens_are_named_as_the_templates(tmp_path, qwen3_causal_lm, labels, what):
+    """Label tokens a template file gives that are not one token each were refused as
+    `--label-tokens: ...`, a flag the user never gave; the refusal names the template."""
+    template = tmp_path / "mine.toml"
+    template.write_text(f'prefix = "Q: {{query}}"\nitem = " {{item}}"\nlabel_tokens = {labels}\n')
+    with pytest.raises(UsageError, match=what):
+        Scorer(qwen3_causal_lm, template=str(template))
+    assert Scorer(qwen3_causal_lm, template=str(template), label_tokens=("yes", "no"))  # the flag overrides them
+
+
+@pytest.mark.parametrize(
     "flags, what",
     [
         ({"label_tokens": ("yes", "yes")}, r"--label-tokens: 'yes' and 'yes' are the same token \(\d+\)"),

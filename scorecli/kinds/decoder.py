@@ -335,13 +335,16 @@ def label_tokens(cfg, tokenizer, template) -> tuple[tuple[int, ...], tuple[str, 
     tokens = cfg.label_tokens or template.label_tokens
     if not tokens:
         raise UsageError("a causal-lm model needs label tokens: pass --label-tokens yes,no (or --label-token-ids)")
+    # where they come from, as the refusals name it: the flag, or the template the user did not override
+    given = "--label-tokens" if cfg.label_tokens else f"template {template.name}'s label_tokens"
     ids = []
     for token in tokens:
         encoded = tokenizer.encode(token, add_special_tokens=False)
         if len(encoded) != 1:
-            raise UsageError(f"--label-tokens: {token!r} is {len(encoded)} tokens {encoded}, not exactly one")
+            more = "" if cfg.label_tokens else " (give --label-tokens or --label-token-ids)"
+            raise UsageError(f"{given}: {token!r} is {len(encoded)} tokens {encoded}, not exactly one{more}")
         ids.append(encoded[0])
-    return _distinct(tuple(ids), tuple(tokens), "--label-tokens"), tuple(tokens)
+    return _distinct(tuple(ids), tuple(tokens), given), tuple(tokens)
 
 
 def _distinct(ids: tuple[int, ...], names: tuple[str, ...], flag: str) -> tuple[int, ...]:
