@@ -381,6 +381,20 @@ def test_bad_json_template_files(tmp_path, content, match):
     assert str(f) in str(e.value)
 
 
+@pytest.mark.parametrize("name", ["bom.toml", "bom.json"])
+def test_a_template_file_that_starts_with_a_bom_is_read(tmp_path, name):
+    """A file a Windows editor saved with a UTF-8 BOM was refused (TOML: 'Invalid statement (at
+    line 1, column 1)'); the BOM is dropped, as from an input file's first line."""
+    f = tmp_path / name
+    body = (
+        'prefix = "Q: {query}"\nitem = " {item}"\n'
+        if name.endswith(".toml")
+        else json.dumps({"prefix": "Q: {query}", "item": " {item}"})
+    )
+    f.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert load_template(str(f)) == Template("bom", "Q: {query}", " {item}")
+
+
 def test_bad_toml_template_file(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text('prefix = "unterminated\n')

@@ -264,7 +264,7 @@ def _load_file(path: Path) -> Template:
     if suffix not in (".toml", ".json"):
         raise UsageError(f"{where}: expected a .toml or .json file")
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) dropped, as input files' is
         data = tomllib.loads(raw) if suffix == ".toml" else json.loads(raw)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"{where}: cannot read it: {e}") from e
