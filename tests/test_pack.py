@@ -63,8 +63,10 @@ def test_truncate_error_names_row_and_item():
 
 
 def test_empty_query_and_empty_item_is_an_error():
+    """The prefix is empty (an empty query, or a template file whose prefix holds no `{query}`):
+    the message said 'after an empty query' to a row whose query was not empty."""
     row = EncodedRow(np.zeros(0, dtype=np.int64), [np.array([5]), np.zeros(0, dtype=np.int64)])
-    with pytest.raises(InputError, match=r"'items'\[1\]"):
+    with pytest.raises(InputError, match=r"'items'\[1\]: an empty item after an empty prefix \(the query as"):
         truncate_items(row, 10, "item", "f:2")
 
 

@@ -59,7 +59,8 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
         empty = [k for k, item in enumerate(row.items) if len(item) == 0]
         if empty:
             raise InputError(
-                f"{where}: field 'items'[{empty[0]}]: empty item after an empty query leaves nothing to score"
+                f"{where}: field 'items'[{empty[0]}]: an empty item after an empty prefix (the query as the "
+                "template renders it, no BOS) leaves nothing to score"
             )
     too_long = [k for k, item in enumerate(row.items) if len(item) > room]
     if not too_long:
