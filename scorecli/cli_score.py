@@ -40,7 +40,7 @@ def score(
     model: o.Model = None,
     kind: Annotated[str | None, opt("--kind")] = None,
     mode: Annotated[str, opt("--mode")] = "auto",
-    template: Annotated[str | None, opt("--template")] = None,
+    template: Annotated[str | None, opt("--template", callback=o.home)] = None,
     instruction: Annotated[str | None, opt("--instruction")] = None,
     label_tokens: Annotated[str | None, opt("--label-tokens")] = None,
     label_token_ids: Annotated[str | None, opt("--label-token-ids")] = None,

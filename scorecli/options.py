@@ -211,9 +211,10 @@ def seconds(value: float | None) -> float | None:
 
 
 def home(value: str | None) -> str | None:
-    """A folder scorecli makes (`--cache-dir`, `$SCORECLI_CACHE_DIR`, `--score-cache`) whose `~` no
-    shell expanded (a systemd `Environment=`, a crontab's variable, a quoted flag) in your home
-    folder, as `--model` takes it, not a new folder named `~` in the current one. `~user` is left."""
+    """A folder scorecli makes (`--cache-dir`, `$SCORECLI_CACHE_DIR`, `--score-cache`) or a file it
+    reads (`--template`) whose `~` no shell expanded (a systemd `Environment=`, a crontab's
+    variable, a quoted flag, `--template=~/...`) in your home folder, as `--model` takes it, not a
+    new folder named `~` in the current one (nor an unknown template). `~user` is left."""
     if value is not None and (value == "~" or value.startswith("~/")):
         return os.path.expanduser(value)
     return value

@@ -621,6 +621,26 @@ def test_a_tilde_no_shell_expanded_is_the_home_folder(tmp_path, bert_cross_encod
     assert info.returncode == 0 and "2 entries" in info.stdout.decode(), info.stderr.decode()
 
 
+@pytest.mark.e2e
+def test_a_template_file_under_a_tilde_no_shell_expanded_is_read(tmp_path):
+    """`--template=~/judge.toml` (no shell expands a `~` after `=`, nor a quoted one) was 'unknown
+    template ~/judge.toml' though --model takes the same spelling: it is the file in the home
+    folder (here one without `item`, refused by name before any model loads)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    write(home / "judge.toml", b'prefix = "Q: {query}"\n')
+    rows = write(tmp_path / "in.jsonl", GOOD_LINE % 1)
+    run = subprocess.run(
+        [*SCORECLI, "score", rows, "--out", "o.jsonl", "--template=~/judge.toml"],
+        cwd=tmp_path,
+        env=_env(HOME=str(home)),
+        capture_output=True,
+        timeout=TIMEOUT,
+    )
+    assert run.returncode == 2
+    assert run.stderr.decode().splitlines() == [f"error: template file {home / 'judge.toml'}: missing key 'item'"]
+
+
 def test_the_default_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
     """With no --cache-dir, the cache is `$XDG_CACHE_HOME/scorecli` where that variable is an
     absolute path, as pip, torch and huggingface_hub read it; an empty or relative one is ignored
