@@ -317,6 +317,23 @@ def test_cross_encoder_rejects_mis_and_templates(bert_cross_encoder):
             Scorer(bert_cross_encoder, attention=attention)
 
 
+@pytest.mark.parametrize("named", ["stem", "key"])
+def test_a_template_file_named_plain_is_refused_where_templates_are(tmp_path, bert_cross_encoder, named):
+    """A template file named `plain` (its stem, `plain.toml`, or its `name` key) passed as the
+    `plain` preset: a cross-encoder (and an embedding, multi-vector or sparse model) ignored its
+    prompt, exit 0. It is refused as any other template file is; the plain preset is not."""
+    from tests.builders.embedding import build_sentence_model
+
+    text = 'prefix = "Query: {query} Document:"\nitem = " {item}"\n'
+    template = tmp_path / ("plain.toml" if named == "stem" else "mine.toml")
+    template.write_text(text + ('name = "plain"\n' if named == "key" else ""))
+    embedder = build_sentence_model(tmp_path / "st", pooling="mean", dense=False, normalize=True)
+    for path in (bert_cross_encoder, embedder):
+        with pytest.raises(UsageError, match="template"):
+            Scorer(path, template=str(template))
+        assert Scorer(path, template="plain")
+
+
 def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
     with pytest.raises(UsageError, match="needs label tokens"):
         Scorer(qwen3_causal_lm)

@@ -118,6 +118,12 @@ class Template:
         return _PLACEHOLDER.sub(lambda m: item if m.group(1) == "item" else m.group(0), self.item)
 
     @property
+    def is_plain(self) -> bool:
+        """Whether this is the `plain` preset (a file's template named `plain`, by its `name` or its
+        file's stem `plain.toml`, is not, unless it is the same template)."""
+        return self == _plain()
+
+    @property
     def takes_instruction(self) -> bool:
         """Whether the prefix has an `{instruction}` slot (`--instruction` fills it)."""
         return "{instruction}" in self.prefix

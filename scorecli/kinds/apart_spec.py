@@ -25,7 +25,7 @@ def refuse_flags(kind: str, cfg, template) -> None:
         [
             (cfg.mode == "mis", f"--mode mis: a {kind} model encodes every item as its own sequence already"),
             (
-                template.name != "plain" or cfg.instruction is not None,
+                not template.is_plain or cfg.instruction is not None,
                 f"--template/--instruction: {kind} models take prompts (--query-prompt, --item-prompt)",
             ),
             label_tokens_refused(kind, cfg),

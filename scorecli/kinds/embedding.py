@@ -120,7 +120,7 @@ class EmbeddingFamily(FamilyDefaults):
                     "use --mode single or auto",
                 ),
                 (
-                    template.name != "plain" or cfg.instruction is not None,
+                    not template.is_plain or cfg.instruction is not None,
                     "--template/--instruction: embedding models take prompts (--query-prompt, --item-prompt)",
                 ),
                 label_tokens_refused(kind, cfg),

@@ -67,9 +67,9 @@ class PairFamily(FamilyDefaults):
             raise UsageError(
                 "--mode mis: a cross-encoder attends bidirectionally, so items would see each other; use --mode single"
             )
-        if template.name != "plain":
+        if not template.is_plain:
             raise UsageError(
-                f"--template {template.name}: templates apply to decoder models; cross-encoders score (query, item) pairs"
+                f"--template {cfg.template}: templates apply to decoder models; cross-encoders score (query, item) pairs"
             )
         refuse_apart_flags(kind, cfg, template)
         check_texts(cfg)
