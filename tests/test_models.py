@@ -334,6 +334,19 @@ def test_a_template_file_named_plain_is_refused_where_templates_are(tmp_path, be
         assert Scorer(path, template="plain")
 
 
+def test_yes_no_chat_on_a_model_that_takes_no_template_is_refused_as_a_template(tmp_path, bert_cross_encoder):
+    """`--template yes-no-chat` on a cross-encoder or embedding model whose tokenizer has no chat
+    template was refused as 'needs a tokenizer with a chat template (use --template
+    qwen3-reranker, plain, or a .toml/.json template file)', which these kinds refuse in turn:
+    the refusal is the kind's, as for any other template."""
+    from tests.builders.embedding import build_sentence_model
+
+    embedder = build_sentence_model(tmp_path / "st", pooling="mean", dense=False, normalize=True)
+    for path, what in ((bert_cross_encoder, "templates apply to decoder models"), (embedder, "take prompts")):
+        with pytest.raises(UsageError, match=what):
+            Scorer(path, template="yes-no-chat")
+
+
 def test_label_token_errors(qwen3_causal_lm, qwen3_seq_cls):
     with pytest.raises(UsageError, match="needs label tokens"):
         Scorer(qwen3_causal_lm)

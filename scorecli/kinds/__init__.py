@@ -23,7 +23,7 @@ import numpy as np
 from scorecli.core.batching import Batch, plan_batches
 from scorecli.core.pack import Seq
 from scorecli.core.ranking import Chunking, last_chunks
-from scorecli.core.templates import load_template
+from scorecli.core.templates import NEEDS_TOKENIZER, Template, load_template
 
 if TYPE_CHECKING:
     import torch
@@ -141,7 +141,11 @@ class FamilyDefaults:
     @classmethod
     def template(cls, kind: str, cfg, loaded) -> Any:
         """The run's `core.templates.Template`: `--template`'s (a folder may say how it renders
-        its pairs itself)."""
+        its pairs itself). A kind that takes no template refuses any but `plain` by name; a preset
+        built from the model's chat template is not built for it, so that a tokenizer without one
+        does not answer first (pointing at other templates, refused in turn)."""
+        if cfg.template in NEEDS_TOKENIZER:
+            return Template(cfg.template, "{query}", "{item}")
         return load_template(cfg.template, loaded.tokenizer)
 
     @classmethod

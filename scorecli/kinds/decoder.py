@@ -17,7 +17,7 @@ from scorecli.core.batching import Batch
 from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
-from scorecli.core.templates import Template
+from scorecli.core.templates import Template, load_template
 from scorecli.errors import InputError, UsageError
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
@@ -75,7 +75,7 @@ class DecoderFamily(FamilyDefaults):
         (`pair_template`: its chat template or text pairs, its default prompt)."""
         folder = loaded.sentence
         if folder is None:
-            return super().template(kind, cfg, loaded)
+            return load_template(cfg.template, loaded.tokenizer)
         if cfg.template != "plain":
             raise UsageError(
                 f"--template {cfg.template}: this sentence-transformers CrossEncoder folder renders its (query, "
