@@ -215,7 +215,7 @@ def _run(
     checkpoint = Checkpoint.open(target, cfg, paths, resume, warn)  # an earlier run's folder: said as it is replaced
     if checkpoint is not None and checkpoint.note and not quiet:
         say(f"warning: {checkpoint.note}")
-    with noting_interrupts(None if checkpoint is None else lambda: _kept_line(checkpoint)):
+    with noting_interrupts(None if checkpoint is None else checkpoint.second_signal_line):
         if engine == "ray":
             from scorecli.engine.ray import run_score_ray
 
@@ -246,15 +246,3 @@ def _run(
     timings.mark("done")
     if (line := timings.line()) and not quiet:
         say(line)
-
-
-def _kept_line(checkpoint) -> str | None:
-    """The line of a second signal that ends the run before the first's message is made
-    (`Checkpoint.keeping`): what the folder keeps, from memory (the process exits at once)."""
-    if checkpoint.written:
-        left = "" if checkpoint.target.kind == "dataset" else f"; {checkpoint.shown} is left over: remove it"
-        return f"interrupted after {checkpoint.target.out} was written whole{left}"
-    rows = checkpoint.store.rows_done
-    if not rows:
-        return None
-    return f"interrupted: no output written; {rows:,} rows kept in {checkpoint.shown}; run the same command with --resume to continue"

@@ -175,8 +175,7 @@ class Checkpoint:
             if isinstance(exc, ResumeRefused):  # another job, or not here: its own line says how to go on
                 raise
             if self.written and isinstance(exc, KeyboardInterrupt):  # while the parts were being removed
-                left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"
-                raise Interrupted(f"interrupted after {self.target.out} was written whole{left}") from exc
+                raise Interrupted(self._written_whole()) from exc
             if not self.store.durable_rows() and not self.store.parts:
                 self._discard()  # nothing kept: no folder to explain
                 raise
@@ -203,11 +202,23 @@ class Checkpoint:
         except ScorecliError:
             pass
 
-    def kept(self) -> str:
-        """What a failed run leaves, and how to go on."""
-        return (
-            f"{self.store.durable_rows():,} rows kept in {self.shown}; run the same command with --resume to continue"
-        )
+    def kept(self, rows: int | None = None) -> str:
+        """What a failed run leaves (`rows`: as counted in memory; by default as the journal holds
+        them), and how to go on."""
+        rows = self.store.durable_rows() if rows is None else rows
+        return f"{rows:,} rows kept in {self.shown}; run the same command with --resume to continue"
+
+    def _written_whole(self) -> str:
+        left = "" if self.target.kind == "dataset" else f"; {self.shown} is left over: remove it"
+        return f"interrupted after {self.target.out} was written whole{left}"
+
+    def second_signal_line(self) -> str | None:
+        """The line of a second signal that ends the run before `keeping` has made the first's:
+        what the folder keeps, from memory (the process exits at once; None: nothing kept)."""
+        if self.written:
+            return self._written_whole()
+        rows = self.store.rows_done
+        return f"interrupted: no output written; {self.kept(rows)}" if rows else None
 
     def write(self, table: pa.Table) -> None:
         """Keep one window's output as a durable part (non-finite scores as null, as `Sink` writes
