@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from scorecli.attention.backends import choose
 from scorecli.config import ATTENTIONS, MODES, ScoreConfig, check_choice
 from scorecli.engine.progress import loading, quiet_unless_live
-from scorecli.errors import InputError, ScorecliError, UsageError, first_line
+from scorecli.errors import InputError, ScorecliError, UsageError, a_kind, first_line
 from scorecli.io.output import unwritable_file
 from scorecli.io.readers import RawRow
 from scorecli.kinds import KINDS
@@ -182,10 +182,7 @@ def run_bench(
 def _single_only(spec: RunSpec) -> str:
     """Why a model runs single-item only (its `kinds.spec.RunSpec`): a decoder's reason, else its kind's."""
     kind = spec.kind
-    return (
-        spec.single_reason
-        or f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} model scores each item in a sequence of its own"
-    )
+    return spec.single_reason or f"{a_kind(kind)} model scores each item in a sequence of its own"
 
 
 # what an over-long bench row's error says besides why: its row and field, and `score`'s way out

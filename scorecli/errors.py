@@ -53,6 +53,11 @@ class Notice(UserWarning):
     that a long pause is never silent (`notice`). The CLI prints it as `note: ...`, not under --quiet."""
 
 
+def a_kind(kind: str) -> str:
+    """`kind` with its article, as messages name a model of it: "an embedding", "a cross-encoder"."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def notice(text: str) -> None:
     """Say `text` once per place it is said from (Python's warning registry keeps the count)."""
     import warnings

@@ -31,7 +31,7 @@ from scorecli.core.rows import Fields, Row, parse_row
 from scorecli.engine.batches import Readback, free_cache, run_serial, run_streams
 from scorecli.engine.prepared import Prepared
 from scorecli.engine.progress import tracked
-from scorecli.errors import InputError, UsageError, error_line
+from scorecli.errors import InputError, UsageError, a_kind, error_line
 from scorecli.io.columns import Columns, window_table
 from scorecli.io.parquet_input import table_rows
 from scorecli.io.readers import RawRow
@@ -105,7 +105,7 @@ class Scorer:
         self.family: Family = make_family(setup)  # everything that depends on the kind
         if cfg.compile == "on" and getattr(self.family, "compiled", None) is None:
             raise UsageError(
-                f"--compile on: scorecli compiles decoder models' layers; this is {'an' if self.spec.kind[:1] in 'aeiou' else 'a'} {self.spec.kind} model"
+                f"--compile on: scorecli compiles decoder models' layers; this is {a_kind(self.spec.kind)} model"
             )
         self.streams = self.family.streams  # concurrent forwards on CPU (`_run_streams`)
         self.fallback = self.family.fallback  # backend to switch to if the one `auto` chose fails

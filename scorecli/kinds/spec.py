@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from scorecli.config import ScoreConfig
 from scorecli.core.encode import leading_special_ids
 from scorecli.core.templates import Template, text_problem
-from scorecli.errors import UsageError, notice
+from scorecli.errors import UsageError, a_kind, notice
 from scorecli.kinds import KINDS, family_class
 from scorecli.model.compat import Support, decoder_layers, text_config
 from scorecli.model.load import Loaded, scorecli_attends
@@ -88,9 +88,8 @@ def label_tokens_refused(kind: str, cfg: ScoreConfig) -> tuple[bool, str]:
     """(whether, why) for `refuse`: label tokens given to a `kind` whose scores are not theirs, the
     flag named as the user gave it."""
     flag = "--label-tokens" if cfg.label_tokens is not None else "--label-token-ids"
-    article = "an" if kind[:1] in "aeiou" else "a"
     given = cfg.label_tokens is not None or cfg.label_token_ids is not None
-    return given, f"{flag} applies to causal-lm models, not to {article} {kind} model"
+    return given, f"{flag} applies to causal-lm models, not to {a_kind(kind)} model"
 
 
 def softmax_of_one(activation: str, names: tuple[str, ...], given: str, tokens: bool) -> tuple[bool, str]:

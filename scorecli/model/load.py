@@ -21,7 +21,7 @@ import torch
 from scorecli.attention import ATTN_NAME, register, set_implementation
 from scorecli.attention.backends import capabilities, prefetch_for
 from scorecli.config import ScoreConfig
-from scorecli.errors import UsageError, first_line
+from scorecli.errors import UsageError, a_kind, first_line
 from scorecli.kinds import KINDS, Checkpoint, detect, family_class
 from scorecli.model import gguf, lean_imports, weight_files
 from scorecli.model.fit import Kinds, check_report, config_problem
@@ -174,9 +174,8 @@ def load_model(cfg: ScoreConfig) -> Loaded:
         lean_imports.import_model_code()  # before that import starts beside it
         prefetch_for(cfg.attention, device.type, dtype in (torch.float16, torch.bfloat16))
     elif cfg.attention != "auto" and capabilities(cfg.attention).model_attention is None:
-        article = "an" if kind[:1] in "aeiou" else "a"
         raise UsageError(
-            f"--attention {cfg.attention}: {article} {kind} model ({hf_config.model_type}) runs its own attention, "
+            f"--attention {cfg.attention}: {a_kind(kind)} model ({hf_config.model_type}) runs its own attention, "
             "not scorecli's backends; use --attention auto, sdpa or eager"
         )
 
