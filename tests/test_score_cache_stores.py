@@ -64,18 +64,23 @@ def test_cache_in_a_store(s3, inputs, uncached, qwen3_seq_cls, tmp_path):  # noq
     assert missing.rc == 2 and len(missing.lines()) == 1, missing.stderr
 
 
+def _first_night(server, bucket: str, inputs, model: str, tmp_path) -> tuple[dict[str, str], str]:
+    """(the environment that reaches the S3 stand-in `server`, a cache `s3://BUCKET/cache/`) after a
+    run of the first night's rows filled it."""
+    s3_server.client(server).create_bucket(Bucket=bucket)
+    env = _env(**server.env())
+    cache = f"s3://{bucket}/cache/"
+    first = run_cli(Case(score(inputs["first"], model, tmp_path / "first.parquet", "--score-cache", cache), env=env))
+    assert first.rc == 0, first.stderr
+    return env, cache
+
+
 def test_a_cache_prefix_these_credentials_may_only_read_serves_its_hits(s3, inputs, uncached, qwen3_seq_cls, tmp_path):  # noqa: F811
     """A team's cache in a bucket whose policy lets this job read, not write (PUT: 403): the run
     scored its first window, then stopped with exit 2 ('cannot write s3://.../segments/...:
     access denied') and wrote no output. As for a local folder it may only read: the hits are
     served, the rest scored, the output written (exit 0), one warning says they were not added."""
-    s3_server.client(s3).create_bucket(Bucket="team")
-    env = _env(**s3.env())
-    cache = "s3://team/cache/"
-    first = run_cli(
-        Case(score(inputs["first"], qwen3_seq_cls, tmp_path / "first.parquet", "--score-cache", cache), env=env)
-    )
-    assert first.rc == 0, first.stderr
+    env, cache = _first_night(s3, "team", inputs, qwen3_seq_cls, tmp_path)
     before = sorted(o["Key"] for o in s3_server.client(s3).list_objects_v2(Bucket="team")["Contents"])
     s3.fail(r"^PUT /team/", 403, s3_server.DENIED)
     try:
@@ -99,13 +104,7 @@ def test_prune_where_the_store_refuses_deletes_says_so(s3, inputs, qwen3_seq_cls
     said 'removed 9 entries (1 whole segment), kept 0', exit 0, and removed nothing (the store's
     refusal was taken for a segment another run had merged away): exit 2, one line naming the
     object, and `info` still counts every entry."""
-    s3_server.client(s3).create_bucket(Bucket="kept")
-    env = _env(**s3.env())
-    cache = "s3://kept/cache/"
-    made = run_cli(
-        Case(score(inputs["first"], qwen3_seq_cls, tmp_path / "first.parquet", "--score-cache", cache), env=env)
-    )
-    assert made.rc == 0, made.stderr
+    env, cache = _first_night(s3, "kept", inputs, qwen3_seq_cls, tmp_path)
     s3.fail(r"^(DELETE|POST) /kept/", 403, s3_server.DENIED)
     try:
         pruned = run_cli(Case(["cache", "prune", cache, "--older-than", "0"], env=env))
