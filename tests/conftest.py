@@ -6,6 +6,10 @@ that folder's path as ``str`` (load it with ``from_pretrained``).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from tests.builders import models
@@ -30,6 +34,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # What runs without --cache-dir keeps (ONNX exports, `auto`'s verdicts, remembered records, the
+    # judge's dequantized copy) goes to a folder of this session, in this process and in the CLI
+    # processes the tests start, as on a clean CI machine: not into the developer's ~/.cache/scorecli.
+    config._scorecli_cache_home = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="scorecli-tests-cache-")
     config.addinivalue_line("markers", "slow: loads the real SmolLM2 model (GGUF); deselect with -m 'not slow'")
     wanted = config.getoption("--transformers")
     if wanted:
@@ -37,6 +45,12 @@ def pytest_configure(config):
 
         if transformers.__version__ != wanted:
             raise pytest.UsageError(f"--transformers {wanted}: transformers {transformers.__version__} is imported")
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_scorecli_cache_home", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,19 +73,6 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [i for i in items if id(i) in keep]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def onnx_cache(tmp_path_factory):
-    """ONNX exports made by runs without --cache-dir (`--runtime auto` picks ONNX Runtime for
-    CPU encoders where it is installed) go to a session folder, not ~/.cache/scorecli."""
-    from scorecli.runtimes import onnx as runtime_onnx
-
-    folder = str(tmp_path_factory.mktemp("onnx_cache"))
-    patch = pytest.MonkeyPatch()
-    patch.setattr(runtime_onnx, "default_cache_dir", lambda: folder)
-    yield folder
-    patch.undo()
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,9 @@ TIMEOUT = 180
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SCORECLI_MODEL", "XDG_CACHE_HOME")}
+    """The test session's environment for a CLI process; with `HOME` given, its cache is under it."""
+    drop = ("SCORECLI_MODEL", "XDG_CACHE_HOME") if "HOME" in extra else ("SCORECLI_MODEL",)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     env.update(extra)
     return env

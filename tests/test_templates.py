@@ -421,3 +421,32 @@ def test_unknown_template(name):
         f"unknown template {name}: expected one of plain, qwen3-reranker, yes-no-chat, or a .toml/.json file"
     )
     assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "prefix, item, extra, match",
+    [
+        ("Query: {Query}", " {item}", "", r"'\{Query\}' is not a placeholder \(write \{query\}"),
+        ("Query: { query }", " {item}", "", r"'\{ query \}' is not a placeholder"),
+        ("Query: {{query}}", " {item}", "", r"key 'prefix': '\{\{query\}\}' is not a placeholder"),
+        ("{instructions} {query}", " {item}", "", r"write \{instruction\}"),
+        ("Q: {query}", " {{item}}", "", r"key 'item': '\{\{item\}\}' is not a placeholder"),
+        ("Q: {query}", " {item} {Items}", "", r"write \{item\}"),
+        ("Q: {query}", " {item}", 'instruction = "Judge it"\n', r"'instruction' is the default of '\{instruction\}'"),
+    ],
+)
+def test_a_misspelt_placeholder_or_an_unused_instruction_is_refused(tmp_path, prefix, item, extra, match):
+    """`{Query}`, `{ query }`, `{{query}}` (Jinja's braces) were literal text: every item was scored
+    without its query (or with braces around it), exit 0. An `instruction` default with no
+    `{instruction}` in the prefix was silently unused."""
+    f = tmp_path / "judge.toml"
+    f.write_text(f"prefix = {json.dumps(prefix)}\nitem = {json.dumps(item)}\n{extra}")
+    with pytest.raises(UsageError, match=match):
+        load_template(str(f))
+
+
+def test_braces_that_are_no_placeholder_stay_literal_text(tmp_path):
+    f = tmp_path / "json_answer.toml"
+    f.write_text('prefix = "Answer as {\\"score\\": 1} or {answer}. Q: {query} {instruction}"\nitem = " {item}"\n')
+    t = load_template(str(f))
+    assert t.render_prefix("q", "i") == 'Answer as {"score": 1} or {answer}. Q: q i'

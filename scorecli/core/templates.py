@@ -35,6 +35,11 @@ PRESETS = ("plain", "qwen3-reranker", "yes-no-chat")
 NEEDS_TOKENIZER = ("yes-no-chat",)  # presets built from the model's own chat template
 
 _PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
+# what a template file may mean as a placeholder but is literal text: another case, spaces, a
+# plural, or Jinja's/Mustache's double braces (`{{query}}` would keep its outer braces)
+_NEAR_PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}|\{\s*\w+\s*\}")
+_MEANT = {"query": "query", "queries": "query", "item": "item", "items": "item"}
+_MEANT |= {"instruction": "instruction", "instructions": "instruction"}
 # a UTF-16 surrogate code point on its own: JSON can spell one ("\\ud800") and so can a command
 # line of invalid UTF-8 (Python's surrogateescape), but no tokenizer can encode it
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -285,6 +290,10 @@ def _load_file(path: Path) -> Template:
     for key in ("name", "prefix", "item", "activation", "instruction"):
         if key in data and not isinstance(data[key], str):
             raise UsageError(f"{where}: key '{key}' must be a string")
+    for key in ("prefix", "item"):
+        _check_spelling(data[key], key, where)
+    if "instruction" in data and "{instruction}" not in data["prefix"]:
+        raise UsageError(f"{where}: key 'instruction' is the default of '{{instruction}}', which 'prefix' does not use")
     return _checked(
         Template(
             name=data.get("name", path.stem),
@@ -296,6 +305,18 @@ def _load_file(path: Path) -> Template:
         ),
         where,
     )
+
+
+def _check_spelling(text: str, key: str, where: str) -> None:
+    """UsageError for a brace group that reads as a misspelt placeholder (`{Query}`, `{ item }`,
+    `{instructions}`, `{{query}}`): it would stay literal text and its value would be left out."""
+    for found in _NEAR_PLACEHOLDER.finditer(text):
+        word = _MEANT.get(found.group().strip("{} \t\n").lower())
+        if word is not None and found.group() != "{" + word + "}":
+            raise UsageError(
+                f"{where}: key '{key}': {found.group()!r} is not a placeholder (write {{{word}}}: lower case, "
+                "one pair of braces, no spaces)"
+            )
 
 
 def _label_tokens(value, where: str) -> tuple[str, ...] | None:
