@@ -58,6 +58,16 @@ def a_kind(kind: str) -> str:
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
+TEXT_FIELDS = ("query", "items")  # the default field names of a row's query and items
+ID_FIELDS = ("query_ids", "item_ids")  # a pre-tokenized row's
+
+
+def field(names: tuple[str, str], k: int | None = None) -> str:
+    """`field 'query'`, or item k's `field 'items'[k]`, under the names the row's query and items
+    came from (`--query-field`, `--items-field`, or the pre-tokenized ones): for messages."""
+    return f"field '{names[0]}'" if k is None else f"field '{names[1]}'[{k}]"
+
+
 def notice(text: str) -> None:
     """Say `text` once per place it is said from (Python's warning registry keeps the count)."""
     import warnings

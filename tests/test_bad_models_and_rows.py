@@ -584,3 +584,37 @@ def test_a_gguf_file_cut_inside_its_tensors_is_said_to_end_early(tmp_path):
     with pytest.raises(UsageError, match=r"judge\.gguf: the file ends inside its tensor data \(an incomplete download"):
         materialize(str(tmp_path), "judge.gguf", str(tmp_path / "cache"))
     assert not any((tmp_path / "cache").rglob("config.json"))
+
+
+def test_a_rows_problem_is_named_by_the_field_the_row_has(qwen3_seq_cls, bert_cross_encoder):
+    """`--query-field question --items-field docs` rows, and pre-tokenized ones, had their token
+    problems named "field 'query'" / "field 'items'[k]", fields those rows do not have."""
+    from transformers import AutoTokenizer
+
+    from scorecli.core.encode import DecoderEncoder, PairEncoder
+    from scorecli.core.pack import truncate_items
+    from scorecli.core.rows import Fields, parse_row
+    from scorecli.core.templates import load_template
+    from scorecli.errors import InputError
+
+    fields = Fields(query="question", items="docs")
+    text = parse_row({"question": "word " * 20, "docs": ["a", "b " * 90]}, "f:1", fields)
+    ids = parse_row({"query_ids": [7] * 80, "item_ids": [[5], [6] * 90]}, "f:2", fields)
+    tok = AutoTokenizer.from_pretrained(qwen3_seq_cls)
+    for row, query, items in [(text, "question", "docs"), (ids, "query_ids", "item_ids")]:
+        where = f"f:{1 + (row is ids)}"
+        (enc,) = DecoderEncoder(tok, load_template("plain"), None, len(tok), 1000).encode([row], [where])
+        with pytest.raises(InputError, match=rf"^{where}: field '{query}': prefix of \d+ tokens leaves no room"):
+            truncate_items(enc, len(enc.prefix), "item", where)
+        with pytest.raises(InputError, match=rf"^{where}: field '{items}'\[1\]: \d+ tokens with the prefix exceed"):
+            truncate_items(enc, len(enc.prefix) + 5, "error", where)
+    huge = parse_row({"question": "word " * 400, "docs": ["a"]}, "f:3", fields)
+    (cut,) = DecoderEncoder(tok, load_template("plain"), None, len(tok), 40).encode([huge], ["f:3"])
+    assert cut.error == "f:3: field 'question': the prefix is over 40 tokens, no room for an item"
+    pair_tok = AutoTokenizer.from_pretrained(bert_cross_encoder)
+    (pair,) = PairEncoder(pair_tok, 10, "error").encode([text], ["f:1"])
+    assert pair.error.startswith("f:1: field 'question': ")
+    (pair,) = PairEncoder(pair_tok, 120, "error").encode([text], ["f:1"])
+    assert pair.error.startswith("f:1: field 'docs'[1]: the pair is")
+    (pair,) = PairEncoder(pair_tok, 200, "error").encode([ids], ["f:2"])
+    assert pair.error == "f:2: field 'query_ids': cross-encoders need text query and items"

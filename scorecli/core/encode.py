@@ -8,7 +8,7 @@ its kind (`kinds.embedding`, `model.messages`). Tokenizer calls are batched per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -18,7 +18,7 @@ from scorecli.core.pack import EncodedRow, Seq
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.core.rows import Row
 from scorecli.core.templates import Template
-from scorecli.errors import UsageError, first_line
+from scorecli.errors import UsageError, field, first_line
 
 
 class DecoderEncoder:
@@ -55,25 +55,26 @@ class DecoderEncoder:
         prefixes = [c or p for c, p in zip(cut, prefixes)]
         bound = self._bounded if chunking is None else str
         items = [self.template.render_item(bound(item)) for k in text for item in rows[k].items]
-        fields = [(k, "'query'") for k in text] + [
-            (k, f"'items'[{j}]") for k in text for j in range(len(rows[k].items))
+        fields = [(k, field(rows[k].names)) for k in text] + [
+            (k, field(rows[k].names, j)) for k in text for j in range(len(rows[k].items))
         ]
-        ids, failed = tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: field {f}" for k, f in fields])
+        ids, failed = tokenize(self.tokenizer, prefixes + items, [f"{wheres[k]}: {f}" for k, f in fields])
         prefix_ids, item_ids = ids[: len(prefixes)], ids[len(prefixes) :]
         out: list[EncodedRow | None] = [None] * len(rows)
         start = 0
         for k, p in zip(text, prefix_ids):
             n = len(rows[k].items)
-            out[k] = EncodedRow(np.concatenate([self.lead, p]), item_ids[start : start + n], self.suffix_len)
+            prefix = np.concatenate([self.lead, p])
+            out[k] = EncodedRow(prefix, item_ids[start : start + n], self.suffix_len, names=rows[k].names)
             start += n
         for k, c in zip(text, cut):
             if c is not None:
-                error = f"{wheres[k]}: field 'query': the prefix is over {self.max_tokens} tokens, no room for an item"
-                out[k] = EncodedRow(out[k].prefix, [], 0, error)
+                error = f"{wheres[k]}: {field(rows[k].names)}: the prefix is over {self.max_tokens} tokens, no room for an item"
+                out[k] = replace(out[k], items=[], suffix_len=0, error=error)
         for t, error in failed.items():  # the row's first failing text names it
             k = fields[t][0]
             if out[k].error is None:
-                out[k] = EncodedRow(out[k].prefix, [], 0, error)
+                out[k] = replace(out[k], items=[], suffix_len=0, error=error)
         for k, r in enumerate(rows):
             if r.pretokenized:
                 out[k] = self._pretokenized(r, wheres[k])
@@ -87,13 +88,15 @@ class DecoderEncoder:
     def _pretokenized(self, row: Row, where: str) -> EncodedRow:
         query = np.array(row.query, dtype=np.int64)
         items = [np.array(i, dtype=np.int64) for i in row.items]
-        for field, ids in [("'query_ids'", query)] + [(f"'item_ids'[{k}]", i) for k, i in enumerate(items)]:
+        for name, ids in [(field(row.names), query)] + [(field(row.names, k), i) for k, i in enumerate(items)]:
             over = np.flatnonzero(ids >= self.vocab_size)
             if len(over):
                 at = int(over[0])
-                error = f"{where}: field {field}[{at}]: token id {int(ids[at])} is outside the vocabulary (size {self.vocab_size})"
-                return EncodedRow(query, [], 0, error)
-        return EncodedRow(query, items, 0)
+                error = (
+                    f"{where}: {name}[{at}]: token id {int(ids[at])} is outside the vocabulary (size {self.vocab_size})"
+                )
+                return EncodedRow(query, [], 0, error, row.names)
+        return EncodedRow(query, items, 0, names=row.names)
 
 
 def tokenize(tokenizer, texts: list[str], names: list[str], **kwargs) -> tuple[list[np.ndarray], dict[int, str]]:
@@ -178,7 +181,7 @@ class PairEncoder:
         for row, where in zip(rows, wheres):
             if row.pretokenized:
                 out.append(
-                    EncodedPairs([], [], f"{where}: field 'query_ids': cross-encoders need text query and items")
+                    EncodedPairs([], [], f"{where}: {field(row.names)}: cross-encoders need text query and items")
                 )
                 continue
             out.append(self._encode_row(row, where) if chunking is None else self._encode_chunks(row, where, chunking))
@@ -195,7 +198,7 @@ class PairEncoder:
             return EncodedPairs([], [], chunks=np.zeros(0, dtype=np.int64))
         room = self.max_seq_len - self.specials
         query = self.bounder.cut(row.query, room) or row.query
-        names = [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
+        names = [f"{where}: {field(row.names, k)}" for k in (None, *range(len(row.items)))]
         ids, failed = tokenize(self.tokenizer, [query, *row.items], names)
         if failed:
             return EncodedPairs([], [], failed[min(failed)])
@@ -203,7 +206,7 @@ class PairEncoder:
             return EncodedPairs(
                 [],
                 [],
-                f"{where}: field 'query': {len(ids[0])} tokens leave no room for an item "
+                f"{where}: {field(row.names)}: {len(ids[0])} tokens leave no room for an item "
                 f"within --max-seq-len {self.max_seq_len}",
             )
         chunks, counts = chunk_items(ids[1:], 0, chunking)
@@ -211,7 +214,7 @@ class PairEncoder:
         if over:
             k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))
             error = (
-                f"{where}: field 'items'[{k}]: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
+                f"{where}: {field(row.names, k)}: a chunk of {len(chunks[over[0]])} tokens does not fit beside the "
                 f"query of {len(ids[0])} tokens within --max-seq-len {self.max_seq_len}"
             )
             return EncodedPairs([], [], error)
@@ -223,14 +226,14 @@ class PairEncoder:
             return EncodedPairs([], [])
         room = self.max_seq_len - self.specials
         query = self.bounder.cut(row.query, room) or row.query
-        (query_ids,), failed = tokenize(self.tokenizer, [query], [f"{where}: field 'query'"])
+        (query_ids,), failed = tokenize(self.tokenizer, [query], [f"{where}: {field(row.names)}"])
         if failed:
             return EncodedPairs([], [], failed[0])
         if len(query_ids) >= room:
             return EncodedPairs(
                 [],
                 [],
-                f"{where}: field 'query': {'at least ' if query is not row.query else ''}{len(query_ids)} "
+                f"{where}: {field(row.names)}: {'at least ' if query is not row.query else ''}{len(query_ids)} "
                 f"tokens leave no room for an item within --max-seq-len {self.max_seq_len}",
             )
         cut = self.truncate == "item"
@@ -238,7 +241,7 @@ class PairEncoder:
         if not cut and any(b is not None for b in bounded):  # over the limit: no need to tokenize it all
             k = next(k for k, b in enumerate(bounded) if b is not None)
             return EncodedPairs(
-                [], [], f"{where}: field 'items'[{k}]: the pair is over --max-seq-len {self.max_seq_len} tokens"
+                [], [], f"{where}: {field(row.names, k)}: the pair is over --max-seq-len {self.max_seq_len} tokens"
             )
         items = [b or item for b, item in zip(bounded, row.items)]
         try:
@@ -249,8 +252,8 @@ class PairEncoder:
                 max_length=self.max_seq_len if cut else None,
             )
         except Exception:  # noqa: BLE001 - name the item the tokenizer rejects
-            _, failed = tokenize(self.tokenizer, items, [f"{where}: field 'items'[{k}]" for k in range(len(items))])
-            error = next(iter(failed.values()), f"{where}: field 'items': the tokenizer failed on the pairs")
+            _, failed = tokenize(self.tokenizer, items, [f"{where}: {field(row.names, k)}" for k in range(len(items))])
+            error = next(iter(failed.values()), f"{where}: field '{row.names[1]}': the tokenizer failed on the pairs")
             return EncodedPairs([], [], error)
         ids = [np.array(x, dtype=np.int64) for x in enc["input_ids"]]
         too_long = [k for k, x in enumerate(ids) if len(x) > self.max_seq_len]
@@ -259,7 +262,7 @@ class PairEncoder:
             return EncodedPairs(
                 [],
                 [],
-                f"{where}: field 'items'[{k}]: the pair is {len(ids[k])} tokens, over --max-seq-len {self.max_seq_len}",
+                f"{where}: {field(row.names, k)}: the pair is {len(ids[k])} tokens, over --max-seq-len {self.max_seq_len}",
             )
         types = enc.get("token_type_ids") or [[0] * len(x) for x in ids]
         return EncodedPairs(ids, [np.array(t, dtype=np.int64) for t in types])

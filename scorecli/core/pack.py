@@ -8,11 +8,11 @@ by `prefix_len` and `item_lens`, which each backend turns into its own mask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scorecli.errors import InputError
+from scorecli.errors import TEXT_FIELDS, InputError, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,7 @@ class EncodedRow:
     items: list[np.ndarray]  # each [|I_k|] int64
     suffix_len: int = 0  # template tokens at the end of every item, never truncated
     error: str | None = None
+    names: tuple[str, str] = TEXT_FIELDS  # the row's query and items fields (`Row.names`), for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,12 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
             taken += f" and the template's item suffix of {row.suffix_len} tokens leave"
         else:
             taken += " leaves"
-        raise InputError(f"{where}: field 'query': {taken} no room for an item within --max-seq-len {max_seq_len}")
+        raise InputError(f"{where}: {field(row.names)}: {taken} no room for an item within --max-seq-len {max_seq_len}")
     if len(row.prefix) == 0:
         empty = [k for k, item in enumerate(row.items) if len(item) == 0]
         if empty:
             raise InputError(
-                f"{where}: field 'items'[{empty[0]}]: an empty item after an empty prefix (the query as the "
+                f"{where}: {field(row.names, empty[0])}: an empty item after an empty prefix (the query as the "
                 "template renders it, no BOS) leaves nothing to score"
             )
     too_long = [k for k, item in enumerate(row.items) if len(item) > room]
@@ -68,7 +69,7 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
     if truncate == "error":
         k = too_long[0]
         raise InputError(
-            f"{where}: field 'items'[{k}]: {len(row.prefix) + len(row.items[k])} tokens with the prefix "
+            f"{where}: {field(row.names, k)}: {len(row.prefix) + len(row.items[k])} tokens with the prefix "
             f"exceed --max-seq-len {max_seq_len} (use --truncate item to cut it)"
         )
     items = list(row.items)
@@ -76,7 +77,7 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
         item, s = items[k], row.suffix_len
         text_keep = room - s
         items[k] = np.concatenate([item[:text_keep], item[len(item) - s :]]) if s else item[:room]
-    return EncodedRow(row.prefix, items, row.suffix_len)
+    return replace(row, items=items)
 
 
 def check_chunks_fit(row: EncodedRow, counts: np.ndarray, max_seq_len: int, where: str) -> None:
@@ -90,7 +91,7 @@ def check_chunks_fit(row: EncodedRow, counts: np.ndarray, max_seq_len: int, wher
     if len(over):
         k = int(np.searchsorted(np.cumsum(counts), over[0], side="right"))  # the item it is a chunk of
         raise InputError(
-            f"{where}: field 'items'[{k}]: a chunk of {int(lens[over[0]])} tokens (template suffix included) does "
+            f"{where}: {field(row.names, k)}: a chunk of {int(lens[over[0]])} tokens (template suffix included) does "
             f"not fit beside the prefix of {len(row.prefix)} tokens within --max-seq-len {max_seq_len}"
         )
 

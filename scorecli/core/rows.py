@@ -14,7 +14,7 @@ import numpy as np
 from scorecli.core.cells import as_list
 from scorecli.core.metrics import parse_labels
 from scorecli.core.templates import text_problem
-from scorecli.errors import InputError
+from scorecli.errors import ID_FIELDS, TEXT_FIELDS, InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class Row:
     instruction: str | None
     id: Any
     labels: np.ndarray | None = None  # [items] float64 relevance grades (`core.metrics`), when given
+    names: tuple[str, str] = TEXT_FIELDS  # the fields its query and items came from (messages: `errors.field`)
 
     @property
     def pretokenized(self) -> bool:
@@ -52,7 +53,7 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
     Text fields must be valid Unicode (a lone surrogate such as JSON's "\\ud800" is not) and
     token ids ints in 0 .. 2^63 - 1 (the vocabulary bound is checked by the encoder).
     """
-    text_fields, id_fields = (fields.query, fields.items), ("query_ids", "item_ids")
+    text_fields, id_fields = (fields.query, fields.items), ID_FIELDS
 
     def given(names: tuple[str, ...]) -> bool:
         return any(data.get(n) is not None for n in names)
@@ -91,7 +92,8 @@ def parse_row(data: dict, where: str, fields: Fields) -> Row:
         _check_text(instruction, where, "'instruction'")
     labels = data.get(fields.labels)
     grades = None if labels is None else parse_labels(labels, len(items), where, fields.labels)
-    return Row(query, items, instruction, data.get(fields.id), grades)
+    names = text_fields if isinstance(query, str) else id_fields
+    return Row(query, items, instruction, data.get(fields.id), grades, names)
 
 
 def _get(data: dict, name: str, where: str, flag: str | None = None) -> Any:

@@ -8,6 +8,8 @@ lines live here too. Knows nothing about windows, batching or output (`scorecli.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -18,7 +20,7 @@ from scorecli.core.encode import DecoderEncoder
 from scorecli.core.pack import EncodedRow, Seq, check_chunks_fit, pack_row, truncate_items
 from scorecli.core.ranking import Chunking, chunk_items
 from scorecli.core.templates import Template, load_template
-from scorecli.errors import InputError, UsageError
+from scorecli.errors import InputError, UsageError, field
 from scorecli.kinds import KINDS, Checkpoint, FamilyDefaults, Setup
 from scorecli.kinds.heads import ClassifierHead, LabelTokenHead, lm_logit_transform
 from scorecli.kinds.probes import decoder_errors, probe_rows
@@ -276,7 +278,7 @@ class DecoderFamily(FamilyDefaults):
             enc = truncate_items(enc, spec.max_seq_len, self.truncate, where)
         else:  # every chunk is an item of its own; chunks are never cut
             items, counts = chunk_items(enc.items, enc.suffix_len, chunking)
-            enc = EncodedRow(enc.prefix, items, enc.suffix_len)
+            enc = replace(enc, items=items)
             check_chunks_fit(enc, counts, spec.max_seq_len, where)
             enc = truncate_items(enc, spec.max_seq_len, "error", where)  # the prefix's and empty items' checks
         if self.pad_id is not None:
@@ -301,11 +303,11 @@ class DecoderFamily(FamilyDefaults):
                     else "the item is empty and the end of its prefix is"
                 )
                 raise InputError(
-                    f"{where}: field 'items'[{k}]: {what} the model's pad token ({pad}) only: its head would "
+                    f"{where}: {field(enc.names, k)}: {what} the model's pad token ({pad}) only: its head would "
                     "read inside the prefix"
                 )
             items.append(item[:keep] if keep < len(item) else item)
-        return EncodedRow(enc.prefix, items, enc.suffix_len)
+        return replace(enc, items=items)
 
     def score_batch(self, batch: Batch, forward=None) -> torch.Tensor:
         pooled = (forward or self.forward)(batch, self.pooling)

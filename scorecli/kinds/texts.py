@@ -15,6 +15,7 @@ import numpy as np
 from scorecli.core.encode import tokenize
 from scorecli.core.ranking import Chunking
 from scorecli.core.rows import Row
+from scorecli.errors import field
 from scorecli.model.messages import ChatTexts
 from scorecli.model.sentence import SentenceModules, prompt_length, prompt_text
 
@@ -91,7 +92,7 @@ class TextEncoder:
             if not row.pretokenized:
                 texts += [row.query, *row.items]
                 prompts += [self.prompts[0]] + [self.prompts[1]] * len(row.items)
-                names += [f"{where}: field 'query'"] + [f"{where}: field 'items'[{k}]" for k in range(len(row.items))]
+                names += [f"{where}: {field(row.names, k)}" for k in (None, *range(len(row.items)))]
         cut = self.max_len + (self.truncate == "error")  # one token more shows a text that is too long
         if self.chat is not None:
             ids, failed = self.chat.encode(prompts, texts, names, cut, self.max_len)
@@ -144,7 +145,7 @@ class TextEncoder:
     def _pretokenized(self, row: Row, where: str) -> EncodedTexts:
         """`query_ids` / `item_ids` used as they are (no prompt, no special tokens added)."""
         texts = [np.array(row.query, dtype=np.int64)] + [np.array(i, dtype=np.int64) for i in row.items]
-        names = [f"{where}: field 'query_ids'"] + [f"{where}: field 'item_ids'[{k}]" for k in range(len(row.items))]
+        names = [f"{where}: {field(row.names, k)}" for k in (None, *range(len(row.items)))]
         for name, x in zip(names, texts):
             if len(x) and int(x.max()) >= self.vocab_size:
                 return EncodedTexts(
