@@ -152,6 +152,11 @@ class ScoreConfig:
             raise UsageError(f"--audit must be at least 0, got {self.audit}")
         if self.audit_strict and not self.audit:
             raise UsageError("--audit-strict needs --audit N (N > 0)")
+        if self.audit_strict and runtime_info(self.runtime).approximate:
+            raise UsageError(
+                f"--audit-strict: --runtime {self.runtime}'s scores drift from the float32 forward by design, so "
+                "the audit measures them and cannot pass them (use --audit alone, or --runtime onnx)"
+            )
         if self.window_rows < 1:
             raise UsageError("--window-rows must be at least 1")
         if self.window_seconds is not None and not (math.isfinite(self.window_seconds) and self.window_seconds > 0):

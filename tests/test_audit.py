@@ -139,6 +139,40 @@ def test_sixteen_bit_runs_get_their_dtypes_noise(rows, qwen3_seq_cls, tmp_path):
 
 
 @pytest.mark.e2e
+def test_an_int8_run_is_measured_not_judged(rows, bert_cross_encoder, tmp_path):
+    """`--runtime onnx-int8` drifts from float32 by design (its self-check measures, not judges): the
+    audit said BEYOND TOLERANCE and warned on every night however sound the cache, and
+    `--audit-strict` exited 1 every night. It measures and records; --audit-strict is refused."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "out.parquet"
+    result = run_cli(Case(score(rows, bert_cross_encoder, out, "--runtime", "onnx-int8", "--audit", "5")))
+    assert result.rc == 0, result.stderr
+    figures = audited(out)
+    assert figures["audit_pairs"] == 5 and figures["audit_max_score_diff"] > 0, figures  # int8: some drift
+    (line,) = [x for x in result.lines() if x.startswith("audit: ")]
+    assert line.endswith("measured, not judged (int8 scores drift from float32's by design)"), line
+    assert "BEYOND" not in result.stderr and "audit: the run's scores differ" not in result.stderr
+    strict = run_cli(
+        Case(
+            score(
+                rows,
+                bert_cross_encoder,
+                tmp_path / "s.parquet",
+                "--runtime",
+                "onnx-int8",
+                "--audit",
+                "5",
+                "--audit-strict",
+            )
+        )
+    )
+    assert strict.rc == 2 and strict.lines() == [
+        "error: --audit-strict: --runtime onnx-int8's scores drift from the float32 forward by design, so the "
+        "audit measures them and cannot pass them (use --audit alone, or --runtime onnx)"
+    ], strict.stderr
+
+
+@pytest.mark.e2e
 def test_audit_with_ray_is_refused(rows, qwen3_seq_cls, tmp_path):
     result = run_cli(Case([*score(rows, qwen3_seq_cls, tmp_path / "o.parquet", "--audit", "3"), "--engine", "ray"]))
     assert result.rc == 2 and len(result.lines()) == 1 and "--audit" in result.stderr

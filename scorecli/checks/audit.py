@@ -28,6 +28,7 @@ from scorecli.kinds import KINDS
 from scorecli.kinds.heads import activate
 from scorecli.kinds.probes import _embedding_references, _references
 from scorecli.model.sentence import similarity
+from scorecli.runtimes import runtime_info
 
 TOLERANCE_FP32 = 1e-4
 SEED = 20261126
@@ -100,10 +101,11 @@ class Verdict:
     asked: int = 0  # --audit N: more than `pairs` when the run held fewer
     kept: int = 0  # pairs of a resumed job's kept rows: whether the cache gave them is not known
     relative: bool = False  # `max_diff` is relative to the reference's score where that is above 1
+    approximate: bool = False  # the run's runtime drifts by design (int8): measured, not judged
 
     @property
     def passed(self) -> bool:
-        return self.max_diff <= self.tolerance  # NaN fails
+        return self.approximate or self.max_diff <= self.tolerance  # NaN fails
 
     def metadata(self) -> dict[str, str]:
         return {
@@ -127,7 +129,12 @@ class Verdict:
             f"float32 forward: largest difference {self.max_diff:.2g} ({'relative above 1; ' * self.relative}"
             f"tolerance {self.tolerance:.2g}); "
             f"{self.reordered:.1%} of {self.rows} audited row{'s' * (self.rows != 1)} would order their items "
-            "otherwise: " + ("passed" if self.passed else "BEYOND TOLERANCE")
+            "otherwise: "
+            + (
+                "measured, not judged (int8 scores drift from float32's by design)"
+                if self.approximate
+                else ("passed" if self.passed else "BEYOND TOLERANCE")
+            )
         )
 
 
@@ -172,7 +179,8 @@ def audit(sampler: Sampler, cfg, run_scorer, load, dtype: str) -> Verdict:
     rows, reordered = _reordered(pairs, theirs[:, sampler.positive] if pairs else np.zeros(0), tolerance)
     hits = sum(p.hit is True for p in pairs)
     kept = sum(p.hit is None for p in pairs)
-    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n, kept, relative)
+    approximate = runtime_info(cfg.runtime).approximate
+    return Verdict(len(pairs), hits, diff, rows, reordered, tolerance, sampler.n, kept, relative, approximate)
 
 
 def _reordered(pairs: list[Pair], reference: np.ndarray, tolerance: float) -> tuple[int, float]:
