@@ -505,3 +505,23 @@ def test_the_export_is_keyed_by_the_real_folder_not_its_proc_alias(tmp_path):
     assert paths[0] != paths[1]
     assert os.path.basename(paths[0]).startswith("tuned-a\ufffd-pairs-")
     paths[0].encode("utf-8")  # a name onnxruntime can open
+
+
+def test_an_export_made_under_another_transformers_is_not_reused(tmp_path, monkeypatch):
+    """The graph is traced from transformers' model code (embeddings, layers' norms and activation,
+    the head): an export cached under an older transformers (here: one whose BERT layers compute a
+    little differently) is not the upgraded model's. It scored in silence, 8e-5 off torch (the
+    self-check passed within its 1e-3); the export is keyed by transformers' version, and the
+    upgraded run exports anew, to torch's scores."""
+    from transformers.models.bert import modeling_bert
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    real = modeling_bert.BertIntermediate.forward
+    with monkeypatch.context() as old:  # the release the export was cached under
+        old.setattr(sys.modules["transformers"], "__version__", "5.0.0")
+        old.setattr(modeling_bert.BertIntermediate, "forward", lambda self, h: real(self, h) * 1.0003)
+        before, _ = _scores(path, "onnx", cache)
+    upgraded, meta = _scores(path, "onnx", cache)
+    reference, _ = _scores(path, "torch", cache)
+    assert np.abs(before - reference).max() > 1e-5  # what the stale export scored
+    assert np.abs(upgraded - reference).max() <= 1e-5 and meta["self_check"].startswith("passed")

@@ -5,7 +5,7 @@ is exported: for a cross-encoder ("pairs") its logits and [CLS] state, the last 
 the [CLS] row only; for an embedding model's transformer ("texts") its last hidden states. It is
 exported with `torch.onnx.export` into the cache
 directory, keyed by the weight files' paths, sizes and modification times (as `gguf.py` keys
-dequantized checkpoints) and the versions that shape the graph. Before a new export is
+dequantized checkpoints) and the versions that shape the graph (scorecli's, torch's, transformers'). Before a new export is
 cached, ONNX Runtime's scores of a probe batch are compared with the torch forward (at most
 `EXPORT_TOLERANCE`); a graph that differs is never cached. `OnnxForward` is called like
 `forward.EncoderForward` (a padded batch in, `Pooled` out), `OnnxTextForward` like
@@ -105,10 +105,14 @@ def cache_path(folder: str, cache_dir: str | None, what: str = "pairs") -> str:
     """Where the export (`what`: pairs or texts) of the checkpoint in `folder` lives: one
     folder per weights' identity (their inodes and change times too: other weights of the same size
     copied over them with their times kept, `cp -p`, `rsync -a`, are other weights; a `chmod` only
-    exports again)."""
+    exports again), and the versions that shape the graph: transformers' too, whose model code
+    (embeddings, norms, activation, head) is what is traced."""
+    import transformers
+
     parts = weight_stamps(folder, changes=True) + [
         f"scorecli {__version__}",
         f"torch {torch.__version__}",
+        f"transformers {transformers.__version__}",
         f"opset {OPSET}",
         f"graph {GRAPH_VERSION} {what}",
     ]
