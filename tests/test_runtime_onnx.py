@@ -188,7 +188,7 @@ def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
     import scorecli.runtimes.onnx as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
-    monkeypatch.setattr(ro, "export_error", lambda model, p, *a: 0.5)
+    monkeypatch.setattr(ro, "export_error", lambda reference, config, p, *a: 0.5)
     with pytest.raises(UsageError, match="differs from its torch forward"):
         _scores(path, "onnx", tmp_path / "cache")
     assert not os.listdir(tmp_path / "cache" / "onnx")
@@ -525,3 +525,30 @@ def test_an_export_made_under_another_transformers_is_not_reused(tmp_path, monke
     reference, _ = _scores(path, "torch", cache)
     assert np.abs(before - reference).max() > 1e-5  # what the stale export scored
     assert np.abs(upgraded - reference).max() <= 1e-5 and meta["self_check"].startswith("passed")
+
+
+def test_a_cached_export_that_no_longer_answers_as_the_model_is_made_again(tmp_path):
+    """A cached model.onnx that loads but computes something else (bytes of a weight changed on
+    disk, a copy of another cache): every run failed its self-check, exit 1 under `--runtime auto`
+    too, the message blaming the architecture and offering --no-self-check (which scored it). The
+    cached export is checked on its probe against the model's own answer (remembered: a run that
+    need not build the model still does not) and made again: the run scores as before."""
+    import glob
+
+    import onnx
+    from onnx import numpy_helper
+
+    path, cache = build_bert_cross_encoder(tmp_path / "m", num_labels=2), tmp_path / "cache"
+    keep_verdict(path, str(cache), "onnx")
+    before, _ = _scores(path, "onnx", cache)
+    for runtime in ("onnx", "auto"):
+        (export,) = glob.glob(str(cache / "onnx" / "*" / "model.onnx"))
+        graph = onnx.load(export)
+        weight = next(t for t in graph.graph.initializer if "token_type_embeddings" in t.name)
+        weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+        onnx.save(graph, export)
+        after, meta = _scores(path, runtime, cache)
+        assert meta["runtime"] == "onnx" and meta["self_check"].startswith("passed")
+        assert np.abs(after - before).max() <= 1e-6
+    light = Scorer(str(path), device="cpu", runtime="onnx", cache_dir=str(cache))
+    assert not light.loaded.built  # the export's probe answer is remembered with the rest

@@ -4,8 +4,8 @@ build the torch model (docs/speed.md: a CPU run on ONNX Runtime starts ~2 s soon
 A run that ONNX Runtime scores (a CPU float32 cross-encoder or embedding model) needs its torch
 model for three things only: facts read from the built model (whether scorecli's fused encoder
 reproduces it, its vocabulary, the longest sequence it embeds), the ONNX export (made once and
-cached, `runtimes.onnx`) and the self-check's reference: the model's own forward on the probe's
-token ids. Building the model imports transformers' model code (and with it torch's compiler,
+cached, `runtimes.onnx`, and checked by each run against the model's own answer on its probe) and
+the self-check's reference: the model's own forward on the probe's token ids. Building the model imports transformers' model code (and with it torch's compiler,
 `torch._dynamo`) and reads the weights: ~2 s of a 5 s one-row run on a 2-core CPU. So a run that
 built the model and ran ONNX Runtime keeps the facts it read and the reference outputs it
 computed in `<cache dir>/remembered/<model>-<key>.npz`, and a later run whose key matches reads

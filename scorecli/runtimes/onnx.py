@@ -49,6 +49,8 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # the runtimes this module runs, as `runtimes.RUNTIMES` declares them (onnx-int8: opt-in only)
 ONNX_RUNTIMES = tuple(name for name, info in RUNTIMES.items() if info.needs == "onnxruntime")
 BACKEND_NAMES = {name: RUNTIMES[name].description for name in ONNX_RUNTIMES}
+# a model's config and its own answer on the probe (`own_probe_output`), which a caller may remember
+Reference = tuple[object, Callable[[], np.ndarray]]
 
 
 def onnxruntime():
@@ -213,34 +215,44 @@ def _names(what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (INPUTS, ("logits", "cls")) if what == "pairs" else (INPUTS[:2], ("hidden",))
 
 
+def _probe(config, what: str) -> dict[str, np.ndarray]:
+    """The probe's inputs the graph exported for `what` takes, for a model of `config`."""
+    probe = _probe_inputs(config.vocab_size, getattr(config, "type_vocab_size", 1))
+    return {k: probe[k] for k in _names(what)[0]}
+
+
 @torch.inference_mode()
-def export_error(model: torch.nn.Module, path: str, what: str = "pairs") -> float:
-    """Max abs difference of the exported graph's logits (pairs) or last hidden states (texts,
-    at real tokens) from the model's own forward on the probe."""
-    inputs, outputs = _names(what)
-    probe = _probe_inputs(model.config.vocab_size, getattr(model.config, "type_vocab_size", 1))
-    probe = {k: probe[k] for k in inputs}
-    out = model(**{k: torch.from_numpy(v) for k, v in probe.items()})
-    ours = _session(path, 1).run([outputs[0]], probe)[0]
+def own_probe_output(model: torch.nn.Module, what: str = "pairs") -> np.ndarray:
+    """The model's own forward on the probe: its logits (pairs) or last hidden states (texts)."""
+    out = model(**{k: torch.from_numpy(v) for k, v in _probe(model.config, what).items()})
+    return (out.logits if what == "pairs" else out.last_hidden_state).float().numpy()
+
+
+def export_error(reference: np.ndarray, config, session, what: str = "pairs") -> float:
+    """Max abs difference of the exported graph's (an ONNX Runtime `session` of it) logits (pairs)
+    or last hidden states (texts, at real tokens) from the model's own forward on the probe
+    (`reference`: `own_probe_output`)."""
+    probe = _probe(config, what)
+    ours = session.run([_names(what)[1][0]], probe)[0]
     if what == "pairs":
-        return float(np.abs(ours - out.logits.float().numpy()).max())
+        return float(np.abs(ours - reference).max())
     real = probe["attention_mask"].astype(bool)  # padding rows are never read
-    return float(np.abs(ours[real] - out.last_hidden_state.float().numpy()[real]).max())
+    return float(np.abs(ours[real] - reference[real]).max())
 
 
 def materialize(
-    model: Callable[[], torch.nn.Module], folder: str, cache_dir: str | None, what: str = "pairs"
+    model: Callable[[], torch.nn.Module], folder: str, cache_dir: str | None, what: str, reference: Reference
 ) -> tuple[str, bool]:
     """(path of model.onnx, whether it was exported now): the cached export (`what`: pairs or
     texts) of the model `model()` returns (built only when the export is not cached), loaded from
-    `folder`, built and checked against the torch forward on first use."""
+    `folder`, built and checked against the torch forward (`reference`) on first use."""
     target = cache_path(folder, cache_dir, what)
     path = os.path.join(target, "model.onnx")
 
     def build(tmp: str) -> None:
         built = model()
         _export(built, os.path.join(tmp, "model.onnx"), what)
-        error = export_error(built, os.path.join(tmp, "model.onnx"), what)
+        error = export_error(reference[1](), built.config, _session(os.path.join(tmp, "model.onnx"), 1), what)
         if not error <= EXPORT_TOLERANCE:  # NaN fails too
             raise UsageError(
                 f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
@@ -248,6 +260,18 @@ def materialize(
             )
 
     return path, build_once(target, build, f"the ONNX export of {folder}", ready=path)
+
+
+def check_cached(forward: OnnxForward | OnnxTextForward, what: str, reference: Reference) -> None:
+    """UsageError when the cached export `forward` runs no longer gives the model's own answer on
+    the probe (bytes changed on disk, a cache copied from elsewhere), which failed the self-check
+    of every run, `--runtime auto`'s too, its message blaming the architecture."""
+    error = export_error(reference[1](), reference[0], forward.session, what)
+    if not error <= EXPORT_TOLERANCE:  # NaN fails too
+        raise UsageError(
+            f"the cached ONNX export {forward.path} differs from the model's own forward by {error:.2g} "
+            f"(tolerance {EXPORT_TOLERANCE:g}) and cannot be replaced: delete it, or use --runtime torch"
+        )
 
 
 class OnnxForward:
@@ -352,8 +376,8 @@ def open_forward(
     `auto` falls back): `OnnxForward` for pairs, `OnnxTextForward` for texts, each session on
     `threads` threads.
 
-    A cached export that does not load (a truncated or corrupt `model.onnx`) is set aside and
-    built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
+    A cached export that does not load (a truncated or corrupt `model.onnx`), or no longer gives the
+    model's own answer on the probe (`check_cached`), is set aside and built again, once. Under `--runtime auto`, anything else that stops ONNX Runtime here (no
     exporter, an unwritable cache, an export or load error) means torch, with one warning line
     (docs/cli.md: Runtimes); an explicit `--runtime onnx` or `onnx-int8` stops with a UsageError.
     """
@@ -361,14 +385,19 @@ def open_forward(
         return None, None
     make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.folder
     model = lambda: loaded.model
+    config = loaded.config  # the model's own answer on the probe, remembered with its others (`model.remembered`)
+    own = (config, lambda: loaded.own_output(f"onnx {what}", _probe(config, what), lambda m: own_probe_output(m, what)))
     try:
-        path = model_file(runtime, model, folder, cfg.cache_dir, what)
+        path, fresh = model_file(runtime, model, folder, cfg.cache_dir, what, own)
         try:
-            return make(path, threads), None
+            forward = make(path, threads)
+            if not fresh and runtime == "onnx":  # an int8 copy's drift is measured by the self-check
+                check_cached(forward, what, own)
+            return forward, None
         except Exception:
             if not _set_aside(cache_path(folder, cfg.cache_dir, what)):
                 raise
-            return make(model_file(runtime, model, folder, cfg.cache_dir, what), threads), None
+            return make(model_file(runtime, model, folder, cfg.cache_dir, what, own)[0], threads), None
     except Exception as exc:
         if cfg.runtime == "auto":
             import warnings
@@ -400,11 +429,16 @@ def _set_aside(entry: str) -> bool:
 
 
 def model_file(
-    runtime: str, model: Callable[[], torch.nn.Module], folder: str, cache_dir: str | None, what: str = "pairs"
-) -> str:
-    """The ONNX file a run with `runtime` (onnx or onnx-int8, from `choose`) runs: the cached
-    export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
-    path, _ = materialize(model, folder, cache_dir, what)
+    runtime: str,
+    model: Callable[[], torch.nn.Module],
+    folder: str,
+    cache_dir: str | None,
+    what: str,
+    reference: Reference,
+) -> tuple[str, bool]:
+    """(the ONNX file a run with `runtime` (onnx or onnx-int8, from `choose`) runs, whether it was
+    made now): the cached export (`materialize`), dynamically quantized for onnx-int8 (`runtime_int8`)."""
+    path, fresh = materialize(model, folder, cache_dir, what, reference)
     if runtime == "onnx-int8":
-        path, _ = quantized(path, onnxruntime().__version__)
-    return path
+        path, fresh = quantized(path, onnxruntime().__version__)
+    return path, fresh
