@@ -242,7 +242,7 @@ def test_weights_replaced_under_their_old_modification_time_are_not_remembered(t
     (`cp -p`, `rsync -a`, `tar x` of a fine-tune): the record is not that model's answers (they
     agreed with the old weights' export, and would have scored them in silence). The run builds the
     model, which shows the ONNX export (keyed by size and mtime) out of date: it is made again
-    (`runtimes.onnx.materialize`), and the run scores the new weights."""
+    (`runtimes.onnx_export.materialize`), and the run scores the new weights."""
     import shutil
 
     from transformers import AutoModelForSequenceClassification

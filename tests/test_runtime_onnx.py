@@ -74,7 +74,7 @@ def test_onnx_equals_torch_forward_minilm(tmp_path):
 
 
 def test_cache_reused_and_invalidated(tmp_path, monkeypatch):
-    import scorecli.runtimes.onnx as ro
+    import scorecli.runtimes.onnx_export as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
     exports = []
@@ -185,7 +185,7 @@ def test_an_export_killed_while_building_is_removed_by_the_next_build(tmp_path):
 
 
 def test_export_differing_from_torch_is_not_cached(tmp_path, monkeypatch):
-    import scorecli.runtimes.onnx as ro
+    import scorecli.runtimes.onnx_export as ro
 
     path = build_bert_cross_encoder(tmp_path / "m")
     monkeypatch.setattr(ro, "export_error", lambda reference, config, p, *a: 0.5)
@@ -459,7 +459,7 @@ def test_a_cache_folder_not_named_in_utf8_holds_the_export(tmp_path, monkeypatch
     onnxruntime take UTF-8 paths only, so `--runtime onnx` stopped with 'TypeError: _export_onnx():
     incompatible function arguments' and `auto` ran torch with that warning, run after run. The
     export is cached there and read back (named by descriptor, as a model folder so named is)."""
-    import scorecli.runtimes.onnx as ro
+    import scorecli.runtimes.onnx_export as ro
 
     path = build_bert_cross_encoder(tmp_path / "m", num_labels=2)
     cache = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"cach\xe8"))

@@ -4,7 +4,7 @@ build the torch model (docs/speed.md: a CPU run on ONNX Runtime starts ~2 s soon
 A run that ONNX Runtime scores (a CPU float32 cross-encoder or embedding model) needs its torch
 model for three things only: facts read from the built model (whether scorecli's fused encoder
 reproduces it, its vocabulary, the longest sequence it embeds), the ONNX export (made once and
-cached, `runtimes.onnx`, and checked by each run against the model's own answer on its probe) and
+cached, `runtimes.onnx_export`, and checked by each run against the model's own answer on its probe) and
 the self-check's reference: the model's own forward on the probe's token ids. Building the model imports transformers' model code (and with it torch's compiler,
 `torch._dynamo`) and reads the weights: ~2 s of a 5 s one-row run on a 2-core CPU. So a run that
 built the model and ran ONNX Runtime keeps the facts it read and the reference outputs it
@@ -44,7 +44,7 @@ def weight_stamps(folder: str, changes: bool = False) -> list[str]:
     """Each file whose contents make the transformer in `folder` (config and weights, sorted) by
     its real path (a folder not named in UTF-8 is read as /proc/self/fd/N, the same name for any
     such folder), size and modification time: what caches of its answers are keyed by (here, and
-    the ONNX export, `runtimes.onnx.cache_path`).
+    the ONNX export, `runtimes.onnx_export.cache_path`).
 
     `changes`: with its inode and status-change time too, which other weights written over the
     file with its modification time kept (`cp -p`, `rsync -a`, `tar x` of a fine-tune of the same
