@@ -60,9 +60,9 @@ class Scorer:
         print(scorer.score_table(table).to_pylist())
 
     Args:
-        model: a path, Hub id or short name (`minilm`), resolved as `scorecli score --model` is
-            (`model.default_model.resolve_model`; None: $SCORECLI_MODEL, else the default), or a
-            `Loaded` model.
+        model: a path (a `pathlib.Path` too), Hub id or short name (`minilm`), resolved as
+            `scorecli score --model` is (`model.default_model.resolve_model`; None: $SCORECLI_MODEL,
+            else the default), or a `Loaded` model.
         config: a configuration whose model is resolved already (the CLI's, Ray workers'); else
             keyword overrides (the CLI's flags: `template="qwen3-reranker"`, `top_k=3`) build one.
         progress: transformers' loading bar, a Hub note and a progress line on stderr; False

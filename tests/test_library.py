@@ -147,6 +147,26 @@ def test_list_flags_in_their_command_line_form():
         ScoreConfig(model="m", label_token_ids="9454,no")
 
 
+def test_a_model_folder_given_as_a_pathlib_path_is_a_path(qwen3_seq_cls):
+    """`Scorer(Path(folder))` failed with `AttributeError: 'PosixPath' object has no attribute 'path'`
+    (taken for a loaded model) and `resolve_model(Path(...))` with one from deep in the Hub check:
+    a `pathlib.Path` names the folder as its text does."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from scorecli import Scorer, resolve_model
+    from scorecli.errors import UsageError
+
+    assert resolve_model(Path(qwen3_seq_cls)).path == qwen3_seq_cls
+    with pytest.raises(UsageError, match="^cannot load model no/such/folder: no such model folder$"):
+        resolve_model(Path("no/such/folder"))
+    table = pa.table({"query": ["q"], "items": [["a", "b"]]})
+    scorer = Scorer(Path(qwen3_seq_cls), self_check=False)
+    assert scorer.config.model == qwen3_seq_cls
+    assert scorer.score_table(table).equals(Scorer(qwen3_seq_cls, self_check=False).score_table(table))
+
+
 def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
     """`ScorecliPredictor(model="minilm")` (docs/clusters.md) resolves the bundled model's short name
     as `Scorer("minilm")` does, and scores a batch as it does."""

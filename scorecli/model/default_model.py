@@ -91,7 +91,7 @@ class ModelChoice:
     note: str | None = None
 
 
-def resolve_model(model: str | None = None, from_env: bool = False) -> ModelChoice:
+def resolve_model(model: str | os.PathLike | None = None, from_env: bool = False) -> ModelChoice:
     """The model a run scores with, resolved as `scorecli score --model` resolves it: `model`
     (a path, a Hub id, a `.gguf` file or a bundled model's short name), else $SCORECLI_MODEL,
     else the default (`minilm`); `from_env`: `model` was read from $SCORECLI_MODEL (the CLI's flag
@@ -102,6 +102,7 @@ def resolve_model(model: str | None = None, from_env: bool = False) -> ModelChoi
         UsageError: a short name (or the default) that is not installed, a local path that names
             nothing, or a Hub id that cannot be reached nor found in the cache; one line of text.
     """
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model  # a `pathlib.Path` is a path
     name = model or os.environ.get(ENV_VAR) or None
     try:
         path, template = resolve(name)
@@ -173,7 +174,7 @@ def config_for(
         if overrides.get("activation") not in (None, "softmax"):
             raise UsageError(f"--apply-softmax contradicts --activation {overrides['activation']}")
         overrides["activation"] = "softmax"
-    if model is not None and not isinstance(model, str):
+    if model is not None and not isinstance(model, (str, os.PathLike)):
         return ScoreConfig(model=model.path, **overrides), None
     choice = resolve_model(model)
     return ScoreConfig(**{"model": choice.path, "template": choice.template, **overrides}), choice.note
