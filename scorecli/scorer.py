@@ -64,7 +64,8 @@ class Scorer:
             `scorecli score --model` is (`model.default_model.resolve_model`; None: $SCORECLI_MODEL,
             else the default), or a `Loaded` model.
         config: a configuration whose model is resolved already (the CLI's, Ray workers'); else
-            keyword overrides (the CLI's flags: `template="qwen3-reranker"`, `top_k=3`) build one.
+            keyword overrides (the CLI's flags: `template="qwen3-reranker"`, `top_k=3`) build one
+            (both: a TypeError).
         progress: transformers' loading bar, a Hub note and a progress line on stderr; False
             (the default): print nothing.
 
@@ -88,6 +89,11 @@ class Scorer:
             config, note = config_for(model, overrides)
             if note and progress:
                 print(f"note: {note}", file=sys.stderr)
+        elif overrides:  # not applied over a whole configuration, nor dropped without a word
+            raise TypeError(
+                f"Scorer: keyword flags ({', '.join(overrides)}) with config=: put them in the configuration "
+                "(dataclasses.replace(config, ...))"
+            )
         self.config = config
         # a command (a config given) shows its own progress only; a library caller's stderr stays theirs
         with quiet_transformers(bar=not (library and progress), advice=library and not progress):

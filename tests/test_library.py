@@ -167,6 +167,19 @@ def test_a_model_folder_given_as_a_pathlib_path_is_a_path(qwen3_seq_cls):
     assert scorer.score_table(table).equals(Scorer(qwen3_seq_cls, self_check=False).score_table(table))
 
 
+def test_keyword_flags_beside_a_whole_configuration_are_refused(qwen3_seq_cls):
+    """`Scorer(config=cfg, top_k=1)` dropped `top_k=1` without a word (no `top_k` column), and so
+    did the Ray predictor: the keywords build a configuration only where none is given. Both at
+    once is a TypeError, before any model loads."""
+    from scorecli import ScoreConfig, Scorer
+    from scorecli.engine.ray_workers import ScorecliPredictor
+
+    with pytest.raises(TypeError, match=r"^Scorer: keyword flags \(top_k, compact\) with config=: put them in"):
+        Scorer(config=ScoreConfig(model=qwen3_seq_cls), top_k=1, compact=True)
+    with pytest.raises(TypeError, match=r"^ScorecliPredictor: keyword flags \(top_k\) with config="):
+        ScorecliPredictor(qwen3_seq_cls, config=ScoreConfig(model=qwen3_seq_cls), top_k=1)
+
+
 def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
     """`ScorecliPredictor(model="minilm")` (docs/clusters.md) resolves the bundled model's short name
     as `Scorer("minilm")` does, and scores a batch as it does."""

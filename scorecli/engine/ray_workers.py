@@ -62,7 +62,10 @@ class ScorecliPredictor:
         from scorecli.scorer import Scorer
 
         # a short name resolved as the library resolves it; the run's score cache is read and added to here
-        cfg = flags.pop("config", None) or config_for(model, flags, applied=("score_cache",))[0]
+        cfg = flags.pop("config", None)
+        if cfg is not None and flags:  # as `Scorer(config=..., top_k=1)`: not dropped without a word
+            raise TypeError(f"ScorecliPredictor: keyword flags ({', '.join(flags)}) with config=: put them in it")
+        cfg = cfg or config_for(model, flags, applied=("score_cache",))[0]
         # pairs already scored are reused (the run's --score-cache, read and added to here too)
         self.scorer = reusing(cfg, lambda: Scorer(model, cfg))
         self.scorer.id_type = id_type
