@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from scorecli.engine.prepared import Prepared
 from scorecli.engine.progress import tracked
 from scorecli.errors import InputError, UsageError, a_kind, error_line
 from scorecli.io.columns import Columns, window_table
+from scorecli.io.formats import given_rows
 from scorecli.io.parquet_input import table_rows
 from scorecli.io.readers import RawRow
 from scorecli.kinds import Family, Setup, family_class, make_family
@@ -332,9 +333,14 @@ class Scorer:
     def _score_batch(self, batch, forward=None) -> torch.Tensor:
         return self.family.score_batch(batch, forward)
 
-    def score_rows(self, rows: list[RawRow], id_type: pa.DataType | None = None) -> pa.Table:
-        """Score a list of raw rows (one window) into an output table."""
-        return self.run(self.prepare(rows, id_type))
+    def score_rows(self, rows: Iterable[RawRow | Mapping[str, Any]], id_type: pa.DataType | None = None) -> pa.Table:
+        """Score rows (one window) into an output table: `RawRow`s, or records as dicts (a JSON
+        line's fields; named `row N` in errors), in a list or any iterable.
+
+        Raises:
+            TypeError: `rows` is a table (`score_table` takes one), a single record or text, or
+                holds something else than records (`io.formats.given_rows`)."""
+        return self.run(self.prepare(given_rows(rows), id_type))
 
     def score_table(self, table: pa.Table) -> pa.Table:
         """Score an Arrow table of input rows; returns the output columns, in row order

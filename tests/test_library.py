@@ -180,6 +180,34 @@ def test_keyword_flags_beside_a_whole_configuration_are_refused(qwen3_seq_cls):
         ScorecliPredictor(qwen3_seq_cls, config=ScoreConfig(model=qwen3_seq_cls), top_k=1)
 
 
+def test_score_rows_takes_records_as_dicts_in_any_iterable(qwen3_seq_cls):
+    """`scorer.score_rows([{"query": ..., "items": [...]}])` failed with `AttributeError: 'dict' object
+    has no attribute 'error'`, and a generator of rows with `TypeError: object of type 'generator' has
+    no len()`: records are dicts (a JSON line's fields), from a list or any iterable, and score as the
+    same rows in a table do; a table, a single record or a row of another type is one TypeError."""
+    import pyarrow as pa
+
+    from scorecli import Scorer
+    from scorecli.errors import InputError
+
+    records = [{"id": 1, "query": "q", "items": ["a", "b"]}, {"id": 2, "query_ids": [5, 6], "item_ids": [[7]]}]
+    scorer = Scorer(qwen3_seq_cls, self_check=False)
+    table = scorer.score_table(pa.table({"id": [1], "query": ["q"], "items": [["a", "b"]]}))
+    got = scorer.score_rows(records)
+    assert got["id"].to_pylist() == [1, 2] and scorer.score_rows(records[:1]).equals(table)
+    assert scorer.score_rows(r for r in records).equals(got)
+    assert scorer.score_rows([]).num_rows == 0
+    with pytest.raises(InputError, match=r"^row 2: field 'query': expected a string, got int$"):
+        scorer.score_rows([records[0], {"query": 3, "items": []}])
+    for rows, said in [
+        (pa.Table.from_pylist(records[:1]), r"got Table \(score_table takes a table\)$"),
+        (records[0], "got dict$"),
+        ([records[0], ("q", ["a"])], "^score_rows takes rows as dicts, got tuple at row 2$"),
+    ]:
+        with pytest.raises(TypeError, match=said):
+            scorer.score_rows(rows)
+
+
 def test_the_ray_predictor_takes_a_short_name_as_the_scorer_does():
     """`ScorecliPredictor(model="minilm")` (docs/clusters.md) resolves the bundled model's short name
     as `Scorer("minilm")` does, and scores a batch as it does."""

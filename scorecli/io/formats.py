@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from scorecli.errors import InputError
 from scorecli.io.sources import source_for
@@ -70,6 +70,25 @@ class RawRow:
     where: str
     error: str | None = None
     typed: bool = False  # values typed by the file's schema (Parquet), not parsed JSON
+
+
+def given_rows(rows: Iterable[RawRow | Mapping[str, Any]]) -> list[RawRow]:
+    """The rows a library caller gives `Scorer.score_rows`: `RawRow`s as they are, records (dicts, a
+    JSON line's fields) named `row N`, from a list or any iterable.
+
+    Raises:
+        TypeError: `rows` is a table or a DataFrame (`score_table` takes one), a single record or
+            text, or holds something else than records.
+    """
+    if isinstance(rows, (str, bytes, Mapping)) or hasattr(rows, "num_rows") or hasattr(rows, "iloc"):
+        hint = "" if isinstance(rows, (str, bytes, Mapping)) else " (score_table takes a table)"
+        raise TypeError(f"score_rows takes a list of rows (dicts), got {type(rows).__name__}{hint}")
+    out = []
+    for k, row in enumerate(rows):
+        if not isinstance(row, (RawRow, Mapping)):
+            raise TypeError(f"score_rows takes rows as dicts, got {type(row).__name__} at row {k + 1}")
+        out.append(row if isinstance(row, RawRow) else RawRow(dict(row), f"row {k + 1}"))
+    return out
 
 
 class InputFormat(Protocol):
