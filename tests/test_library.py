@@ -111,6 +111,32 @@ except UsageError as exc:
     assert line == cli.lines()[0] and float(seconds) < 15, (line, cli.lines(), seconds)
 
 
+def test_a_hub_that_did_not_answer_once_is_asked_again_for_the_next_model(monkeypatch):
+    """After one `Scorer("org/model")` found the Hub silent and used the cached copy, huggingface_hub
+    stayed offline for the rest of the process: in a notebook, every later Scorer of a model not
+    cached failed with 'HF_HUB_OFFLINE is set', which the user never set, however the network came
+    back. The Hub is asked again for the next model; offline mode the user turns on stays theirs."""
+    import threading
+
+    from huggingface_hub import constants
+
+    from scorecli.errors import UsageError
+    from scorecli.model import hub
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "_WENT_OFFLINE", threading.Event(), raising=False)  # as a fresh process has it
+    monkeypatch.setattr(hub, "_cached", lambda name: name == "org/cached")
+    monkeypatch.setattr(hub, "_answers", lambda url, timeout: False)
+    assert "did not answer" in hub.reach("org/cached")
+    assert constants.HF_HUB_OFFLINE  # that model loads from the cache, without retries
+    monkeypatch.setattr(hub, "_answers", lambda url, timeout: True)
+    assert hub.reach("org/new") is None  # the Hub answers now: the model downloads
+    assert not constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # the user's own choice
+    with pytest.raises(UsageError, match="HF_HUB_OFFLINE is set and it is not in the Hugging Face cache"):
+        hub.reach("org/new")
+
+
 def test_the_readme_offline_reranker_runs_from_a_local_folder(tmp_path, bert_cross_encoder):
     """The README's offline recipe: a folder as `hf download --local-dir` leaves it (the model's
     files and huggingface_hub's `.cache/` bookkeeping) scores with HF_HUB_OFFLINE=1 and no

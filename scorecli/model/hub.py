@@ -23,6 +23,8 @@ from urllib.parse import urlparse
 from scorecli.errors import UsageError
 
 PROBE_SECONDS = 3.0
+# whether `reach` turned huggingface_hub's offline mode on (a Hub that did not answer), not the user
+_WENT_OFFLINE = threading.Event()
 
 # a name the Hub could hold ("org/name" or a legacy "name"); anything else is a local path
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -173,6 +175,10 @@ def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
     from huggingface_hub import constants
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # no "Retrying in 1s" lines
+    if _WENT_OFFLINE.is_set() and constants.HF_HUB_OFFLINE:
+        # an earlier model's Hub did not answer (a library caller's process lives on): asked again
+        constants.HF_HUB_OFFLINE = False
+    _WENT_OFFLINE.clear()
     if constants.is_offline_mode():
         if not _cached(name):
             raise UsageError(
@@ -185,6 +191,7 @@ def reach(name: str, timeout: float = PROBE_SECONDS) -> str | None:
     if _answers(constants.ENDPOINT, timeout):
         return None
     constants.HF_HUB_OFFLINE = True  # the rest of the run reads the cache only (huggingface_hub's offline mode)
+    _WENT_OFFLINE.set()
     if _cached(name):
         return f"the Hugging Face Hub ({host}) did not answer within {timeout:g} s: using the cached copy of {name}"
     raise UsageError(
