@@ -287,6 +287,8 @@ def test_flags_of_a_whole_run_are_refused_by_name_and_apply_softmax_is_the_activ
         ({"window_seconds": True}, r"window_seconds=True: expected a number or None"),
         ({"window_seconds": float("inf")}, r"--window-seconds must be a finite number more than 0, got inf"),
         ({"topk": 3}, r"topk=: no such flag of `scorecli score`"),
+        ({"extra_metadata": {"team": "search"}}, r"extra_metadata=: no such flag"),  # was dropped without a word
+        ({"job_tokens": 10**9}, r"job_tokens=: no such flag"),
     ]:
         with pytest.raises(UsageError, match=named):
             config_for(str(tmp_path), flags)

@@ -150,6 +150,8 @@ RUN_FLAGS = {
     "num_workers": "--num-workers",
 }
 _KINDS = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}
+# fields of a configuration that no flag sets (what a run records or resolves itself): no keywords either
+NOT_FLAGS = ("extra_metadata", "runtime_reason", "runtime_route", "job_tokens")
 
 
 def config_for(
@@ -185,7 +187,7 @@ def _check_types(overrides: dict[str, Any]) -> None:
     another type than its flag's (`top_k="3"`): the command line's parser checks both there."""
     hints = typing.get_type_hints(ScoreConfig) | {"apply_softmax": bool}
     for name, value in overrides.items():
-        if name not in hints:
+        if name not in hints or name in NOT_FLAGS:
             raise UsageError(f"{name}=: no such flag of `scorecli score` (`scorecli score --help` lists them)")
         allowed = typing.get_args(hints[name]) or (hints[name],)
         scalars = [kind for kind in allowed if kind in _KINDS]
