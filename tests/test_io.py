@@ -116,6 +116,28 @@ def test_parquet_text_that_is_not_utf8_is_a_bad_row_named_by_its_field(tmp_path)
     ]  # a bad row keeps the fields that decode: its id is written with it (it was null)
 
 
+def test_a_parquet_file_naming_a_column_twice_is_refused(tmp_path):
+    """pyarrow writes a table whose columns share a name; a row holds one value per name, so a
+    second 'query' silently replaced the first (scores of the wrong text, exit 0), and a second
+    'id' stopped the run with `KeyError` (exit 1). Refused in one line, as a CSV header naming a
+    column twice is; so is such a table given to the library."""
+    from scorecli.io.parquet_input import table_rows
+
+    for name in ("query", "id"):
+        table = pa.Table.from_arrays(
+            [pa.array([1]), pa.array(["a"]), pa.array([["b"]]), pa.array(["c"])], names=["id", "query", "items", name]
+        )
+        p = tmp_path / f"{name}.parquet"
+        pq.write_table(table, p)
+        said = rf"{name}.parquet: the file names the column '{name}' twice"
+        with pytest.raises(InputError, match=said):
+            schema_id_type([str(p)], "id")
+        with pytest.raises(InputError, match=said):
+            list(iter_rows([str(p)]))
+        with pytest.raises(InputError, match=rf"the table names the column '{name}' twice"):
+            table_rows(table, "id")
+
+
 def test_corrupt_gzip_raises_input_error(tmp_path):
     p = tmp_path / "bad.jsonl.gz"
     p.write_bytes(b"this is not gzip\n")

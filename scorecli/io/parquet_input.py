@@ -28,9 +28,19 @@ def parquet_file(path: str) -> pq.ParquetFile:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(source_for(path).open(path) if is_url(path) else for_arrow(path))
+        pf = pq.ParquetFile(source_for(path).open(path) if is_url(path) else for_arrow(path))
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: cannot read Parquet: {printable(e)}") from e
+    _names_once(pf.schema_arrow, f"{path}: the file")
+    return pf
+
+
+def _names_once(schema: pa.Schema, what: str) -> None:
+    """Refuse a schema that names a column twice (pyarrow writes one): a row holds one value per
+    name, so one column would hide the other, as a CSV header's would."""
+    names = schema.names
+    if twice := next((n for n in names if names.count(n) > 1), None):
+        raise InputError(f"{what} names the column {twice!r} twice; give each column its own name")
 
 
 def arrow_records(batch: pa.RecordBatch | pa.Table) -> list[tuple[dict | None, str | None]]:
@@ -64,6 +74,7 @@ def table_rows(
     """(the rows of an Arrow table of input rows, given whole (the library's `Scorer.score_table`, a
     Ray block), as `RawRow`s named `row N`, N one more than each row's entry in `numbers`, else
     its place; the type of its id column `id_field`, None where it has none)."""
+    _names_once(table.schema, "the table")
     numbers = range(table.num_rows) if numbers is None else numbers
     rows = [RawRow(data, f"row {k + 1}", error, typed=True) for k, (data, error) in zip(numbers, arrow_records(table))]
     id_type = table.schema.field(id_field).type if id_field in table.column_names else None
