@@ -1033,6 +1033,23 @@ def test_json_array_file_is_named(tmp_path):
         list(iter_rows([str(p)]))
 
 
+def test_a_json_array_on_one_line_is_refused_without_reading_it_whole():
+    """`json.dump(rows, f)` writes a whole file as one line: its first line was read whole before
+    it was refused (twice the file's size in memory, a 10 GB file killed for memory, never
+    reaching its message); now from its first MiB. A long first line of JSON lines is read whole."""
+    array = b"\xef\xbb\xbf" + b"[" + b", ".join([b'{"id": 1, "query": "q", "items": ["x"]}'] * 200_000) + b"]"
+    stdin = io.BufferedReader(io.BytesIO(array))
+    with pytest.raises(InputError, match=r"^<stdin>:1: a JSON array; expected JSON lines"):
+        list(iter_rows(["-"], stdin=stdin))
+    assert stdin.tell() < len(array) // 2
+    long_row = b'{"id": 1, "items": ["' + b"x" * 3_000_000 + b'"]}\n{"id": 2}'
+    rows = list(iter_rows(["-"], stdin=io.BufferedReader(io.BytesIO(long_row))))
+    assert [(r.data["id"], len(r.data.get("items", [""])[0]), r.where) for r in rows] == [
+        (1, 3_000_000, "<stdin>:1"),
+        (2, 0, "<stdin>:2"),
+    ]
+
+
 def test_nan_literal_and_unterminated_string(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'{"id": NaN}\n{"id": "x\n')

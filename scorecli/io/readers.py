@@ -156,7 +156,7 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
     without being parsed. `start`: the line number of the stream's first line (> 1: a stream
     that starts inside a file, `iter_range`)."""
     first = start == 1
-    for lineno, line in enumerate(stream, start=start):
+    for lineno, line in enumerate(_lines(stream) if first else stream, start=start):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM) :]
         if not line.strip():
@@ -176,6 +176,18 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
             skip -= 1
             continue
         yield _parse_line(line, f"{label}:{lineno}")
+
+
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
+    """The lines of a stream read from its start; a first line longer than `_CHUNK` that starts
+    as a JSON array (what `json.dump` writes: the whole file on one line) comes cut at `_CHUNK`
+    bytes, for `_iter_lines` to refuse without holding the whole file in memory."""
+    head = stream.readline(_CHUNK)
+    if len(head) == _CHUNK and not head.endswith(b"\n") and not head.removeprefix(_BOM).lstrip().startswith(b"["):
+        head += stream.readline()
+    if head:
+        yield head
+    yield from stream
 
 
 class JsonLines:
