@@ -254,6 +254,21 @@ def test_gzip_without_its_name_is_one_clear_error(tmp_path):
     assert [r.data["id"] for r in iter_rows([str(named)])] == [1, 2]
 
 
+def test_parquet_read_as_json_lines_is_one_clear_error(tmp_path):
+    """A Parquet file piped on stdin (`cat x.parquet | scorecli score -`, `<(aws s3 cp ... -)`) or
+    misnamed `.jsonl` was 'malformed JSON: Expecting value at column 1', and with --skip-bad-rows
+    bad rows of its binary bytes; one error now says what the input is."""
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "query": ["q", "r"], "items": [["a"], ["b"]]}), p)
+    misnamed = tmp_path / "a.jsonl"
+    misnamed.write_bytes(p.read_bytes())
+    with pytest.raises(InputError, match=rf"^{misnamed}:1: the input is a Parquet file .*name the file \*.parquet"):
+        list(iter_rows([str(misnamed)]))
+    with pytest.raises(InputError, match=r"^<stdin>:1: the input is a Parquet file .*not stdin or a pipe"):
+        list(iter_rows(["-"], stdin=io.BytesIO(p.read_bytes())))
+    assert [r.data["id"] for r in iter_rows([str(p)])] == [1, 2]
+
+
 def test_carriage_returns_alone_are_one_clear_error(tmp_path):
     """A file saved with classic Mac OS line endings (CR alone) was one line to the reader: exit 2
     with 'malformed JSON: Extra data at column 36', or with --skip-bad-rows an output of one bad

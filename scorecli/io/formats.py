@@ -42,6 +42,11 @@ GZIPPED = (
     "*.jsonl.gz, or on stdin pipe it through zcat"
 )
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET = (
+    "the input is a Parquet file (it starts with Parquet's magic bytes PAR1) but is read as JSON lines: "
+    "name the file *.parquet; Parquet is read from a regular file, not stdin or a pipe"
+)
+PARQUET_MAGIC = b"PAR1"
 
 
 def utf16(line: bytes) -> bool:

@@ -24,6 +24,8 @@ from scorecli.io.formats import (
     CR_ONLY,
     GZIP_MAGIC,
     GZIPPED,
+    PARQUET,
+    PARQUET_MAGIC,
     UTF16,
     InputFormat,
     RawRow,
@@ -165,6 +167,8 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
             raise InputError(f"{label}:{lineno}: {UTF16}")
         if lineno == 1 and line.startswith(GZIP_MAGIC):
             raise InputError(f"{label}:{lineno}: {GZIPPED}")
+        if lineno == 1 and line.startswith(PARQUET_MAGIC):  # else: malformed JSON at column 1
+            raise InputError(f"{label}:{lineno}: {PARQUET}")
         if first and line.lstrip().startswith(b"["):
             raise InputError(
                 f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line (convert with: jq -c '.[]')"
