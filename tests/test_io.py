@@ -1065,6 +1065,18 @@ def test_a_json_array_on_one_line_is_refused_without_reading_it_whole():
     ]
 
 
+def test_pretty_printed_json_objects_are_named(tmp_path):
+    """Objects over several lines (`jq '.[]'` without -c, `json.dump(row, f, indent=2)`) were a
+    'malformed JSON' line each, and with --skip-bad-rows as many bad rows written, exit 0."""
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps({"id": 1, "query": "q", "items": ["a"]}, indent=2) + "\n")
+    with pytest.raises(InputError, match=rf"^{p}:1: a JSON object over several lines; .*jq -c \.\)"):
+        list(iter_rows([str(p)]))
+    stdin = io.BytesIO(b'\n{ \n  "id": 1\n}\n')
+    with pytest.raises(InputError, match=r"^<stdin>:2: a JSON object over several lines"):
+        list(iter_rows(["-"], stdin=stdin))
+
+
 def test_nan_literal_and_unterminated_string(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'{"id": NaN}\n{"id": "x\n')

@@ -173,6 +173,11 @@ def _iter_lines(stream: BinaryIO, label: str, skip: int = 0, start: int = 1) -> 
             raise InputError(
                 f"{label}:{lineno}: a JSON array; expected JSON lines, one object per line (convert with: jq -c '.[]')"
             )
+        if first and line.strip() == b"{":  # pretty-printed (jq without -c): else every line a bad row
+            raise InputError(
+                f"{label}:{lineno}: a JSON object over several lines; expected JSON lines, one object per line "
+                "(convert with: jq -c .)"
+            )
         if first and bare_cr(line) and _parse_line(line, label).error is not None:
             raise InputError(f"{label}:{lineno}: {CR_ONLY}")  # else the whole file is one bad row
         first = False
