@@ -7,6 +7,7 @@ sense together. Checks that need the model (label tokens, kind, mode) live in `s
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from scorecli.attention import backends as attention_backends
@@ -162,7 +163,7 @@ class ScoreConfig:
         if self.window_seconds is not None and not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
             raise UsageError(f"--window-seconds must be a finite number more than 0, got {self.window_seconds}")
         check_copied_fields(self.id_field, self.labels_field)
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+        if not (self.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", self.device)):
             raise UsageError(f"--device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 

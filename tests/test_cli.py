@@ -715,6 +715,25 @@ def test_inspect_refuses_what_a_run_refuses_before_any_line(qwen3_seq_cls_3label
     assert checked.stderr.count("`score` holds the first of 3 labels") == 1, checked.stderr
 
 
+@pytest.mark.e2e
+def test_a_device_that_is_not_cuda_n_is_a_usage_error(qwen3_seq_cls, monkeypatch):
+    """`--device cuda:abc` (or `cuda:`, `cuda:-1`) passed the check and reached torch.device, a
+    RuntimeError (exit 1; inspect without --check took it); `cuda:3` on a machine with one GPU failed
+    inside the load (exit 1). Both are bad usage: exit 2, one line, before the model loads."""
+    from scorecli.errors import UsageError
+    from scorecli.model import precision
+
+    for device in ("cuda:abc", "cuda:", "cuda:-1"):
+        result = run_cli(Case(["inspect", qwen3_seq_cls, "--device", device]))
+        assert result.rc == 2 and result.stdout == b"", result.stderr
+        assert "--device: expected auto, cpu, cuda or cuda:N" in result.stderr
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "device_count", lambda: 1)
+    assert precision.resolve_device("cuda:0").index == 0
+    with pytest.raises(UsageError, match=r"--device cuda:3: no such CUDA device \(this machine has 1\)"):
+        precision.resolve_device("cuda:3")
+
+
 def test_the_bundled_judge_named_by_its_path_keeps_its_template(tmp_path):
     """`--model PATH` (or $SCORECLI_MODEL) naming the bundled GGUF, even through a symlink, gets
     the template `--model smollm2-judge` gets; any other model gets `plain`."""

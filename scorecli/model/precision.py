@@ -17,7 +17,10 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(auto_device())
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {name}: CUDA is not available on this machine")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: no such CUDA device (this machine has {torch.cuda.device_count()})")
+    return device
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
