@@ -430,6 +430,7 @@ def test_unknown_template(name):
         ("Query: { query }", " {item}", "", r"'\{ query \}' is not a placeholder"),
         ("Query: {{query}}", " {item}", "", r"key 'prefix': '\{\{query\}\}' is not a placeholder"),
         ("{instructions} {query}", " {item}", "", r"write \{instruction\}"),
+        ("Query: {querry}", " {item}", "", r"'\{querry\}' is not a placeholder \(write \{query\}"),
         ("Q: {query}", " {{item}}", "", r"key 'item': '\{\{item\}\}' is not a placeholder"),
         ("Q: {query}", " {item} {Items}", "", r"write \{item\}"),
         ("Q: {query}", " {item}", 'instruction = "Judge it"\n', r"'instruction' is the default of '\{instruction\}'"),

@@ -19,6 +19,7 @@ also makes `tok(render_item(x))` end with `tok(item_suffix)`.
 from __future__ import annotations
 
 import datetime
+import difflib
 import json
 import re
 import tomllib
@@ -40,6 +41,7 @@ _PLACEHOLDER = re.compile(r"\{(query|item|instruction)\}")
 _NEAR_PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}|\{\s*\w+\s*\}")
 _MEANT = {"query": "query", "queries": "query", "item": "item", "items": "item"}
 _MEANT |= {"instruction": "instruction", "instructions": "instruction"}
+_PLACEHOLDERS = ("query", "item", "instruction")  # a word this close to one is a typo of it (`{querry}`)
 # a UTF-16 surrogate code point on its own: JSON can spell one ("\\ud800") and so can a command
 # line of invalid UTF-8 (Python's surrogateescape), but no tokenizer can encode it
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -309,9 +311,10 @@ def _load_file(path: Path) -> Template:
 
 def _check_spelling(text: str, key: str, where: str) -> None:
     """UsageError for a brace group that reads as a misspelt placeholder (`{Query}`, `{ item }`,
-    `{instructions}`, `{{query}}`): it would stay literal text and its value would be left out."""
+    `{instructions}`, `{querry}`, `{{query}}`): it would stay literal text and its value would be left out."""
     for found in _NEAR_PLACEHOLDER.finditer(text):
-        word = _MEANT.get(found.group().strip("{} \t\n").lower())
+        said = found.group().strip("{} \t\n").lower()
+        word = _MEANT.get(said) or next(iter(difflib.get_close_matches(said, _PLACEHOLDERS, 1, 0.8)), None)
         if word is not None and found.group() != "{" + word + "}":
             raise UsageError(
                 f"{where}: key '{key}': {found.group()!r} is not a placeholder (write {{{word}}}: lower case, "
