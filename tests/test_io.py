@@ -204,6 +204,17 @@ def test_specs_keep_their_order(tmp_path):
     assert ids([b, a]) == ["b", "a"]
 
 
+def test_a_missing_file_url_is_named_as_the_url(tmp_path):
+    """SPEC 15: a missing key is one line naming the URL, a `file://` URL's too (not its path)."""
+    url = f"file://{tmp_path}/missing.jsonl"
+    with pytest.raises(UsageError) as e:
+        resolve_inputs([url])
+    assert str(e.value) == f"input not found: {url}"
+    with pytest.raises(UsageError) as e:
+        resolve_inputs([f"file://{tmp_path}/*.jsonl"])
+    assert str(e.value) == f"input not found: file://{tmp_path}/*.jsonl"
+
+
 def test_file_name_with_glob_chars_is_a_file(tmp_path):
     p = write_jsonl(tmp_path / "data[1].jsonl", [{"id": 1}])
     assert resolve_inputs([p]) == [p]

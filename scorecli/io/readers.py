@@ -68,9 +68,14 @@ def resolve_inputs(specs: list[str]) -> list[str]:
         if spec in STDIN_PATHS:
             out.append(STDIN)
             continue
-        spec = localize(spec)
+        given, spec = spec, localize(spec)
         source = source_for(spec)
-        found = source.expand(spec, _is_supported, SUPPORTED)
+        try:
+            found = source.expand(spec, _is_supported, SUPPORTED)
+        except UsageError as e:  # a `file://` URL: the line names the URL as typed, not its path
+            if given == spec:
+                raise
+            raise UsageError(str(e).replace(spec, given, 1)) from None
         if found == [spec] and not source.is_folder(spec):
             regular = source.size(spec) is not None
             if regular and not _is_supported(spec):
