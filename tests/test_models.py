@@ -626,6 +626,23 @@ def test_a_window_every_layer_reads_from_the_config_caps_sequences(tmp_path):
     assert "cuts sequences at 24 tokens" not in "\n".join(describe(jamba, None, trust_remote_code=False))
 
 
+def test_a_template_longer_than_the_models_window_names_the_models_limit_not_a_flag(tmp_path):
+    """With no --max-seq-len, a template that leaves no room within the model's own limit (here
+    MiniMax's 24-token window) was refused as '--max-seq-len 24 leaves no room ...': a flag the
+    user never gave. The message names the model's limit; a given --max-seq-len is still named."""
+    from tests.builders.families import _tiny_model, tokenizer
+    from tests.builders.models import _save
+
+    path = _save(_tiny_model("minimax", {"sliding_window": 24}), tokenizer(), str(tmp_path / "minimax"))
+    template = tmp_path / "long.toml"
+    template.write_text('prefix = "' + "the cat sat on a mat " * 8 + '{query}"\nitem = " {item}"\n')
+    with pytest.raises(UsageError) as err:
+        Scorer(path, template=str(template), device="cpu", dtype="float32", self_check=False)
+    assert str(err.value).startswith("the model's limit of 24 tokens leaves no room for an item:"), str(err.value)
+    with pytest.raises(UsageError, match=r"^--max-seq-len 20 leaves no room for an item:"):
+        Scorer(path, template=str(template), max_seq_len=20, device="cpu", dtype="float32", self_check=False)
+
+
 def test_an_encoders_own_sliding_window_does_not_cut_its_pairs(tmp_path):
     """A ModernBERT cross-encoder runs its own attention, which applies its local window itself:
     its pairs were cut at the window (64 tokens for ModernBERT-base) as if scorecli's backends ran

@@ -136,7 +136,10 @@ class DecoderFamily(FamilyDefaults):
             positive_index=positive_index(cfg.positive_label, names, classes=label_ids is None),
             pooling=cfg.pooling or "last",
             max_seq_len=check_room(
-                limit, *template_room(loaded.tokenizer, template, cfg.instruction), cfg.chunk_tokens
+                limit,
+                *template_room(loaded.tokenizer, template, cfg.instruction),
+                cfg.chunk_tokens,
+                given=bool(cfg.max_seq_len),
             ),
             single_reason=support.reason,
             logit_score=logit_score,

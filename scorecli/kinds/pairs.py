@@ -86,7 +86,11 @@ class PairFamily(FamilyDefaults):
             positive_index=positive_index(cfg.positive_label, names),
             pooling=cfg.pooling or "cls",
             max_seq_len=check_room(
-                max_seq_len(cfg.max_seq_len, loaded), taken, "the (query, item) pair's special tokens", cfg.chunk_tokens
+                max_seq_len(cfg.max_seq_len, loaded),
+                taken,
+                "the (query, item) pair's special tokens",
+                cfg.chunk_tokens,
+                given=bool(cfg.max_seq_len),
             ),
         )
 

@@ -126,14 +126,17 @@ def template_room(tokenizer, template: Template, instruction: str | None = None)
     return taken, f"the tokenizer's leading special tokens and template {template.name}'s text (with {with_what})"
 
 
-def check_room(max_seq_len: int, taken: int, what: str, chunk_tokens: int | None = None) -> int:
+def check_room(max_seq_len: int, taken: int, what: str, chunk_tokens: int | None = None, given: bool = True) -> int:
     """`max_seq_len`, unless it leaves no room for an item token (or a whole `--chunk-tokens`
-    chunk) beside the `taken` tokens every sequence holds (`what` they are)."""
+    chunk) beside the `taken` tokens every sequence holds (`what` they are); `given`: the user
+    gave it (`--max-seq-len`), else it is the model's limit (a message must not name a flag
+    the user never gave)."""
+    limit = f"--max-seq-len {max_seq_len}" if given else f"the model's limit of {max_seq_len} tokens"
     if taken + 1 > max_seq_len:
-        raise UsageError(f"--max-seq-len {max_seq_len} leaves no room for an item: {what} take {taken} tokens")
+        raise UsageError(f"{limit} leaves no room for an item: {what} take {taken} tokens")
     if chunk_tokens is not None and taken + chunk_tokens > max_seq_len:
         raise UsageError(
-            f"--chunk-tokens {chunk_tokens} cannot fit within --max-seq-len {max_seq_len}: {what} take "
+            f"--chunk-tokens {chunk_tokens} cannot fit within {limit}: {what} take "
             f"{taken} tokens, leaving {max_seq_len - taken} for a chunk"
         )
     return max_seq_len
