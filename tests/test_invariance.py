@@ -415,7 +415,7 @@ def test_an_item_of_pad_tokens_after_a_prefix_ending_in_one_is_a_bad_row(qwen3_s
     rows = [{"id": 0, "query_ids": [11, 12, pad], "item_ids": [[13, 14], [pad, pad]]}]
     table = Scorer(qwen3_seq_cls, device="cpu", skip_bad_rows=True).score_rows(raw_rows(rows))
     assert table["score"].to_pylist() == [None]
-    assert "pad token" in table["error"].to_pylist()[0] and "'items'[1]" in table["error"].to_pylist()[0]
+    assert "pad token" in table["error"].to_pylist()[0] and "'item_ids'[1]" in table["error"].to_pylist()[0]
     # an empty item there too: it was read at the prefix's pad token, the model's head reading earlier
     rows = [{"id": 0, "query_ids": [11, 12, pad], "item_ids": [[], [13, 14]]}]
     for mode in ("mis", "single"):
