@@ -421,7 +421,7 @@ def test_an_item_of_pad_tokens_after_a_prefix_ending_in_one_is_a_bad_row(qwen3_s
     for mode in ("mis", "single"):
         table = Scorer(qwen3_seq_cls, device="cpu", skip_bad_rows=True, mode=mode).score_rows(raw_rows(rows))
         assert table["score"].to_pylist() == [None]
-        assert "item is empty" in table["error"].to_pylist()[0] and "'items'[0]" in table["error"].to_pylist()[0]
+        assert "item is empty" in table["error"].to_pylist()[0] and "'item_ids'[0]" in table["error"].to_pylist()[0]
 
 
 def test_longrope_sequences_stop_where_the_rotary_factors_switch(tmp_path):
