@@ -68,6 +68,9 @@ def test_empty_query_and_empty_item_is_an_error():
     row = EncodedRow(np.zeros(0, dtype=np.int64), [np.array([5]), np.zeros(0, dtype=np.int64)])
     with pytest.raises(InputError, match=r"'items'\[1\]: an empty item after an empty prefix \(the query as"):
         truncate_items(row, 10, "item", "f:2")
+    ids = EncodedRow(row.prefix, row.items, names=("query_ids", "item_ids"))  # pre-tokenized: no template
+    with pytest.raises(InputError, match=r"'item_ids'\[1\]: an empty item after an empty prefix \(no query ids\)"):
+        truncate_items(ids, 10, "item", "f:2")
 
 
 @pytest.mark.parametrize("padded", [True, False])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scorecli.errors import TEXT_FIELDS, InputError, field
+from scorecli.errors import ID_FIELDS, TEXT_FIELDS, InputError, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +59,10 @@ def truncate_items(row: EncodedRow, max_seq_len: int, truncate: str, where: str)
     if len(row.prefix) == 0:
         empty = [k for k, item in enumerate(row.items) if len(item) == 0]
         if empty:
+            what = "no query ids" if row.names == ID_FIELDS else "the query as the template renders it, no BOS"
             raise InputError(
-                f"{where}: {field(row.names, empty[0])}: an empty item after an empty prefix (the query as the "
-                "template renders it, no BOS) leaves nothing to score"
+                f"{where}: {field(row.names, empty[0])}: an empty item after an empty prefix ({what}) leaves nothing "
+                "to score"
             )
     too_long = [k for k, item in enumerate(row.items) if len(item) > room]
     if not too_long:
