@@ -26,6 +26,7 @@ from scorecli.errors import ScorecliError, UsageError, error_line, first_line, r
 from scorecli.runtimes import RUNTIMES
 from scorecli.runtimes.forward import Pooled
 from scorecli.runtimes.onnx_export import (
+    Reference,
     cache_path,
     check_cached,
     model_file,
@@ -176,7 +177,7 @@ def open_forward(
     make, folder = (OnnxForward if what == "pairs" else OnnxTextForward), loaded.folder
     model = lambda: loaded.model
     config = loaded.config  # the model's own answer on the probe, remembered with its others (`model.remembered`)
-    own = (
+    own = Reference(
         config,
         lambda: loaded.own_output(f"onnx {what}", probe_feeds(config, what), lambda m: own_probe_output(m, what)),
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -39,8 +40,14 @@ EXPORT_TOLERANCE = 1e-4  # max abs difference of the export's logits from the to
 OPSET = 17
 GRAPH_VERSION = "2"  # bump when the exported graph's inputs or outputs change
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# a model's config and its own answer on the probe (`own_probe_output`), which a caller may remember
-Reference = tuple[object, Callable[[], np.ndarray]]
+
+
+class Reference(NamedTuple):
+    """What a graph is checked against: the model's config, and its own answer on the probe
+    (`own_probe_output`, which a caller may remember: computed when asked)."""
+
+    config: object
+    answer: Callable[[], np.ndarray]
 
 
 def onnxruntime():
@@ -220,7 +227,7 @@ def materialize(
     def build(tmp: str) -> None:
         built = model()
         _export(built, os.path.join(tmp, "model.onnx"), what)
-        error = export_error(reference[1](), built.config, open_session(os.path.join(tmp, "model.onnx"), 1), what)
+        error = export_error(reference.answer(), built.config, open_session(os.path.join(tmp, "model.onnx"), 1), what)
         if not error <= EXPORT_TOLERANCE:  # NaN fails too
             raise UsageError(
                 f"--runtime onnx: the ONNX export of {folder} differs from its torch forward by "
@@ -234,7 +241,7 @@ def check_cached(path: str, graph, what: str, reference: Reference) -> None:
     """UsageError when the cached export at `path` (`graph`: an ONNX Runtime session of it) no longer gives the model's own answer on
     the probe (bytes changed on disk, a cache copied from elsewhere), which failed the self-check
     of every run, `--runtime auto`'s too, its message blaming the architecture."""
-    error = export_error(reference[1](), reference[0], graph, what)
+    error = export_error(reference.answer(), reference.config, graph, what)
     if not error <= EXPORT_TOLERANCE:  # NaN fails too
         raise UsageError(
             f"the cached ONNX export {path} differs from the model's own forward by {error:.2g} "
